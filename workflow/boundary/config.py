@@ -1,0 +1,123 @@
+"""Config: load, fill defaults and validate against the JSON schema; per-stage settings.
+
+Config values reach code only as validated config -> rule params -> CLI `--settings` JSON.
+Each rule gets only the values that affect it, serialised with sorted keys, so Snakemake's
+params trigger reruns exactly the stages a change invalidates.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import yaml
+
+from boundary.errors import BoundaryError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+
+
+def _schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _resolve(sub: dict, root: dict) -> dict:
+    ref = sub.get("$ref", "")
+    if not ref:
+        return sub
+    return {**root["definitions"][ref.rsplit("/", 1)[-1]], **sub}  # local keys win
+
+
+def _fill_defaults(node: dict, schema: dict, root: dict | None = None) -> None:
+    """Fill `default:` values of the schema into the config, recursively (objects only)."""
+    root = root or schema
+    for key, sub in schema.get("properties", {}).items():
+        sub = _resolve(sub, root)
+        if key not in node and "default" in sub:
+            node[key] = copy.deepcopy(sub["default"])
+        if isinstance(node.get(key), dict) and sub.get("type") == "object":
+            _fill_defaults(node[key], sub, root)
+    extra = schema.get("additionalProperties")
+    extra = _resolve(extra, root) if isinstance(extra, dict) else None
+    if extra and extra.get("type") == "object":
+        for key, value in node.items():
+            if key not in schema.get("properties", {}) and isinstance(value, dict):
+                _fill_defaults(value, extra, root)
+
+
+def _where(error) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "<top level>"
+
+
+def validate_config(config: dict) -> dict:
+    """Return a validated copy with defaults filled; raise one line naming the bad field."""
+    import jsonschema
+
+    config = copy.deepcopy(config)
+    schema = _schema()
+    _fill_defaults(config, schema)
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config),
+                    key=lambda e: (len(list(e.absolute_path)), _where(e)))
+    if errors:
+        err = errors[0]
+        if err.validator == "additionalProperties":
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            where = _where(err)
+            field = f"{where}.{extra[0]}" if where != "<top level>" else extra[0]
+            raise BoundaryError(f"config: unknown key {field!r}")
+        raise BoundaryError(f"config: {_where(err)}: {err.message}")
+    _check_references(config)
+    return config
+
+
+def _check_references(config: dict) -> None:
+    """Cross-field rules a JSON schema cannot state."""
+    masks = config["masks"]
+    for name, method in config["methods"].items():
+        if method.get("mask") and method["mask"] not in masks:
+            raise BoundaryError(f"config: methods.{name}.mask: no mask named {method['mask']!r}")
+        source = method.get("checkpoint_of")
+        if source is not None:
+            if source not in config["methods"] or config["methods"][source].get("checkpoint_of"):
+                raise BoundaryError(f"config: methods.{name}.checkpoint_of: "
+                                    f"{source!r} is not a trained method")
+            if method.get("step") not in config["train"]["checkpoints"]:
+                raise BoundaryError(f"config: methods.{name}.step: must be one of "
+                                    f"train.checkpoints {config['train']['checkpoints']}")
+    if config.get("testbed") is None and config.get("base_model") is None:
+        raise BoundaryError("config: base_model: required when there is no testbed section")
+    if config.get("testbed") is None and not config.get("data"):
+        raise BoundaryError("config: data: required when there is no testbed section")
+    if max(config["evaluate"]["ks"]) > config["evaluate"]["n"]:
+        raise BoundaryError("config: evaluate.ks: every k must be <= evaluate.n")
+
+
+def load_config(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise BoundaryError(f"{path}: config file not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise BoundaryError(f"{path}: not valid YAML ({err.__class__.__name__})") from None
+    return validate_config(raw)
+
+
+def dumps(settings) -> str:
+    """The one serialisation of settings: sorted keys, so equal settings print equally."""
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"))
+
+
+def load_stage_settings(value: str) -> dict:
+    """Settings from a JSON string (what rules pass) or a path to a JSON file."""
+    text = value
+    if not value.lstrip().startswith("{"):
+        path = Path(value)
+        if not path.exists():
+            raise BoundaryError(f"--settings: {value}: not JSON and no such file")
+        text = path.read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BoundaryError(f"--settings: invalid JSON ({err.msg})") from None

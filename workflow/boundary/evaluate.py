@@ -1,0 +1,54 @@
+"""n-sample evaluation of a policy on a split -> per-completion samples + per-prompt counts.
+
+counts.parquet, one row per prompt: n, c (verifier-positive samples), pass_at_{k} for each
+configured k <= n (unbiased estimator), unique_positives (distinct normalized answers among
+the positives), answers (that set, sorted), entropy (mean over samples of each completion's
+mean token entropy).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+from boundary.artifacts import read_table, write_table
+from boundary.passk import add_pass_at_k
+from boundary.rollouts import sampling_params, scored_samples
+
+
+def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
+    grouped = samples.groupby("prompt_id", sort=True)
+    counts = pd.DataFrame({
+        "n": grouped.size(),
+        "c": grouped["correct"].sum().astype(int),
+        "entropy": grouped["entropy"].mean(),
+    })
+    positives = samples[samples["correct"]].groupby("prompt_id")["answer"]
+    answers = positives.agg(lambda a: sorted(set(a)))
+    counts["answers"] = answers.reindex(counts.index).map(lambda a: a if isinstance(a, list) else [])
+    counts["unique_positives"] = counts["answers"].map(len)
+    counts = counts.reset_index()
+    return add_pass_at_k(counts, [k for k in ks if k <= counts["n"].min()])
+
+
+def main(argv=None):
+    from boundary.config import load_stage_settings
+
+    parser = argparse.ArgumentParser(prog="boundary evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="policy folder (save_pretrained)")
+    parser.add_argument("--split", required=True)
+    parser.add_argument("--settings", required=True)
+    parser.add_argument("--samples", required=True, help="samples.parquet to write")
+    parser.add_argument("--counts", required=True, help="counts.parquet to write")
+    args = parser.parse_args(argv)
+    s = load_stage_settings(args.settings)
+    ev = s["evaluate"]
+    split = read_table(args.split, ["prompt_id", "answer"])
+    samples = scored_samples(args.model, split, sampling_params(ev, s["sampling"], ev["seed"], ev["n"]),
+                             s["verify"]["extractor"], s["verify"]["timeout"], s["verify"]["workers"])
+    counts = counts_from_samples(samples, ev["ks"])
+    write_table(samples, args.samples)
+    write_table(counts, args.counts)
+    print(f"evaluate: {len(counts)} prompts, pass@1 {counts['pass_at_1'].mean():.3f}, "
+          f"pass@{ev['n']} {(counts['c'] > 0).mean():.3f}")

@@ -1,0 +1,120 @@
+"""Answer extraction and math-verify checking, in worker processes with hard timeouts.
+
+math-verify's own timeout uses SIGALRM, which only works in a main thread and cannot
+interrupt C-level sympy work, so every check runs in a worker process that is killed when it
+overruns. Checks are deduplicated on (gold, extracted answer) and cached for the process's
+life: RL rewards and n=256 evaluations repeat the same pairs many times.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import re
+from dataclasses import dataclass
+
+EXTRACTORS = ("boxed", "last_number")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
+
+
+def last_boxed(text: str) -> str:
+    """Content of the last \\boxed{...} (or \\fbox{...}), braces matched; '' if none."""
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return ""
+    brace = text.find("{", start)
+    if brace < 0:
+        return ""
+    depth = 0
+    for i in range(brace, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[brace + 1:i]
+    return ""
+
+
+def extract_answer(completion: str, style: str) -> str:
+    if style == "boxed":
+        return normalize_answer(last_boxed(completion))
+    if style == "last_number":
+        found = _NUMBER.findall(completion)
+        return found[-1] if found else ""
+    raise ValueError(f"unknown answer extractor {style!r} (one of {EXTRACTORS})")
+
+
+def normalize_answer(answer: str) -> str:
+    """A canonical string for counting distinct answers; correctness is math-verify's job."""
+    answer = answer.strip().strip("$").strip()
+    answer = re.sub(r"\\(left|right|!|,|;|:)", "", answer)
+    answer = re.sub(r"\s+", "", answer)
+    return answer.rstrip(".")
+
+
+def _check(gold: str, answer: str, timeout: int) -> bool:
+    from math_verify import parse, verify
+
+    # Gold must be wrapped to parse as LaTeX ("1 - \sqrt{2}" bare parses as 1); timeouts
+    # must be ints (a float makes parse() return [] silently).
+    gold_parsed = parse(f"${gold}$", parsing_timeout=timeout)
+    answer_parsed = parse(f"${answer}$", parsing_timeout=timeout)
+    if not gold_parsed or not answer_parsed:
+        return False
+    return bool(verify(gold_parsed, answer_parsed, timeout_seconds=timeout))
+
+
+@dataclass
+class Verifier:
+    """Checks (gold, answer) pairs with math-verify in a pool of worker processes."""
+
+    timeout: int = 5
+    workers: int = 2
+
+    def __post_init__(self):
+        self.timeout = int(self.timeout)
+        self._cache: dict[tuple[str, str], bool] = {}
+        self._pool = None
+
+    def _start(self):
+        if self._pool is None:
+            # spawn, not fork: the parent may hold torch threads that fork would copy mid-lock.
+            self._pool = mp.get_context("spawn").Pool(self.workers)
+        return self._pool
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+
+    def __del__(self):
+        self.close()
+
+    def check(self, golds: list[str], answers: list[str]) -> list[bool]:
+        todo = {(g, a) for g, a in zip(golds, answers) if a and (g, a) not in self._cache}
+        for g, a in zip(golds, answers):
+            if not a:
+                self._cache[(g, a)] = False
+        pending = sorted(todo)
+        while pending:
+            pool = self._start()
+            jobs = [(pair, pool.apply_async(_check, (*pair, self.timeout))) for pair in pending]
+            pending = []
+            for i, (pair, job) in enumerate(jobs):
+                try:
+                    self._cache[pair] = job.get(timeout=self.timeout + 5)
+                except mp.TimeoutError:
+                    # A check stuck in C code: kill the pool, count it wrong, redo the rest.
+                    self._cache[pair] = False
+                    self.close()
+                    pending = [p for p, _ in jobs[i + 1:] if p not in self._cache]
+                    break
+                except Exception:
+                    self._cache[pair] = False
+        return [self._cache[(g, a)] for g, a in zip(golds, answers)]
+
+
+def score_samples(samples, golds_by_prompt: dict[str, str], extractor: str,
+                  verifier: Verifier):
+    """Add `answer` (normalized extraction) and `correct` (math-verify) to a samples frame."""
+    samples["answer"] = [extract_answer(t, extractor) for t in samples["completion"]]
+    golds = [golds_by_prompt[p] for p in samples["prompt_id"]]
+    samples["correct"] = verifier.check(golds, samples["answer"].tolist())
+    return samples

@@ -1,0 +1,27 @@
+rule mask:
+    output:
+        f"{OUT}/masks/{{mask}}.parquet",
+    input:
+        gate_draws=f"{OUT}/rollouts/base_gate.parquet",
+        split=f"{OUT}/splits/train.parquet",
+        train_regimes=lambda wc: (
+            [f"{OUT}/regimes/train_regimes.parquet"]
+            if config["masks"][wc.mask]["kind"] == "oracle"
+            else []
+        ),
+        code=code("gate"),
+    params:
+        kind=lambda wc: config["masks"][wc.mask]["kind"],
+        settings=lambda wc: dumps(mask_settings(wc.mask)),
+        regimes_arg=lambda wc, input: (
+            f"--train-regimes {input.train_regimes}" if input.train_regimes else ""
+        ),
+    log:
+        f"{OUT}/logs/masks/{{mask}}.log",
+    benchmark:
+        f"{OUT}/benchmarks/masks/{{mask}}.tsv"
+    conda:
+        "../../envs/boundary.yaml"
+    shell:
+        "boundary masks --kind {params.kind} --gate-draws {input.gate_draws} {params.regimes_arg} "
+        "--train-split {input.split} --settings {params.settings:q} --out {output} > {log} 2>&1"

@@ -1,0 +1,47 @@
+# One TRL trainer for every method. Resumable checkpoints live outside results/ (Snakemake
+# deletes declared outputs before a job starts), keyed by the settings so that a changed
+# config never resumes a stale run.
+def train_outputs(method):
+    steps = [s for s in config["train"]["checkpoints"] if s < config["train"]["steps"]]
+    return [directory(f"{OUT}/train/{method}/seed{{seed}}/step{s}") for s in steps]
+
+
+for _method in TRAINED:
+
+    rule:
+        name:
+            f"train_{_method}"
+        output:
+            final=directory(f"{OUT}/train/{_method}/seed{{seed}}/final"),
+            log=f"{OUT}/train/{_method}/seed{{seed}}/log.parquet",
+            checkpoints=train_outputs(_method),
+        input:
+            model=base_model(),
+            split=f"{OUT}/splits/train.parquet",
+            mask=(
+                [f"{OUT}/masks/{TRAINED[_method]['mask']}.parquet"]
+                if TRAINED[_method]["mask"]
+                else []
+            ),
+            code=code("train", "anchors", "verify", "gate"),
+        params:
+            settings=dumps(train_settings(_method)),
+            mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
+            checkpoint_dir=lambda wc, _m=_method: (
+                f"checkpoints/{RUN}/{_m}/seed{wc.seed}/{settings_hash(train_settings(_m))}"
+            ),
+            out_dir=lambda wc, _m=_method: f"{OUT}/train/{_m}/seed{wc.seed}",
+        threads: 1
+        resources:
+            gpu=config["train"]["gpus"],
+        log:
+            f"{OUT}/logs/train/{_method}/seed{{seed}}.log",
+        benchmark:
+            f"{OUT}/benchmarks/train/{_method}/seed{{seed}}.tsv"
+        conda:
+            "../../envs/boundary.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} boundary train --model {input.model} "
+            "--train-split {input.split} "
+            "{params.mask_arg} --settings {params.settings:q} --seed {wildcards.seed} "
+            "--out {params.out_dir} --checkpoint-dir {params.checkpoint_dir} > {log} 2>&1"
