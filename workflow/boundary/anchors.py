@@ -1,0 +1,61 @@
+"""Anchor losses of PBA: what an anchored prompt's rollouts contribute to the loss.
+
+Pure torch functions on per-token log-probabilities `[B, T]` and a completion mask `[B, T]`;
+each returns one value per rollout `[B]` (a token mean, as the paper's length-normalised
+estimate), so the trainer can weight rollouts by their prompt's anchor weight.
+
+`policy` anchors: KL(pi || pi_base) estimated on the policy's own rollouts y ~ pi, with
+r = log pi_base(y_t) - log pi(y_t) per token (Schulman's k1/k2/k3):
+
+  k1 = -r            the paper-literal token log-ratio. Its value estimates the KL, but as a
+                     loss its gradient is grad log pi(y), and E_pi[grad log pi] = 0: in
+                     expectation it does not anchor at all (only sampling noise moves pi).
+  k2 = r^2 / 2       gradient -r grad log pi; its expectation is the gradient of the reverse
+                     KL(pi || pi_base) -- exactly for a single token (tests/test_anchors.py).
+  k3 = e^r - 1 - r   gradient (1 - pi_base/pi) grad log pi; its expectation is the gradient
+                     of the *forward* KL(pi_base || pi), reached through an importance weight
+                     that is huge where pi has already lost the base's mass.
+
+`base` anchor: cross-entropy -log pi(y) on fresh frozen-base rollouts y ~ pi_base. Its
+expectation is KL(pi_base || pi) plus the base entropy (a constant), so its gradient is the
+forward-KL gradient with no importance weight: it pulls mass back onto base modes the policy
+no longer samples, which a policy-sampled estimator cannot see.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ESTIMATORS = ("k1", "k2", "k3")
+ANCHORS = ("policy", "base")
+
+
+def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over each rollout's completion tokens: [B, T] -> [B]."""
+    mask = mask.to(per_token.dtype)
+    return (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+def per_token_kl(logps: torch.Tensor, base_logps: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_base) on policy samples, differentiable in `logps`."""
+    r = base_logps - logps
+    if estimator == "k1":
+        return -r
+    if estimator == "k2":
+        return 0.5 * r ** 2
+    if estimator == "k3":
+        # exp(r) overflows only where the base puts e^80 more mass than the policy; clamp
+        # keeps one such token from producing inf and a NaN gradient for the whole batch.
+        r = r.clamp(max=80.0)
+        return torch.exp(r) - 1.0 - r
+    raise ValueError(f"unknown KL estimator {estimator!r} (one of {ESTIMATORS})")
+
+
+def policy_kl(logps, base_logps, mask, estimator: str) -> torch.Tensor:
+    """The `policy` anchor (and the global-KL control): token-mean KL estimate per rollout."""
+    return token_mean(per_token_kl(logps, base_logps, estimator), mask)
+
+
+def base_cross_entropy(logps, mask) -> torch.Tensor:
+    """The `base` anchor: token-mean -log pi(y) per rollout, for rollouts y drawn from pi_base."""
+    return token_mean(-logps, mask)
