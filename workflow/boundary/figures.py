@@ -241,3 +241,11 @@ def write_diagnose_figures(diag, view, folder: Path) -> list[Path]:
         paths += regime_passk(diag, view, folder) + transition_heatmaps(diag, view, folder)
         paths += p_base_histogram(diag, folder)
     return paths
+
+
+def placeholder(folder: Path, name: str, text: str) -> list[Path]:
+    """A figure that says why it is empty (a benchmark that was not run)."""
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.axis("off")
+    _not_run(ax, text)
+    return save(fig, folder, name)

@@ -1,0 +1,131 @@
+"""The report stage on a small synthetic artifact tree (no Snakemake)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from boundary import report
+from boundary.errors import BoundaryError
+from boundary.evaluate import counts_from_samples  # noqa: F401  (the evaluate stage's schema)
+from boundary.passk import add_pass_at_k
+
+KS = [1, 4, 16, 64]
+
+
+def counts(rng, ids, p, n=64, entropy=1.0):
+    c = rng.binomial(n, p)
+    df = pd.DataFrame({"prompt_id": ids, "n": n, "c": c,
+                       "unique_positives": np.where(c > 0, rng.integers(1, 3, len(ids)), 0),
+                       "entropy": entropy * rng.uniform(0.5, 1.5, len(ids))})
+    df["answers"] = [[f"a{j}" for j in range(u)] for u in df["unique_positives"]]
+    return add_pass_at_k(df, KS)
+
+
+def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1), benches=("testbed",)):
+    rng = np.random.default_rng(0)
+    P = 120
+    ids = [f"d{i}" for i in range(P)]
+    w = rng.beta(0.3, 1.2, P)
+    w[:20] = 0
+    cal = pd.DataFrame([(pid, j, bool(rng.random() < wi)) for pid, wi in zip(ids, w) for j in range(64)],
+                       columns=["prompt_id", "sample_idx", "correct"])
+    from boundary.regimes import Thresholds, counts_from_calibration, label_counts
+    (root / "regimes").mkdir(parents=True)
+    label_counts(counts_from_calibration(cal), Thresholds(coverage_k=64)).to_parquet(root / "regimes/regimes.parquet")
+    for split in ("diagnostic",) + tuple(benches):
+        sids = ids if split == "diagnostic" else [f"{split}{i}" for i in range(60)]
+        sw = w if split == "diagnostic" else rng.beta(0.5, 1.0, 60)
+        for method, seed in [("base", 0)] + [(m, s) for m in methods for s in seeds]:
+            p = sw if method == "base" else np.where(sw < 0.1, sw * (0.9 if "pba" in method else 0.2), np.minimum(1, sw * 1.5))
+            d = root / "eval" / split / method / f"seed{seed}"
+            d.mkdir(parents=True)
+            counts(rng, sids, p, entropy=1.0 if method == "base" else 0.5).to_parquet(d / "counts.parquet")
+    (root / "masks").mkdir()
+    for name in ("pba", "g4"):
+        m = pd.DataFrame([(pid, e, int(rng.integers(0, 3)), 8) for pid in ids[:50] for e in range(2)],
+                         columns=["prompt_id", "epoch", "successes", "G0"])
+        m["w_hat"] = m["successes"] / 8
+        m["action"] = np.where(m["successes"] > 0, "sharpen", "anchor")
+        m["weight"] = (m["action"] == "anchor").astype(float)
+        m["flip"] = (m["epoch"] > 0) & (m.groupby("prompt_id")["action"].shift() != m["action"])
+        m.to_parquet(root / "masks" / f"{name}.parquet")
+    log = pd.DataFrame({"step": range(5), "loss": 0.1, "reward": np.linspace(0, 1, 5), "kl": 0.0,
+                        "entropy": np.linspace(1, 0.2, 5), "protected_fraction": 0.5})
+    for m in ("grpo", "pba"):
+        (root / "train" / m / "seed0").mkdir(parents=True)
+        log.to_parquet(root / "train" / m / "seed0" / "log.parquet")
+
+
+SETTINGS = {"baseline": "grpo", "method": "pba", "labels": {"grpo": "GRPO", "pba": "GRPO+PBA"},
+            "benchmarks": {"testbed": "Testbed", "math500": "MATH500"}, "ks": KS,
+            "controls": [{"method": "global_kl", "label": "Global KL", "setting": "beta=0.035"},
+                         {"method": "entropy", "label": "Entropy bonus", "setting": "lambda=0.012"}],
+            "ablations": [{"method": "pba_g4", "mask": "g4", "G0": 4, "tau": 0.1},
+                          {"method": "pba", "mask": "pba", "G0": 8, "tau": 0.1}],
+            "bootstrap": {"resamples": 200, "seed": 0}}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("run")
+    make_tree(root)
+    sfile = root / "report.json"
+    sfile.write_text(json.dumps(SETTINGS))
+    report.main(["--results", str(root), "--settings", str(sfile)])
+    return root
+
+
+def test_every_declared_output_exists(built):
+    s = report.load_settings(json.dumps(SETTINGS))
+    for name in report.table_names(s):
+        for ext in ("tex", "md", "csv"):
+            assert (built / "tables" / f"{name}.{ext}").exists(), name
+    for name in report.figure_names(s):
+        for ext in ("pdf", "png"):
+            assert (built / "figures" / f"{name}.{ext}").stat().st_size > 0, name
+    assert not list(built.glob(".report.*"))
+
+
+def test_eval_counts_merges_every_run(built):
+    ec = pd.read_parquet(built / "eval_counts.parquet")
+    assert set(ec["benchmark"]) == {"diagnostic", "testbed"}
+    # base + 4 methods x 2 seeds, 120 diagnostic and 60 testbed prompts
+    assert len(ec) == 9 * 120 + 9 * 60
+    assert {"pass_at_1", "pass_at_64", "answers"} <= set(ec.columns)
+
+
+def test_missing_methods_and_benchmarks_say_not_run(built):
+    controls = (built / "tables" / "controls.md").read_text()
+    assert "Entropy bonus" in controls and "not run" in controls and "Not run: entropy" in controls
+    assert "not run" in (built / "tables" / "seeds_math500.md").read_text()
+
+
+def test_tables_match_the_counts(built):
+    """The benchmark table's base p@1 equals the mean of c/n recomputed from eval_counts."""
+    ec = pd.read_parquet(built / "eval_counts.parquet")
+    base = ec[(ec["benchmark"] == "testbed") & (ec["method"] == "base")]
+    want = 100 * (base["c"] / base["n"]).mean()
+    assert f"{want:.1f}" in (built / "tables" / "benchmark_curves.md").read_text()
+    tex = (built / "tables" / "benchmark_curves.tex").read_text()
+    assert "\\toprule" in tex and "\\bottomrule" in tex
+    gate = pd.read_csv(built / "tables" / "gate_ablation.csv")
+    assert set(gate["required_successes"]) == {1}
+    m = pd.read_parquet(built / "masks" / "pba.parquet")
+    assert gate.loc[gate["G0"] == 8, "protected"].iloc[0] == pytest.approx((m["action"] != "sharpen").mean())
+
+
+def test_diagnostics_audit_tables(built):
+    t = pd.read_csv(built / "diagnostics" / "diagnostic" / "transitions.csv")
+    assert (t.groupby(["method", "seed", "regime"])["count"].sum().xs("all", level="regime") == 120).all()
+    assert (built / "diagnostics" / "testbed" / "pairs.csv").exists()
+
+
+def test_missing_base_is_one_line(tmp_path):
+    make_tree(tmp_path, methods=("grpo",), seeds=(0,), benches=())
+    import shutil
+    shutil.rmtree(tmp_path / "eval" / "diagnostic" / "base")
+    with pytest.raises(BoundaryError, match="base/seed0/counts.parquet"):
+        report.main(["--results", str(tmp_path), "--settings", json.dumps(SETTINGS)])
+    assert not (tmp_path / "tables").exists()

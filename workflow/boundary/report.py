@@ -1,0 +1,221 @@
+"""The report stage: every table and figure of the paper from the pipeline's per-prompt artifacts.
+
+It is `diagnose` run over the pipeline's own files -- the same `analyse`, tables and figures --
+plus what only the pipeline has: several benchmarks, the controls and gate-ablation tables
+(which need masks and the run settings), and training logs.
+
+CLI:
+    boundary report --results results/{run} --settings SETTINGS [--out-dir results/{run}]
+
+SETTINGS is a JSON file or string (see docs/diagnostics.md for every key):
+    baseline, method      the GRPO baseline and PBA method names      ("grpo", "pba")
+    main                  methods of the seed-resolved tables         ([baseline, method])
+    labels                display name per method                     ({"pba": "GRPO+PBA"})
+    diagnostic            eval folder of the regime-study split       ("diagnostic")
+    benchmarks            {eval folder: display name}, in table order
+    headline              benchmark of the mechanism/headline tables  (first benchmark)
+    ks                    pass@k values                               ([1, 4, 16, 64, 256])
+    controls              [{method, label, setting}]   rows of the controls table
+    ablations             [{method, mask, G0, tau}]    rows of the gate-ablation table
+    group_size, gate_G0   G and G0 of the gate-resolution table       (8, 8)
+    strata_bins           p_base strata edges
+    bootstrap             {resamples, seed}                            (10000, 0)
+    level                 interval level                               (0.95)
+
+Reads (under --results): regimes/regimes.parquet, eval/*/*/seed*/counts.parquet,
+masks/*.parquet (optional), train/*/seed*/log.parquet (optional).
+Writes (under --out-dir): eval_counts.parquet; tables/{name}.{tex,md,csv} for names in
+`table_names(settings)`; figures/{name}.{pdf,png} for `figure_names(settings)`;
+diagnostics/{split}/{regimes,passk,metrics,summary,transitions,bootstrap,pairs,strata,
+sensitivity,masks}.csv (the audit tables; pairs, strata, sensitivity and masks where they apply).
+All of it is written to a temp folder first and moved into place at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from boundary import figures, tables
+from boundary.artifacts import read_table, write_table
+from boundary.diagnose import BASE, analyse, load_counts, load_mask, mask_metrics, publish, warn
+from boundary.errors import BoundaryError
+from boundary.passk import DEFAULT_KS
+from boundary.regimes import DEFAULT_BINS, strata_order
+
+DEFAULTS = {"baseline": "grpo", "method": "pba", "labels": {}, "diagnostic": "diagnostic", "benchmarks": {},
+            "headline": None, "ks": list(DEFAULT_KS), "controls": [], "ablations": [], "group_size": 8,
+            "gate_G0": 8, "strata_bins": list(DEFAULT_BINS), "bootstrap": {"resamples": 10_000, "seed": 0},
+            "level": 0.95}
+DIAGNOSTIC_TABLES = ["regime_counts", "diag_seeds", "boundary_seeds", "transitions", "sensitivity", "strata"]
+DIAGNOSTIC_FIGURES = ["regime_passk", "transitions", "p_base_hist", "training"]
+
+
+def load_settings(value) -> dict:
+    from boundary.config import load_stage_settings
+    raw = load_stage_settings(str(value))
+    unknown = set(raw) - set(DEFAULTS) - {"main"}
+    if unknown:
+        raise BoundaryError(f"report settings: unknown key(s) {', '.join(sorted(unknown))}")
+    s = {**DEFAULTS, **raw}
+    s.setdefault("main", [s["baseline"], s["method"]])
+    if not s["headline"] and s["benchmarks"]:
+        s["headline"] = next(iter(s["benchmarks"]))
+    for e in s["ablations"]:
+        if not {"method", "G0", "tau"} <= set(e):
+            raise BoundaryError(f"report settings: ablation {e} needs method, G0 and tau")
+    for e in s["controls"]:
+        if "method" not in e:
+            raise BoundaryError(f"report settings: control {e} needs method")
+    return s
+
+
+def table_names(settings: dict) -> list[str]:
+    """Every table the report writes (each as .tex, .md and .csv), whatever was run."""
+    return (["benchmark_curves", "mechanism_summary", "headline_intervals", "controls", "gate_ablation",
+             "gate_resolution"] + [f"seeds_{b}" for b in settings["benchmarks"]] + DIAGNOSTIC_TABLES)
+
+
+def figure_names(settings: dict) -> list[str]:
+    """Every figure the report writes (each as .pdf and .png)."""
+    per_bench = [f"{kind}_{b}" for b in settings["benchmarks"] for kind in ("passk", "paired_gain")]
+    return per_bench + DIAGNOSTIC_FIGURES
+
+
+SEED_DIR = re.compile(r"seed(-?\d+)$")
+
+
+def find_counts(results: Path) -> dict:
+    """{split: {(method, seed): path}} from eval/{split}/{method}/seed{seed}/counts.parquet."""
+    found = {}
+    for path in sorted(results.glob("eval/*/*/seed*/counts.parquet")):
+        m = SEED_DIR.match(path.parent.name)
+        if m:
+            split, method = path.parts[-4], path.parts[-3]
+            found.setdefault(split, {})[(method, int(m.group(1)))] = path
+    return found
+
+
+def load_split(split: str, paths: dict):
+    if (BASE, 0) not in paths:
+        raise BoundaryError(f"eval/{split}/{BASE}/seed0/counts.parquet: file not found (the base evaluation)")
+    base = load_counts(paths[(BASE, 0)])
+    runs = {key: load_counts(p) for key, p in paths.items() if key != (BASE, 0)}
+    names = {key: str(p) for key, p in paths.items()}
+    return base, runs, names
+
+
+def merged_counts(found: dict) -> pd.DataFrame:
+    """eval_counts.parquet: every per-prompt counts row with its benchmark, method and seed."""
+    frames = []
+    for split, paths in found.items():
+        for (method, seed), path in paths.items():
+            frames.append(pd.read_parquet(path).assign(benchmark=split, method=method, seed=seed))
+    if not frames:
+        return pd.DataFrame(columns=["benchmark", "method", "seed", "prompt_id", "n", "c"])
+    df = pd.concat(frames, ignore_index=True)
+    first = ["benchmark", "method", "seed", "prompt_id", "n", "c"]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def _placeholder_table(name: str, caption: str, note: str) -> tables.Table:
+    return tables.Table(name, caption, ["Note"], [[note]], pd.DataFrame({"note": [note]}), [note])
+
+
+def build(results: Path, settings: dict, out: Path) -> None:
+    """Write the whole report into `out` (a fresh folder)."""
+    view = tables.View.from_settings(settings)
+    found = find_counts(results)
+    diag_split = settings["diagnostic"]
+    if diag_split not in found:
+        raise BoundaryError(f"{results}/eval/{diag_split}: no counts files (the regime-study evaluation)")
+    regimes = read_table(results / "regimes" / "regimes.parquet", ["prompt_id", "p_base", "regime"])
+    masks = {p.stem: load_mask(p) for p in sorted((results / "masks").glob("*.parquet"))}
+    mask_table = mask_metrics(masks) if masks else None
+    boot, level, ks, bins = settings["bootstrap"], float(settings["level"]), settings["ks"], settings["strata_bins"]
+    pairs = [(view.method, view.baseline)]
+
+    def run(split, regimes_or_none):
+        base, runs, names = load_split(split, found[split])
+        have = {m for m, _ in runs}
+        pr = [p for p in pairs if set(p) <= have]
+        return analyse(base, runs, regimes_or_none, ks, int(boot.get("resamples", 10_000)), int(boot.get("seed", 0)),
+                       pr, bins, masks if split == diag_split else None, names, level)
+
+    diag = run(diag_split, regimes.assign(prompt_id=regimes["prompt_id"].astype(str)))
+    benches = {b: run(b, None) for b in settings["benchmarks"] if b in found}
+    for b in settings["benchmarks"]:
+        if b not in found:
+            warn(f"{results}/eval/{b}: no counts files; its tables and figures say 'not run'")
+    for split in found:
+        if split != diag_split and split not in settings["benchmarks"]:
+            warn(f"{results}/eval/{split}: not in settings.benchmarks; left out of the tables")
+
+    # Audit tables, per split.
+    for split, d in [(diag_split, diag), *benches.items()]:
+        for name, table in d.csv_tables().items():
+            write_table(table, out / "diagnostics" / split / f"{name}.csv")
+    write_table(merged_counts(found), out / "eval_counts.parquet")
+
+    # Tables.
+    tdir = out / "tables"
+    headline = benches.get(settings["headline"]) if settings["headline"] else None
+    if headline is None:
+        warn("headline benchmark not evaluated: the mechanism and headline tables use the diagnostic split")
+        headline = diag
+    ts = [tables.benchmark_curves(benches, view) if benches else
+          _placeholder_table("benchmark_curves", "Full benchmark pass@k curves", "No benchmark was evaluated."),
+          tables.mechanism_summary(headline, diag, view), tables.headline_intervals(headline, diag, view),
+          tables.controls(diag, view), tables.gate_ablation(diag, mask_table, view), tables.gate_resolution(view)]
+    for b, label in settings["benchmarks"].items():
+        ts.append(tables.seed_curves(b, benches[b], view) if b in benches else
+                  _placeholder_table(f"seeds_{b}", f"Seed-resolved {label} pass@k results", f"{label}: not run."))
+    ts += tables.diagnostic_tables(diag, view, strata_order(bins))
+    for t in ts:
+        t.write(tdir)
+
+    # Figures.
+    fdir = out / "figures"
+    for b, label in settings["benchmarks"].items():
+        d = benches.get(b)
+        if d is None:
+            figures.placeholder(fdir, f"passk_{b}", f"{label}: not run")
+            figures.placeholder(fdir, f"paired_gain_{b}", f"{label}: not run")
+            continue
+        figures.passk_curves(d, view, label, fdir, f"passk_{b}")
+        figures.paired_gain(d, view, fdir, f"paired_gain_{b}")
+    figures.regime_passk(diag, view, fdir)
+    figures.transition_heatmaps(diag, view, fdir)
+    figures.p_base_histogram(diag, fdir)
+    logs = []
+    for path in sorted(results.glob("train/*/seed*/log.parquet")):
+        m = SEED_DIR.match(path.parent.name)
+        if m:
+            logs.append(pd.read_parquet(path).assign(method=path.parts[-3], seed=int(m.group(1))))
+    logs_df = pd.concat(logs, ignore_index=True) if logs else pd.DataFrame(columns=["method", "seed", "step"])
+    figures.training_curves(logs_df[logs_df["method"].isin(view.main)] if logs else logs_df, view, fdir)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="boundary report", description=__doc__.splitlines()[0])
+    ap.add_argument("--results", required=True, help="results/{run}")
+    ap.add_argument("--settings", required=True, help="report settings (JSON file or string)")
+    ap.add_argument("--out-dir", help="where tables/, figures/, diagnostics/, eval_counts.parquet go (default --results)")
+    args = ap.parse_args(argv)
+    results = Path(args.results)
+    out = Path(args.out_dir or args.results)
+    settings = load_settings(args.settings)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".report.", dir=out))
+    try:
+        build(results, settings, tmp)
+        publish(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"report: tables, figures and eval_counts.parquet -> {out}")
