@@ -134,7 +134,7 @@ def load_settings(path) -> Thresholds:
     except ImportError:
         load_stage_settings = None
     if load_stage_settings is not None:
-        settings = load_stage_settings(path)
+        settings = load_stage_settings(str(path))  # a JSON file or a JSON string
     else:
         try:
             settings = json.loads(Path(path).read_text())

@@ -17,7 +17,6 @@ over the seeds both methods have).
 from __future__ import annotations
 
 import argparse
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -82,11 +81,6 @@ def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 
     if n_prompts == 0:
         nan = np.full(n_series, np.nan)
         return (nan, nan.copy()), {}
-    # Centre each series so float32 BLAS loses nothing on the (small) deviations.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN series stay NaN
-        centre = np.nanmean(v, axis=0)
-    v32 = (v - centre).astype(np.float32)
     rng = np.random.default_rng(seed)
     overall = np.empty((resamples, n_series))
     per = [np.empty((resamples, n_series)) for _ in names]
@@ -96,17 +90,16 @@ def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 
         idx = np.concatenate([off + rng.integers(0, size, size=(m, size))
                               for off, size in zip(offsets, sizes)], axis=1)
         w = np.bincount((idx + np.arange(m)[:, None] * n_prompts).ravel(), minlength=m * n_prompts)
-        w = w.reshape(m, n_prompts).astype(np.float32)
-        overall[start:start + m] = (w @ v32) / n_prompts + centre
+        w = w.reshape(m, n_prompts).astype(np.float64)
+        overall[start:start + m] = (w @ v) / n_prompts
         if strata is not None:
             for out, off, size in zip(per, offsets, sizes):
                 block = slice(off, off + size)
-                out[start:start + m] = (w[:, block] @ v32[block]) / size + centre
+                out[start:start + m] = (w[:, block] @ v[block]) / size
     alpha = (1 - level) / 2
     q = lambda a: tuple(np.quantile(a, [alpha, 1 - alpha], axis=0))
     if strata is None:
         return q(overall), {}
-    # A stratum's mean is centred on the overall centre; fine, the shift is exact.
     return q(overall), {g: q(out) for g, out in zip(names, per)}
 
 

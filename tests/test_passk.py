@@ -1,0 +1,60 @@
+"""pass@k against the direct binomial formula 1 - C(n-c, k) / C(n, k) (math.comb, exact)."""
+
+from fractions import Fraction
+from math import comb
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from boundary.passk import add_pass_at_k, pass_at_k, passk_curve, usable_ks
+
+
+def direct(n, c, k):
+    return float(1 - Fraction(comb(n - c, k), comb(n, k)))  # comb(m, k) = 0 for m < k
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 64, 256, 300])
+def test_matches_binomial_formula_for_every_c_and_k(n):
+    c = np.arange(n + 1)
+    for k in sorted({1, 2, 4, 16, 64, 256, n} & set(range(1, n + 1))):
+        got = pass_at_k(np.full(n + 1, n), c, k)
+        want = np.array([direct(n, ci, k) for ci in c])
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_edges_are_exact():
+    assert pass_at_k(256, 0, 256)[()] == 0.0            # c = 0
+    assert pass_at_k(256, 256, 1)[()] == 1.0            # c = n
+    assert pass_at_k(256, 1, 256)[()] == 1.0            # n - c < k
+    assert pass_at_k(10, 3, 8)[()] == 1.0               # n - c = 7 < 8
+    assert pass_at_k(10, 3, 7)[()] == pytest.approx(1 - 1 / comb(10, 7))
+    assert pass_at_k(256, 1, 1)[()] == pytest.approx(1 / 256)
+
+
+def test_vectorised_over_mixed_n_and_large_arrays():
+    rng = np.random.default_rng(0)
+    n = rng.integers(16, 300, 500)
+    c = rng.integers(0, n + 1)
+    got = pass_at_k(n, c, 16)
+    want = [direct(int(a), int(b), 16) for a, b in zip(n, c)]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_rejects_bad_input():
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 0)
+
+
+def test_population_curve_and_columns():
+    df = pd.DataFrame({"n": [8, 8, 8], "c": [0, 1, 8]})
+    out = add_pass_at_k(df, (1, 4, 16))
+    assert "pass_at_16" not in out.columns  # k > n is not estimable
+    assert usable_ks([8, 16], (1, 4, 16)) == [1, 4]
+    curve = passk_curve(df["n"], df["c"], (1, 4))
+    assert curve[1] == pytest.approx((0 + 1 / 8 + 1) / 3)
+    assert curve[4] == pytest.approx((0 + direct(8, 1, 4) + 1) / 3)
