@@ -1,0 +1,169 @@
+"""diagnose: metrics against direct per-prompt computations, and the CLI's contract."""
+
+import json
+from math import comb
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from boundary import diagnose as dg
+from boundary.errors import BoundaryError
+from boundary.regimes import Thresholds, label_counts
+
+
+def direct_passk(n, c, k):
+    return 1 - comb(n - c, k) / comb(n, k)
+
+
+@pytest.fixture()
+def data():
+    rng = np.random.default_rng(3)
+    P, n = 80, 32
+    ids = [f"q{i}" for i in range(P)]
+    w = rng.beta(0.4, 1.0, P)
+    w[:10] = 0
+    mk = lambda p, ent: pd.DataFrame({"prompt_id": ids, "n": n, "c": rng.binomial(n, p),
+                                      "entropy": ent * rng.uniform(0.5, 1.5, P),
+                                      "unique_positives": rng.integers(0, 3, P).astype(float)})
+    cal = mk(w, 1)[["prompt_id", "n", "c"]]
+    base = mk(w, 1.0)
+    runs = {("grpo", s): mk(np.where(w < 0.2, w * 0.2, w), 0.3) for s in range(3)}
+    runs.update({("pba", s): mk(w, 0.8) for s in range(3)})
+    regimes = label_counts(cal, Thresholds(coverage_k=32))
+    return base, runs, regimes
+
+
+def test_metrics_against_direct_computation(data):
+    base, runs, regimes = data
+    d = dg.analyse(base, runs, regimes, ks=[1, 4, 32], resamples=100, pairs=[("pba", "grpo")])
+    reg = regimes.set_index("prompt_id")["regime"]
+    b = base.set_index("prompt_id")
+    for (m, s), run in runs.items():
+        r = run.set_index("prompt_id")
+        for regime in ["all", "Boundary", "Reachable"]:
+            ids = b.index if regime == "all" else reg[reg == regime].index
+            def get(metric, k=None):
+                x = d.metrics
+                x = x[(x["method"] == m) & (x["seed"] == s) & (x["regime"] == regime) & (x["metric"] == metric)]
+                return (x if k is None else x[x["k"] == k])["value"].iloc[0]
+            for k in (1, 4, 32):
+                t = np.mean([direct_passk(32, int(r.loc[i, "c"]), k) for i in ids])
+                bb = np.mean([direct_passk(32, int(b.loc[i, "c"]), k) for i in ids])
+                assert get("passk", k) == pytest.approx(t)
+                assert get("delta_passk", k) == pytest.approx(t - bb)
+            assert get("delta_cov") == pytest.approx(get("delta_passk", 32))
+            lost = sum((b.loc[i, "c"] > 0) and (r.loc[i, "c"] == 0) for i in ids)
+            gained = sum((b.loc[i, "c"] == 0) and (r.loc[i, "c"] > 0) for i in ids)
+            assert get("lost") == lost and get("gained") == gained
+            assert get("entropy_retained") == pytest.approx(r.loc[ids, "entropy"].mean() / b.loc[ids, "entropy"].mean())
+            assert get("unique_positives") == pytest.approx(r.loc[ids, "unique_positives"].mean())
+            t = d.transitions
+            cells = t[(t["method"] == m) & (t["seed"] == s) & (t["regime"] == regime)]
+            assert cells["count"].sum() == len(ids) and len(cells) == 4
+            assert cells[cells["base_solved"] & ~cells["trained_solved"]]["count"].iloc[0] == lost
+
+
+def test_summary_and_pairs(data):
+    base, runs, regimes = data
+    d = dg.analyse(base, runs, regimes, ks=[1, 32], resamples=100, pairs=[("pba", "grpo")])
+    per = d.metrics.query("metric == 'passk' and k == 1 and regime == 'all'").set_index(["method", "seed"])["value"]
+    s = d.summary.query("method == 'grpo' and metric == 'passk' and k == 1 and regime == 'all'").iloc[0]
+    vals = per.loc["grpo"].to_numpy()
+    assert s["mean"] == pytest.approx(vals.mean()) and s["sd"] == pytest.approx(vals.std(ddof=1)) and s["n_seeds"] == 3
+    p = d.pairs.query("metric == 'passk' and k == 1 and regime == 'all'").iloc[0]
+    assert p["mean"] == pytest.approx((per.loc["pba"] - per.loc["grpo"]).mean())
+    boot = d.bootstrap.query("method == 'grpo' and seed == 0 and metric == 'passk' and k == 1 and regime == 'all'").iloc[0]
+    assert boot["boot_low"] < boot["mean"] < boot["boot_high"]
+
+
+def test_unique_positives_from_answers():
+    assert dg._unique_positives(["1", "2", "2", ""], "f") == 2
+    assert dg._unique_positives('["1", "x"]', "f") == 2
+    assert dg._unique_positives([], "f") == 0
+
+
+def test_mask_metrics():
+    m = pd.DataFrame({"prompt_id": ["a", "b", "a", "b"], "epoch": [0, 0, 1, 1],
+                      "action": ["anchor", "sharpen", "sharpen", "sharpen"], "weight": [1.0, 0, 0, 0],
+                      "flip": [False, False, True, False]})
+    out = dg.mask_metrics({"pba": m})
+    pooled = out[out["epoch"].isna()].set_index("metric")["value"]
+    assert pooled["protected_fraction"] == 0.25 and pooled["flips"] == 1 and pooled["flip_rate"] == 0.5
+    e0 = out[out["epoch"] == 0].set_index("metric")["value"]
+    assert e0["protected_fraction"] == 0.5
+
+
+def write(df, path):
+    if path.suffix == ".csv":
+        df.to_csv(path, index=False)
+    elif path.suffix == ".jsonl":
+        df.to_json(path, orient="records", lines=True)
+    else:
+        df.to_parquet(path)
+    return str(path)
+
+
+def test_cli_end_to_end(data, tmp_path, capsys):
+    base, runs, regimes = data
+    args = ["--base", write(base.assign(answers=[["1"]] * len(base)), tmp_path / "base.jsonl"),
+            "--calibration", write(regimes[["prompt_id", "n", "c"]], tmp_path / "cal.csv")]
+    for (m, s), r in runs.items():
+        args += ["--trained", f"{m}:{s}=" + write(r, tmp_path / f"{m}{s}.parquet")]
+    dg.main(args + ["--ks", "1,4,32", "--coverage-k", "32", "--resamples", "200", "--pair", "pba", "grpo",
+                    "--out", str(tmp_path / "out")])
+    out = tmp_path / "out"
+    assert list(pd.read_csv(out / "regimes.csv").columns) == ["prompt_id", "p_base", "regime"]
+    assert list(pd.read_csv(out / "passk.csv").columns) == ["method", "seed", "regime", "k", "value"]
+    assert list(pd.read_csv(out / "transitions.csv").columns) == ["method", "seed", "regime", "base_solved",
+                                                                 "trained_solved", "count"]
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary.columns) == ["method", "metric", "regime", "k", "mean", "sd", "ci_low", "ci_high", "n_seeds"]
+    assert {"passk", "delta_passk"} <= set(summary["metric"]) and "all" in set(summary["regime"])
+    for name in ("passk_curves", "regime_passk", "transitions", "p_base_hist", "paired_gain"):
+        assert (out / "figures" / f"{name}.png").exists()
+    assert (out / "tables" / "boundary_seeds.tex").exists()
+    assert "warning" not in capsys.readouterr().err  # independent calibration given
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda df: df.drop(columns="c"), "missing column"),
+    (lambda df: df.assign(c=df["n"] + 1), "c > n"),
+    (lambda df: pd.concat([df, df.iloc[:1]]), "duplicate prompt_id"),
+])
+def test_cli_bad_input_is_one_line_and_writes_nothing(data, tmp_path, breakage, message):
+    base, runs, _ = data
+    good = write(base, tmp_path / "base.parquet")
+    bad = write(breakage(runs[("grpo", 0)]), tmp_path / "bad.csv")
+    with pytest.raises(BoundaryError, match=message) as err:
+        dg.main(["--base", good, "--trained", f"grpo:0={bad}", "--out", str(tmp_path / "out")])
+    assert "bad.csv" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_cli_other_errors(data, tmp_path, capsys):
+    base, runs, _ = data
+    good = write(base, tmp_path / "base.parquet")
+    (tmp_path / "x.txt").write_text("hi")
+    with pytest.raises(BoundaryError, match="unknown file type"):
+        dg.main(["--base", good, "--trained", f"grpo:0={tmp_path / 'x.txt'}", "--out", str(tmp_path / "o")])
+    with pytest.raises(BoundaryError, match="NAME:SEED=PATH"):
+        dg.main(["--base", good, "--trained", "grpo=x.csv", "--out", str(tmp_path / "o")])
+    short = write(runs[("grpo", 0)].iloc[:-1], tmp_path / "short.parquet")
+    with pytest.raises(BoundaryError, match="missing"):
+        dg.main(["--base", good, "--trained", f"grpo:0={short}", "--out", str(tmp_path / "o")])
+    # Without --calibration the base labels the regimes, with a warning.
+    r = write(runs[("grpo", 0)], tmp_path / "g.parquet")
+    dg.main(["--base", good, "--trained", f"grpo:0={r}", "--ks", "1,32", "--resamples", "50", "--no-figures",
+             "--out", str(tmp_path / "o")])
+    assert "not independent" in capsys.readouterr().err
+    assert (tmp_path / "o" / "summary.csv").exists()
+
+
+def test_cli_via_dispatcher(tmp_path, capsys):
+    from boundary.cli import main
+    (tmp_path / "b.csv").write_text("prompt_id,n,c\na,4,5\n")
+    assert main(["diagnose", "--base", str(tmp_path / "b.csv"), "--trained", f"g:0={tmp_path / 'b.csv'}",
+                 "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "b.csv: c > n for prompt_id a" in err
