@@ -177,32 +177,43 @@ class PretrainConfig:
     seed: int = 0
 
 
-def expected_loss_batch(task: TestbedTask, priors: np.ndarray, tokenizer, digits: np.ndarray):
-    """Token ids [B*M, L] of every (prompt, method) pair and their prior weights [B*M]."""
+def expected_loss_table(task: TestbedTask, tokenizer):
+    """Token ids [P, M, L] of every (prompt, method) sequence and prior weights [P, M].
+
+    Built once: each training step then gathers rows instead of re-tokenising text.
+    """
     import torch
 
-    texts, weights = [], []
-    for row in digits:
-        cell = cell_of(tuple(row), task.n_cells)
-        for m, name in enumerate(METHODS):
-            texts.append(prompt_text(row) + completion_of(row, name) + SPECIAL["eos"])
-            weights.append(priors[cell, m])
+    priors = task.cell_priors()
+    all_digits = list(itertools.product(range(10), repeat=4))
+    texts = [prompt_text(d) + completion_of(d, name) + SPECIAL["eos"]
+             for d in all_digits for name in METHODS]
     ids = tokenizer(texts, add_special_tokens=False, return_tensors="pt")["input_ids"]
-    return ids, torch.tensor(weights, dtype=torch.float32)
+    weights = torch.tensor(np.stack([priors[cell_of(d, task.n_cells)] for d in all_digits]),
+                           dtype=torch.float32)
+    return ids.view(len(all_digits), len(METHODS), -1), weights
 
 
 def pretrain(task: TestbedTask, model_cfg: TinyModelConfig, cfg: PretrainConfig, out_dir,
              log=print) -> dict:
-    """Fit the tiny model to the two-mode base distribution; save with save_pretrained."""
+    """Fit the tiny model to the two-mode base distribution; save with save_pretrained.
+
+    The method token is trained against the exact prior (a soft-label cross-entropy), which
+    is what fixes w*(x). The digits after it are a deterministic function of prompt and
+    method, so their optimum does not depend on how methods are weighted: one uniformly
+    drawn method per prompt trains them at a sixth of the cost of all six.
+    """
     import torch
+    import torch.nn.functional as F
 
     torch.manual_seed(cfg.seed)
     tokenizer = build_tokenizer()
     model = build_model(model_cfg, tokenizer, seed=cfg.seed)
     priors = task.cell_priors()
-    rng = np.random.default_rng(cfg.seed)
-    all_digits = np.array(list(itertools.product(range(10), repeat=4)))
-    prompt_len = len(prompt_text((0, 0, 0, 0)))
+    table_ids, table_weights = expected_loss_table(task, tokenizer)
+    method_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(METHODS)))
+    generator = torch.Generator().manual_seed(cfg.seed)
+    pos = len(prompt_text((0, 0, 0, 0)))  # index of the method token
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / cfg.warmup)
@@ -210,14 +221,16 @@ def pretrain(task: TestbedTask, model_cfg: TinyModelConfig, cfg: PretrainConfig,
     model.train()
     start = time.time()
     for step in range(cfg.steps):
-        batch = all_digits[rng.integers(0, len(all_digits), cfg.batch_prompts)]
-        ids, weights = expected_loss_batch(task, priors, tokenizer, batch)
-        logits = model(input_ids=ids).logits[:, prompt_len - 1:-1]
-        targets = ids[:, prompt_len:]
-        nll = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none"
-        ).view(targets.shape).sum(-1)
-        loss = (weights * nll).sum() / cfg.batch_prompts
+        rows = torch.randint(0, len(table_ids), (cfg.batch_prompts,), generator=generator)
+        methods = torch.randint(0, len(METHODS), (cfg.batch_prompts,), generator=generator)
+        ids = table_ids[rows, methods]  # [B, L]
+        logits = model(input_ids=ids).logits
+        method_logp = F.log_softmax(logits[:, pos - 1], -1)[:, method_ids]
+        method_loss = -(table_weights[rows] * method_logp).sum(-1).mean()
+        rest = logits[:, pos:-1]
+        rest_loss = F.cross_entropy(rest.reshape(-1, rest.size(-1)), ids[:, pos + 1:].reshape(-1),
+                                    reduction="none").view(len(ids), -1).sum(-1).mean()
+        loss = method_loss + rest_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -225,7 +238,7 @@ def pretrain(task: TestbedTask, model_cfg: TinyModelConfig, cfg: PretrainConfig,
         sched.step()
         if step % 200 == 0 or step == cfg.steps - 1:
             log(f"pretrain step {step}/{cfg.steps} loss {loss.item():.4f} "
-                f"({time.time() - start:.0f}s)")
+                f"(method {method_loss.item():.4f}) ({time.time() - start:.0f}s)")
     # The entropy floor of the exact target: what a perfect fit would reach.
     floor = float(-(priors * np.log(priors)).sum(1).mean())
     model.eval()
@@ -233,8 +246,9 @@ def pretrain(task: TestbedTask, model_cfg: TinyModelConfig, cfg: PretrainConfig,
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    stats = {"final_loss": float(loss.item()), "target_entropy": floor,
-             "seconds": time.time() - start, "parameters": sum(p.numel() for p in model.parameters())}
+    stats = {"final_loss": float(loss.item()), "final_method_loss": float(method_loss.item()),
+             "target_entropy": floor, "seconds": time.time() - start,
+             "parameters": sum(p.numel() for p in model.parameters())}
     (out_dir / "pretrain.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
     return stats
 
@@ -256,3 +270,26 @@ def main(argv=None):
 def task_from_settings(settings: dict) -> TestbedTask:
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in settings["task"].items()}
     return TestbedTask(**fields)
+
+
+def correct_mass(model, tokenizer, split: pd.DataFrame) -> np.ndarray:
+    """Exact probability that the model's completion is verifier-positive, per prompt.
+
+    Sums, over the methods whose rearrangement equals the gold answer, the probability of
+    that method token, its four digits and EOS: the model's own w(x), no sampling noise.
+    """
+    import torch
+
+    texts, owners = [], []
+    for i, (problem, gold) in enumerate(zip(split["problem"], split["answer"])):
+        digits = tuple(int(ch) for ch in problem if ch.isdigit())
+        for name in METHODS:
+            if answer_of(digits, name) == gold:
+                texts.append(problem + completion_of(digits, name) + SPECIAL["eos"])
+                owners.append(i)
+    ids = tokenizer(texts, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    start = len(split["problem"].iloc[0])
+    with torch.inference_mode():
+        logp = torch.log_softmax(model(input_ids=ids).logits[:, start - 1:-1].float(), -1)
+        seq = logp.gather(-1, ids[:, start:, None]).squeeze(-1).sum(-1).exp().numpy()
+    return np.bincount(owners, weights=seq, minlength=len(split))
