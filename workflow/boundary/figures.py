@@ -22,7 +22,7 @@ BASE_BLUE, RL_RED, PBA_GREEN, GRAY = "#0072B2", "#D55E00", "#009E73", "#737373"
 OTHERS = ["#756BB1", "#BC8000", "#CC79A7", "#56B4E9", "#E69F00", "#000000", "#999999"]
 REGIME_COLOURS = {"OutOfReach": "#bdbdbd", "Boundary": "#756BB1", "Reachable": "#56B4E9", "SolvedEasy": "#009E73"}
 
-plt.rcParams.update({"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
+plt.rcParams.update({"axes.formatter.use_mathtext": False, "font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
                      "axes.spines.top": False, "axes.spines.right": False})
 
 
@@ -186,26 +186,28 @@ def p_base_histogram(diag, folder: Path, name: str = "p_base_hist") -> list[Path
     reg, th = diag.regimes, diag.thresholds
     fig, ax = plt.subplots(figsize=(5.2, 2.6))
     p = reg["p_base"].to_numpy(float)
-    # Log-spaced bins resolve the boundary region; p_base = 0 gets its own bar at the left.
-    lo = min(1e-3, 0.5 / max(th.coverage_k, 1))
-    edges = np.concatenate([[0.0], np.geomspace(lo, 1.0, 40)])
-    edges[-1] = 1.0 + 1e-9
+    # x = log10(p_base) resolves the boundary region; p_base = 0 gets its own bar at the left.
+    lo = np.floor(np.log10(min(1e-3, 0.5 / max(th.coverage_k, 1))))
+    x = np.where(p > 0, np.log10(np.clip(p, 10 ** lo, 1)), lo - 0.5)
+    edges = np.concatenate([[lo - 0.75, lo - 0.25], np.linspace(lo, 0, 13 * int(-lo) + 1)])
+    edges[-1] += 1e-9
     bottom = np.zeros(len(edges) - 1)
     for r in ("OutOfReach", "Boundary", "Reachable", "SolvedEasy"):
-        h, _ = np.histogram(p[reg["regime"].to_numpy() == r], bins=edges)
+        h, _ = np.histogram(x[reg["regime"].to_numpy() == r], bins=edges)
         ax.bar(edges[:-1], h, width=np.diff(edges), bottom=bottom, align="edge", color=REGIME_COLOURS[r],
                label=f"{r} ({int(h.sum())})", lw=0)
         bottom += h
-    ax.set_xscale("symlog", linthresh=lo)
-    ax.set_xlim(0, 1.0)
+    ticks = np.arange(lo, 1)
+    ax.set_xticks([lo - 0.5, *ticks], ["0", *[f"{10 ** t:g}" for t in ticks]])
+    ax.set_xlim(lo - 0.85, 0.05)
     p_cov = 1 - (1 - th.coverage_min) ** (1 / th.coverage_k)  # coverage(p) = coverage_min here
     top = bottom.max() * 1.05 if bottom.size else 1
     ax.set_ylim(0, top)
-    for x, text in ((th.boundary, f"boundary {th.boundary:g}"), (th.easy, f"easy {th.easy:g}"),
-                    (p_cov, f"coverage cut {p_cov:.3g}")):
-        ax.axvline(x, color="0.2", ls="--", lw=0.7)
-        ax.text(x, top * 0.98, text + " ", rotation=90, va="top", ha="right", fontsize=6)
-    ax.set_xlabel("p_base (frozen-base calibration; symlog axis, 0 at left)")
+    for xv, text in ((th.boundary, f"boundary {th.boundary:g}"), (th.easy, f"easy {th.easy:g}"),
+                     (p_cov, f"coverage cut {p_cov:.3g}")):
+        ax.axvline(np.log10(xv), color="0.2", ls="--", lw=0.7)
+        ax.text(np.log10(xv), top * 0.98, text + " ", rotation=90, va="top", ha="right", fontsize=6)
+    ax.set_xlabel("p_base (frozen-base calibration, log scale; p_base = 0 at left)")
     ax.set_ylabel("prompts")
     ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title("Base success rate and regime thresholds")
