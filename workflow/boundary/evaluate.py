@@ -42,9 +42,9 @@ def main(argv=None):
     parser.add_argument("--samples", required=True, help="samples.parquet to write")
     parser.add_argument("--counts", required=True, help="counts.parquet to write")
     args = parser.parse_args(argv)
+    split = read_table(args.split, ["prompt_id", "answer"])
     s = load_stage_settings(args.settings)
     ev = s["evaluate"]
-    split = read_table(args.split, ["prompt_id", "answer"])
     samples = scored_samples(args.model, split, sampling_params(ev, s["sampling"], ev["seed"], ev["n"]),
                              s["verify"]["extractor"], s["verify"]["timeout"], s["verify"]["workers"])
     counts = counts_from_samples(samples, ev["ks"])

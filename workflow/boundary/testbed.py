@@ -44,6 +44,8 @@ VOCAB = [SPECIAL["pad"], SPECIAL["bos"], SPECIAL["eos"], *"0123456789+=", *METHO
 class TestbedTask:
     """The task's design: cell priors and the distribution of answer-key ranks."""
 
+    __test__ = False  # not a pytest class, despite the name
+
     seed: int = 0
     n_cells: int = 10
     dominant_min: float = 0.60  # dominant-mode mass in the cell with the lowest dominance

@@ -43,7 +43,7 @@ def extract_answer(completion: str, style: str) -> str:
 
 def normalize_answer(answer: str) -> str:
     """A canonical string for counting distinct answers; correctness is math-verify's job."""
-    answer = answer.strip().strip("$").strip()
+    answer = answer.strip().rstrip(".").strip().strip("$").strip()
     answer = re.sub(r"\\(left|right|!|,|;|:)", "", answer)
     answer = re.sub(r"\s+", "", answer)
     return answer.rstrip(".")

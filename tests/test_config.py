@@ -1,0 +1,74 @@
+import copy
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from boundary.config import dumps, load_config, load_stage_settings, validate_config
+from boundary.errors import BoundaryError
+
+
+@pytest.mark.parametrize("name", ["config", "smoke", "paper"])
+def test_shipped_configs_validate(name):
+    config = load_config(ROOT / "config" / f"{name}.yaml")
+    assert config["train"]["loss_type"] == "grpo"  # never TRL's dapo default
+    assert all(max(config["evaluate"]["ks"]) <= config["evaluate"]["n"] for _ in [0])
+
+
+def test_paper_config_states_the_run_card():
+    paper = load_config(ROOT / "config" / "paper.yaml")
+    train = paper["train"]
+    assert (train["lr"], train["num_generations"], train["prompts_per_step"]) == (1e-6, 8, 256)
+    assert (train["steps"], train["checkpoints"]) == (1000, [100, 300, 600, 1000])
+    assert train["warmup_ratio"] == 0.05 and train["max_grad_norm"] == 1.0 and train["bf16"] is True
+    assert paper["evaluate"] == {"n": 256, "temperature": 0.6, "top_p": 0.95, "seed": 3003,
+                                 "ks": [1, 4, 16, 64, 256]}
+    assert paper["gate"]["G0"] == 8 and paper["gate"]["tau"] == 0.10
+    assert paper["gate"]["refresh_steps"] == 100
+    pba = paper["methods"]["pba"]
+    assert (pba["anchor"], pba["kl_estimator"], pba["beta_a"]) == ("policy", "k1", 1.0)
+    assert paper["methods"]["global_kl"]["beta_kl"] == 0.035
+    assert paper["methods"]["entropy"]["entropy_coef"] == 0.012
+    assert paper["masks"]["random"] == {"kind": "random", "fraction": 0.7, "seed": 17}
+
+
+def _default():
+    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c.update(trian={}), "config: unknown key 'trian'"),
+    (lambda c: c["gate"].update(tua=0.2), "config: unknown key 'gate.tua'"),
+    (lambda c: c["train"].update(lr="fast"), "config: train.lr: 'fast' is not of type 'number'"),
+    (lambda c: c["gate"].update(tau=1.5), "config: gate.tau: 1.5 is greater than the maximum of 1"),
+    (lambda c: c["methods"]["pba"].update(mask="nope"), "config: methods.pba.mask: no mask named 'nope'"),
+    (lambda c: c["evaluate"].update(ks=[1, 512]), "config: evaluate.ks: every k must be <= evaluate.n"),
+    (lambda c: c.pop("train"), "config: <top level>: 'train' is a required property"),
+])
+def test_bad_config_is_one_line_naming_the_field(mutate, message):
+    config = _default()
+    mutate(config)
+    with pytest.raises(BoundaryError) as err:
+        validate_config(config)
+    assert str(err.value) == message
+    assert "\n" not in str(err.value)
+
+
+def test_defaults_are_filled_without_touching_the_input():
+    config = _default()
+    before = copy.deepcopy(config)
+    filled = validate_config(config)
+    assert config == before
+    assert filled["methods"]["grpo"]["anchor"] is None
+    assert filled["methods"]["pba"]["masked_action"] == "anchor"
+
+
+def test_settings_serialise_stably(tmp_path):
+    a, b = {"b": 1, "a": {"y": 2, "x": 3}}, {"a": {"x": 3, "y": 2}, "b": 1}
+    assert dumps(a) == dumps(b)
+    assert load_stage_settings(dumps(a)) == a
+    path = tmp_path / "s.json"
+    path.write_text(dumps(a))
+    assert load_stage_settings(str(path)) == a
+    with pytest.raises(BoundaryError, match="--settings"):
+        load_stage_settings(str(tmp_path / "missing.json"))

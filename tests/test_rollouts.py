@@ -1,0 +1,67 @@
+"""Sampling, calibration and evaluation on a tiny random model (no training)."""
+
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from boundary.config import dumps
+from boundary.evaluate import counts_from_samples
+from boundary.passk import pass_at_k
+from boundary.sampling import SamplingParams, sample
+
+
+def test_same_seed_same_samples(tiny_model_dir):
+    params = SamplingParams(n=8, max_new_tokens=6, seed=5, batch_size=16)
+    a = sample(str(tiny_model_dir), ["p", "q"], ["12+34=", "56+78="], params)
+    b = sample(str(tiny_model_dir), ["p", "q"], ["12+34=", "56+78="], params)
+    c = sample(str(tiny_model_dir), ["p", "q"], ["12+34="] * 2, SamplingParams(
+        n=8, max_new_tokens=6, seed=6, batch_size=16))
+    pd.testing.assert_frame_equal(a, b)
+    assert not a["completion"].equals(c["completion"])
+    assert len(a) == 16 and (a["n_tokens"] <= 6).all() and (a["n_tokens"] >= 1).all()
+    # A random model over a ~20-token vocabulary is near-uniform: entropy near log(20).
+    assert a["entropy"].between(1.0, np.log(21)).all()
+
+
+def test_counts_from_samples():
+    samples = pd.DataFrame({
+        "prompt_id": ["a"] * 4 + ["b"] * 4,
+        "answer": ["1", "1", "2", "x", "9", "9", "9", "9"],
+        "correct": [True, True, False, False, False, False, False, False],
+        "entropy": [0.1, 0.3, 0.5, 0.7, 0.0, 0.0, 0.0, 0.0],
+    })
+    counts = counts_from_samples(samples, [1, 4, 8]).set_index("prompt_id")
+    assert counts.loc["a", ["n", "c", "unique_positives"]].tolist() == [4, 2, 1]
+    assert counts.loc["a", "answers"] == ["1"] and counts.loc["b", "answers"] == []
+    assert counts.loc["a", "entropy"] == pytest.approx(0.4)
+    assert counts.loc["a", "pass_at_1"] == pytest.approx(0.5)
+    assert "pass_at_8" not in counts  # k > n is never reported
+
+
+def test_evaluate_cli_writes_samples_and_counts(tiny_model_dir, tmp_path):
+    split = pd.DataFrame({"prompt_id": ["p0", "p1"], "problem": ["12+34=", "56+78="],
+                          "prompt": ["12+34=", "56+78="], "answer": ["1234", "5678"]})
+    split.to_parquet(tmp_path / "split.parquet")
+    settings = {"evaluate": {"n": 16, "temperature": 1.0, "top_p": 1.0, "seed": 3, "ks": [1, 4, 16]},
+                "sampling": {"backend": "hf", "batch_size": 64, "max_new_tokens": 6},
+                "verify": {"extractor": "last_number", "timeout": 5, "workers": 1}}
+    subprocess.run(["boundary", "evaluate", "--model", str(tiny_model_dir), "--split",
+                    str(tmp_path / "split.parquet"), "--settings", dumps(settings),
+                    "--samples", str(tmp_path / "s.parquet"), "--counts", str(tmp_path / "c.parquet")],
+                   check=True, capture_output=True)
+    samples = pd.read_parquet(tmp_path / "s.parquet")
+    counts = pd.read_parquet(tmp_path / "c.parquet")
+    assert len(samples) == 32 and set(counts["n"]) == {16}
+    expect = pass_at_k(counts["n"], counts["c"], 4)
+    np.testing.assert_allclose(counts["pass_at_4"], expect)
+
+
+def test_missing_split_is_one_line(tiny_model_dir, tmp_path):
+    run = subprocess.run(["boundary", "evaluate", "--model", str(tiny_model_dir), "--split",
+                          str(tmp_path / "nope.parquet"), "--settings", "{}", "--samples", "x",
+                          "--counts", "y"], capture_output=True, text=True)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [
+        f"boundary evaluate: error: {tmp_path / 'nope.parquet'}: file not found"]
