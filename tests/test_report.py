@@ -8,7 +8,7 @@ import pytest
 
 from boundary import report
 from boundary.errors import BoundaryError
-from boundary.evaluate import counts_from_samples  # noqa: F401  (the evaluate stage's schema)
+from boundary.evaluate import counts_from_samples
 from boundary.passk import add_pass_at_k
 
 KS = [1, 4, 16, 64]
@@ -41,6 +41,12 @@ def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1)
             p = sw if method == "base" else np.where(sw < 0.1, sw * (0.9 if "pba" in method else 0.2), np.minimum(1, sw * 1.5))
             d = root / "eval" / split / method / f"seed{seed}"
             d.mkdir(parents=True)
+            if method == "base" and split != "diagnostic":  # through the evaluate stage's own code
+                samples = pd.DataFrame([(pid, j, bool(rng.random() < pi), str(j % 3), 0.7) for pid, pi in zip(sids, p)
+                                        for j in range(64)], columns=["prompt_id", "sample_idx", "correct", "answer",
+                                                                     "entropy"])
+                counts_from_samples(samples, KS).to_parquet(d / "counts.parquet")
+                continue
             counts(rng, sids, p, entropy=1.0 if method == "base" else 0.5).to_parquet(d / "counts.parquet")
     (root / "masks").mkdir()
     for name in ("pba", "g4"):

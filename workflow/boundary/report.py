@@ -43,7 +43,7 @@ import pandas as pd
 
 from boundary import figures, tables
 from boundary.artifacts import read_table, write_table
-from boundary.diagnose import BASE, analyse, load_counts, load_mask, mask_metrics, publish, warn
+from boundary.diagnose import BASE, analyse, check_regimes, load_counts, load_mask, mask_metrics, publish, warn
 from boundary.errors import BoundaryError
 from boundary.passk import DEFAULT_KS
 from boundary.regimes import DEFAULT_BINS, strata_order
@@ -78,7 +78,7 @@ def load_settings(value) -> dict:
 def table_names(settings: dict) -> list[str]:
     """Every table the report writes (each as .tex, .md and .csv), whatever was run."""
     return (["benchmark_curves", "mechanism_summary", "headline_intervals", "controls", "gate_ablation",
-             "gate_resolution"] + [f"seeds_{b}" for b in settings["benchmarks"]] + DIAGNOSTIC_TABLES)
+             "gate_resolution", "masks"] + [f"seeds_{b}" for b in settings["benchmarks"]] + DIAGNOSTIC_TABLES)
 
 
 def figure_names(settings: dict) -> list[str]:
@@ -142,6 +142,8 @@ def build(results: Path, settings: dict, out: Path) -> None:
 
     def run(split, regimes_or_none):
         base, runs, names = load_split(split, found[split])
+        if regimes_or_none is not None:
+            check_regimes(base, regimes_or_none, str(results / "regimes" / "regimes.parquet"))
         have = {m for m, _ in runs}
         pr = [p for p in pairs if set(p) <= have]
         return analyse(base, runs, regimes_or_none, ks, int(boot.get("resamples", 10_000)), int(boot.get("seed", 0)),
@@ -171,7 +173,8 @@ def build(results: Path, settings: dict, out: Path) -> None:
     ts = [tables.benchmark_curves(benches, view) if benches else
           _placeholder_table("benchmark_curves", "Full benchmark pass@k curves", "No benchmark was evaluated."),
           tables.mechanism_summary(headline, diag, view), tables.headline_intervals(headline, diag, view),
-          tables.controls(diag, view), tables.gate_ablation(diag, mask_table, view), tables.gate_resolution(view)]
+          tables.controls(diag, view), tables.gate_ablation(diag, mask_table, view), tables.gate_resolution(view),
+          tables.masks_table(mask_table)]
     for b, label in settings["benchmarks"].items():
         ts.append(tables.seed_curves(b, benches[b], view) if b in benches else
                   _placeholder_table(f"seeds_{b}", f"Seed-resolved {label} pass@k results", f"{label}: not run."))

@@ -460,6 +460,22 @@ def strata_table(diag, view: View, order) -> Table:
                  _missing_note(view.main, set(s["method"]), view))
 
 
+def masks_table(mask_metrics: pd.DataFrame | None) -> Table:
+    """Gate behaviour per mask, pooled over refresh epochs (the run card's mask statistics)."""
+    cols = ["Mask", "Protected", "Anchor", "Drop", "Mean weight", "Flips", "Flip rate", "Prompts"]
+    if mask_metrics is None or mask_metrics.empty:
+        return Table("masks", "Protection masks", cols, [], pd.DataFrame(), ["No masks were built."])
+    pooled = mask_metrics[mask_metrics["epoch"].isna()].pivot(index="mask", columns="metric", values="value")
+    rows = []
+    for name, r in pooled.iterrows():
+        rows.append([name, Stat(100 * r["protected_fraction"], digits=0, suffix="%"),
+                     Stat(100 * r["anchor_fraction"], digits=0, suffix="%"),
+                     Stat(100 * r["drop_fraction"], digits=0, suffix="%"), Stat(r["mean_weight"], digits=2),
+                     str(int(r["flips"])), Stat(100 * r["flip_rate"], digits=1, suffix="%"), str(int(r["n_prompts"]))])
+    return Table("masks", "Protection masks, pooled over refresh epochs", cols, rows,
+                 mask_metrics.reset_index(drop=True))
+
+
 # ----------------------------------------------------------------------------- sets
 
 def diagnostic_tables(diag, view: View, order) -> list[Table]:
