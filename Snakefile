@@ -13,6 +13,14 @@ if not workflow.overwrite_configfiles:
 
 
 include: "workflow/rules/common.smk"
+
+wildcard_constraints:
+    seed=r"\d+",
+    method=r"[A-Za-z0-9_]+",
+    mask=r"[A-Za-z0-9_]+",
+    bench=r"[A-Za-z0-9_]+",
+
+
 include: "workflow/rules/data.smk"
 include: "workflow/rules/base.smk"
 include: "workflow/rules/calibrate.smk"
@@ -25,5 +33,5 @@ include: "workflow/rules/report.smk"
 
 rule all:
     input:
-        report_outputs(),
+        rules.report.output,
     default_target: True

@@ -7,7 +7,7 @@ if TESTBED:
         input:
             code=code("testbed"),
         params:
-            settings=dumps(config["testbed"]),
+            settings=as_param(config["testbed"]),
         threads: 2
         log:
             f"{OUT}/logs/pretrain_base.log",

@@ -13,7 +13,7 @@ rule calibrate_base:
     wildcard_constraints:
         part="|_train",
     params:
-        settings=dumps({"calibration": config["calibration"], **sampling_settings()}),
+        settings=as_param({"calibration": config["calibration"], **sampling_settings()}),
     threads: 1
     resources:
         gpu=1 if config["train"]["gpus"] else 0,
@@ -28,14 +28,6 @@ rule calibrate_base:
         "--settings {params.settings:q} --out {output} > {log} 2>&1"
 
 
-def gate_draw_settings():
-    """One cache for every gate mask: the largest G0 any of them reads, every epoch."""
-    sizes = [mask_settings(m)["G0"] for m, s in config["masks"].items() if s["kind"] in ("gate", "soft")]
-    gate = {k: config["gate"][k] for k in ("seed", "temperature", "top_p")}
-    return {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": refresh_epochs()},
-            **sampling_settings()}
-
-
 rule gate_draws:
     output:
         f"{OUT}/rollouts/base_gate.parquet",
@@ -44,7 +36,7 @@ rule gate_draws:
         split=f"{OUT}/splits/train.parquet",
         code=code("calibrate", "rollouts", "sampling", "verify"),
     params:
-        settings=dumps(gate_draw_settings()),
+        settings=as_param(gate_draw_settings()),
     threads: 1
     resources:
         gpu=1 if config["train"]["gpus"] else 0,

@@ -1,5 +1,5 @@
-# Config validation and the helpers every rule file uses: result paths, per-stage settings
-# (only the values that affect a stage, serialised with sorted keys) and code inputs.
+# Config validation and the helpers that every rules file shares: result paths, per-stage
+# settings (only the values that affect a stage, serialised with sorted keys), code inputs.
 import hashlib
 import math
 import sys
@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.config import dumps, validate_config
 from boundary.errors import BoundaryError
+from boundary.report import figure_names, load_settings, table_names
 
 try:
     config = validate_config(config)
@@ -25,11 +26,13 @@ BENCHMARKS = (
 TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
 
 
-wildcard_constraints:
-    seed=r"\d+",
-    method=r"[A-Za-z0-9_]+",
-    mask=r"[A-Za-z0-9_]+",
-    bench=r"[A-Za-z0-9_]+",
+def as_param(settings):
+    """Stage settings for params: sorted-key JSON, so equal settings print equally.
+
+    Wrapped in a function so Snakemake does not read braces in the JSON as wildcards.
+    """
+    text = dumps(settings)
+    return lambda wildcards: text
 
 
 def code(*modules):
@@ -93,3 +96,68 @@ def eval_targets(bench):
     for method in config["methods"]:
         for seed in seeds_of(method):
             yield f"{OUT}/eval/{bench}/{method}/seed{seed}/counts.parquet"
+
+
+def gate_draw_settings():
+    """One cache for every gate mask: the largest G0 any of them reads, every epoch."""
+    sizes = [mask_settings(m)["G0"] for m, s in config["masks"].items() if s["kind"] in ("gate", "soft")]
+    gate = {k: config["gate"][k] for k in ("seed", "temperature", "top_p")}
+    return {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": refresh_epochs()},
+            **sampling_settings()}
+
+
+def eval_split(wc):
+    if wc.bench == "diagnostic":
+        return f"{OUT}/splits/diagnostic.parquet"
+    return f"{OUT}/splits/bench_{wc.bench}.parquet"
+
+
+def train_outputs(method):
+    steps = [s for s in config["train"]["checkpoints"] if s < config["train"]["steps"]]
+    return [directory(f"{OUT}/train/{method}/seed{{seed}}/step{s}") for s in steps]
+
+
+def report_settings():
+    """Report settings derived from the config; the config's `report:` section overrides."""
+    methods = config["methods"]
+    ablation_masks = {m for m, s in config["masks"].items() if s["kind"] in ("gate", "soft")}
+    pba_mask = methods.get("pba", {}).get("mask")
+    derived = {
+        "labels": {m: s.get("label", m) for m, s in methods.items()},
+        "benchmarks": {b: b for b in BENCHMARKS},
+        "ks": config["evaluate"]["ks"],
+        "controls": [
+            {"method": m, "label": s.get("label", m), "setting": s["setting"]}
+            for m, s in methods.items()
+            if "setting" in s
+        ],
+        "ablations": [
+            {"method": m, "mask": s["mask"], "G0": mask_settings(s["mask"])["G0"],
+             "tau": mask_settings(s["mask"])["tau"]}
+            for m, s in methods.items()
+            if s["mask"] in ablation_masks and s["masked_action"] == "anchor"
+            and (m == "pba" or s["mask"] != pba_mask)
+        ],
+        "group_size": config["train"]["num_generations"],
+        "gate_G0": config["gate"]["G0"],
+    }
+    return {**derived, **config["report"]}
+
+
+
+
+
+def report_outputs():
+    tables = [f"{OUT}/tables/{t}.{ext}" for t in table_names(REPORT) for ext in ("tex", "md")]
+    csvs = [report(f"{OUT}/tables/{t}.csv", category="Tables") for t in table_names(REPORT)]
+    figures = [f"{OUT}/figures/{f}.pdf" for f in figure_names(REPORT)]
+    pngs = [report(f"{OUT}/figures/{f}.png", category="Figures") for f in figure_names(REPORT)]
+    return [f"{OUT}/eval_counts.parquet"] + tables + csvs + figures + pngs
+
+
+def mask_files():
+    used = {s["mask"] for s in TRAINED.values() if s["mask"]}
+    return [f"{OUT}/masks/{m}.parquet" for m in sorted(used)]
+
+
+REPORT = load_settings(dumps(report_settings()))

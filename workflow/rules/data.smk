@@ -6,7 +6,7 @@ rule splits:
     input:
         code=code("data", "testbed"),
     params:
-        settings=dumps(
+        settings=as_param(
             {
                 "testbed": config["testbed"],
                 "data": config["data"],
@@ -14,7 +14,7 @@ rule splits:
                 "base_model": config["base_model"],
             }
         ),
-        out_dir=f"{OUT}/splits",
+        out_dir=lambda wc, output: Path(output.train).parent,
     log:
         f"{OUT}/logs/splits.log",
     benchmark:

@@ -1,7 +1,3 @@
-def eval_split(wc):
-    return f"{OUT}/splits/{'diagnostic' if wc.bench == 'diagnostic' else 'bench_' + wc.bench}.parquet"
-
-
 rule evaluate:
     output:
         samples=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/samples.parquet",
@@ -11,7 +7,7 @@ rule evaluate:
         split=eval_split,
         code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
     params:
-        settings=dumps({"evaluate": config["evaluate"], **sampling_settings()}),
+        settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
     threads: 1
     resources:
         gpu=1 if config["train"]["gpus"] else 0,

@@ -7,7 +7,7 @@ rule regimes:
     wildcard_constraints:
         prefix="|train_",
     params:
-        settings=dumps(config["regimes"]),
+        settings=as_param(config["regimes"]),
     log:
         f"{OUT}/logs/{{prefix}}regimes.log",
     benchmark:

@@ -1,5 +1,23 @@
-# Placeholder wiring until the report stage lands: the report consumes every count file.
-def report_outputs():
-    return [t for b in ["diagnostic"] + BENCHMARKS for t in eval_targets(b)] + [
-        f"{OUT}/regimes/regimes.parquet"
-    ]
+# The paper's tables and figures, from every per-prompt count file, the regimes and masks.
+
+
+rule report:
+    output:
+        report_outputs(),
+    input:
+        counts=[t for b in ["diagnostic"] + BENCHMARKS for t in eval_targets(b)],
+        regimes=f"{OUT}/regimes/regimes.parquet",
+        masks=mask_files(),
+        logs=[f"{OUT}/train/{m}/seed{s}/log.parquet" for m in TRAINED for s in seeds_of(m)],
+        code=code("report", "diagnose", "stats", "tables", "figures", "regimes", "passk"),
+    params:
+        settings=as_param(REPORT),
+        results=lambda wc, input: Path(input.regimes).parent.parent,
+    log:
+        f"{OUT}/logs/report.log",
+    benchmark:
+        f"{OUT}/benchmarks/report.tsv"
+    conda:
+        "../../envs/boundary.yaml"
+    shell:
+        "boundary report --results {params.results} --settings {params.settings:q} > {log} 2>&1"

@@ -1,11 +1,6 @@
 # One TRL trainer for every method. Resumable checkpoints live outside results/ (Snakemake
 # deletes declared outputs before a job starts), keyed by the settings so that a changed
 # config never resumes a stale run.
-def train_outputs(method):
-    steps = [s for s in config["train"]["checkpoints"] if s < config["train"]["steps"]]
-    return [directory(f"{OUT}/train/{method}/seed{{seed}}/step{s}") for s in steps]
-
-
 for _method in TRAINED:
 
     rule:
@@ -25,7 +20,7 @@ for _method in TRAINED:
             ),
             code=code("train", "anchors", "verify", "gate"),
         params:
-            settings=dumps(train_settings(_method)),
+            settings=as_param(train_settings(_method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
             checkpoint_dir=lambda wc, _m=_method: (
                 f"checkpoints/{RUN}/{_m}/seed{wc.seed}/{settings_hash(train_settings(_m))}"
