@@ -214,6 +214,34 @@ def p_base_histogram(diag, folder: Path, name: str = "p_base_hist") -> list[Path
     return save(fig, folder, name)
 
 
+def strata_delta(diag, view, order, folder: Path, name: str = "strata_delta") -> list[Path]:
+    """Continuous stratification: Δpass@1 and Δpass@K (points, seed mean +- SD) by p_base bin."""
+    st, k_hi = diag.strata, max(diag.ks)
+    order = [o for o in order if o in set(st["stratum"])]
+    methods = [m for m in view.main if m in set(st["method"])]
+    fig, axes = plt.subplots(1, 2, figsize=(7.0, 2.6), sharex=True)
+    x = np.arange(len(order))
+    width = 0.8 / max(len(methods), 1)
+    for ax, k in zip(axes, (1, k_hi)):
+        for i, m in enumerate(methods):
+            sub = st[(st["method"] == m) & (st["metric"] == "delta_passk") & (st["k"] == k)].set_index("stratum")
+            sub = sub.reindex(order)
+            ax.bar(x + (i - (len(methods) - 1) / 2) * width, 100 * sub["mean"], width,
+                   yerr=100 * sub["sd"].fillna(0), color=colour(m, view), label=view.label(m),
+                   error_kw={"lw": 0.6, "capsize": 1.5})
+        ax.axhline(0, color=GRAY, lw=0.6)
+        ax.set_title(f"Δpass@{k} by p_base")
+        ax.set_xticks(x, order, rotation=30, ha="right")
+        ax.set_xlabel("p_base stratum")
+        if not methods:
+            _not_run(ax)
+    axes[0].set_ylabel("trained − base (pts)")
+    if methods:
+        axes[1].legend(frameon=False)
+    fig.tight_layout()
+    return save(fig, folder, name)
+
+
 def training_curves(logs, view, folder: Path, name: str = "training") -> list[Path]:
     """Reward, entropy and protected fraction over steps (seed mean) from train logs."""
     cols = [c for c in ("reward", "entropy", "kl", "protected_fraction") if c in logs.columns]
@@ -242,6 +270,8 @@ def write_diagnose_figures(diag, view, folder: Path) -> list[Path]:
     if diag.regimes is not None:
         paths += regime_passk(diag, view, folder) + transition_heatmaps(diag, view, folder)
         paths += p_base_histogram(diag, folder)
+        from boundary.regimes import strata_order
+        paths += strata_delta(diag, view, strata_order(diag.bins), folder)
     return paths
 
 

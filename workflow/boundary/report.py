@@ -53,7 +53,7 @@ DEFAULTS = {"baseline": "grpo", "method": "pba", "labels": {}, "diagnostic": "di
             "gate_G0": 8, "strata_bins": list(DEFAULT_BINS), "bootstrap": {"resamples": 10_000, "seed": 0},
             "level": 0.95}
 DIAGNOSTIC_TABLES = ["regime_counts", "diag_seeds", "boundary_seeds", "transitions", "sensitivity", "strata"]
-DIAGNOSTIC_FIGURES = ["regime_passk", "transitions", "p_base_hist", "training"]
+DIAGNOSTIC_FIGURES = ["regime_passk", "transitions", "p_base_hist", "strata_delta", "training"]
 
 
 def load_settings(value) -> dict:
@@ -195,6 +195,7 @@ def build(results: Path, settings: dict, out: Path) -> None:
     figures.regime_passk(diag, view, fdir)
     figures.transition_heatmaps(diag, view, fdir)
     figures.p_base_histogram(diag, fdir)
+    figures.strata_delta(diag, view, strata_order(bins), fdir)
     logs = []
     for path in sorted(results.glob("train/*/seed*/log.parquet")):
         m = SEED_DIR.match(path.parent.name)

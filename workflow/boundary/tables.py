@@ -95,13 +95,19 @@ class Stat:
         return f"${self._num(self.mean)}${suffix}" if self.sign else f"{self._num(self.mean)}{suffix}"
 
 
+TEX_SYMBOLS = {"±": r"$\pm$", "→": r"$\to$", "Δ": r"$\Delta$", "≥": r"$\ge$", "↓": r"$\downarrow$",
+               "↑": r"$\uparrow$", "−": "-", "ŵ": r"$\hat{w}$", "τ": r"$\tau$", "–": "--", "w*": r"$w^\star$"}
+
+
 def tex_escape(text: str) -> str:
     if text.startswith("$") and text.endswith("$"):
         return text  # already math
     out = text
     for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_")):
         out = out.replace(a, b)
-    return out.replace("±", r"$\pm$").replace("→", r"$\to$").replace("Δ", r"$\Delta$").replace("≥", r"$\ge$")
+    for a, b in TEX_SYMBOLS.items():
+        out = out.replace(a, b)
+    return out
 
 
 @dataclass
@@ -492,4 +498,6 @@ def write_diagnose_tables(diag, view: View, folder: Path) -> list[Path]:
     tables += diagnostic_tables(diag, view, strata_order(diag.bins))
     if view.baseline and view.method:
         tables.append(headline_intervals(diag, diag, view))
+    if diag.masks is not None:
+        tables.append(masks_table(diag.masks))
     return [p for t in tables for p in t.write(folder)]
