@@ -170,8 +170,13 @@ def build(results: Path, settings: dict, out: Path) -> None:
     if headline is None:
         warn("headline benchmark not evaluated: the mechanism and headline tables use the diagnostic split")
         headline = diag
-    ts = [tables.benchmark_curves(benches, view) if benches else
-          _placeholder_table("benchmark_curves", "Full benchmark pass@k curves", "No benchmark was evaluated."),
+    curves = (tables.benchmark_curves(benches, view) if benches else
+              _placeholder_table("benchmark_curves", "Full benchmark pass@k curves", "No benchmark was evaluated."))
+    for b, label in settings["benchmarks"].items():
+        if b not in benches and benches:
+            curves.rows.append([label, tables.NOT_RUN] + [""] * (len(curves.columns) - 2))
+            curves.notes.append(f"{label}: not run.")
+    ts = [curves,
           tables.mechanism_summary(headline, diag, view), tables.headline_intervals(headline, diag, view),
           tables.controls(diag, view), tables.gate_ablation(diag, mask_table, view), tables.gate_resolution(view),
           tables.masks_table(mask_table)]

@@ -130,7 +130,8 @@ class Table:
     def tex(self) -> str:
         cell = lambda c: c.tex() if isinstance(c, Stat) else tex_escape(str(c))
         spec = "l" * min(2, len(self.columns)) + "c" * max(0, len(self.columns) - 2)
-        lines = [f"% {self.name}: {self.caption}"] + [f"% note: {n}" for n in self.notes]
+        ascii_ = lambda t: t.replace("±", "+-").replace("−", "-").encode("ascii", "replace").decode()
+        lines = [f"% {self.name}: {ascii_(self.caption)}"] + [f"% note: {ascii_(n)}" for n in self.notes]
         lines += [f"\\begin{{tabular}}{{@{{}}{spec}@{{}}}}", r"\toprule",
                   " & ".join(tex_escape(c) for c in self.columns) + r" \\", r"\midrule"]
         lines += [" & ".join(cell(c) for c in row) + r" \\" for row in self.rows]
