@@ -42,7 +42,7 @@ from boundary import regimes as rg
 from boundary.artifacts import read_table, write_table
 from boundary.errors import BoundaryError
 from boundary.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
-from boundary.stats import bootstrap_ci, paired, summarize
+from boundary.stats import bootstrap_means, paired, percentile_interval, summarize
 
 BASE = "base"
 ALL = "all"
@@ -216,28 +216,29 @@ def bootstrap_table(frame: pd.DataFrame, ks, resamples: int, seed: int, level: f
                     group: str = "regime") -> pd.DataFrame:
     """Prompt-bootstrap percentile intervals of passk and delta_passk per run and group.
 
-    All runs share each resample (a resample is a set of prompts), so intervals of different
-    runs are paired the way the prompts are."""
+    Prompts are resampled within groups (regimes), and every run shares each resample, so a
+    run's delta_passk draw is its passk draw minus the base's on the same prompts."""
     cols = [pass_at_k_column(k) for k in ks]
-    x = frame.assign(**{f"delta_{k}": frame[pass_at_k_column(k)] - frame[f"base_{pass_at_k_column(k)}"] for k in ks})
-    series = [(m, k, c) for k in ks for m, c in (("passk", pass_at_k_column(k)), ("delta_passk", f"delta_{k}"))]
-    wide = x.pivot(index="prompt_id", columns=RUN_KEYS, values=[c for _, _, c in series])
+    wide = frame.pivot(index="prompt_id", columns=RUN_KEYS, values=cols)  # columns: (col, method, seed)
     groups = frame.drop_duplicates("prompt_id").set_index("prompt_id")[group].reindex(wide.index)
-    values = wide.to_numpy()
     labels = groups.to_numpy() if (groups != ALL).any() else None
-    (lo_all, hi_all), per = bootstrap_ci(values, resamples, seed, level, strata=labels)
+    overall, per = bootstrap_means(wide.to_numpy(), resamples, seed, labels)
+    base_col = {col: wide.columns.get_loc((col, BASE, 0)) for col in cols}
     rows = []
-    for g, (lo, hi) in [(ALL, (lo_all, hi_all)), *per.items()]:
+    for g, draws in [(ALL, overall), *per.items()]:
         sel = np.ones(len(groups), bool) if g == ALL else (groups == g).to_numpy()
-        mean = values[sel].mean(axis=0)
+        mean = wide.to_numpy()[sel].mean(axis=0)
+        lo, hi = percentile_interval(draws, level)
         for j, (col, method, s) in enumerate(wide.columns):
-            rows.append((method, s, g, col, mean[j], lo[j], hi[j]))
-    out = pd.DataFrame(rows, columns=RUN_KEYS + [group, "column", "mean", "boot_low", "boot_high"])
-    lookup = {c: (m, k) for m, k, c in series}
-    out["metric"] = out["column"].map(lambda c: lookup[c][0])
-    out["k"] = out["column"].map(lambda c: lookup[c][1]).astype("Int64")
-    out = out[~((out["method"] == BASE) & (out["metric"] == "delta_passk"))]
-    return out[RUN_KEYS + [group, "metric", "k", "mean", "boot_low", "boot_high"]].reset_index(drop=True)
+            k = int(col.rsplit("_", 1)[1])
+            rows.append((method, s, g, "passk", k, mean[j], lo[j], hi[j]))
+            if method != BASE:
+                b = base_col[col]
+                dlo, dhi = percentile_interval(draws[:, j] - draws[:, b], level)
+                rows.append((method, s, g, "delta_passk", k, mean[j] - mean[b], dlo, dhi))
+    out = pd.DataFrame(rows, columns=RUN_KEYS + [group, "metric", "k", "mean", "boot_low", "boot_high"])
+    out["k"] = out["k"].astype("Int64")
+    return out
 
 
 def sensitivity(frame: pd.DataFrame, ks, grid, level: float = 0.95) -> pd.DataFrame:

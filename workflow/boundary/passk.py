@@ -27,8 +27,9 @@ def pass_at_k(n, c, k: int) -> np.ndarray:
     if np.any(k > n):
         raise ValueError(f"pass_at_k: k={k} exceeds n for some prompts")
     if n.size > 64:  # evaluate once per distinct (n, c): at most n + 1 products per n
-        pairs, inverse = np.unique(np.stack([n.ravel(), c.ravel()]), axis=1, return_inverse=True)
-        return _product_form(pairs[0], pairs[1], k)[inverse.ravel()].reshape(n.shape)
+        stride = int(n.max()) + 1
+        keys, inverse = np.unique(n.ravel() * stride + c.ravel(), return_inverse=True)
+        return _product_form(keys // stride, keys % stride, k)[inverse.ravel()].reshape(n.shape)
     return _product_form(n, c, k)
 
 

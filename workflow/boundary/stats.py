@@ -58,49 +58,59 @@ def paired(df: pd.DataFrame, a: str, b: str, keys=("metric",), value: str = "val
     return summarize(both, keys, value, level)
 
 
-def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 0.95,
-                 strata=None, chunk: int = 500):
-    """Percentile prompt-bootstrap intervals of the column means of `values` (prompts x series).
+def bootstrap_means(values, resamples: int = 10_000, seed: int = 0, strata=None, chunk: int = 500):
+    """Resampled column means of `values` (prompts x series): (overall, {stratum: means}),
+    each an array (resamples x series).
 
     A resample draws prompts with replacement -- within each stratum when `strata` (one label
-    per prompt) is given, so stratum sizes stay fixed as in a regime-controlled split. Its
-    count vector w turns every series' resampled mean into one product w @ values / P, so all
-    series share each resample and the work is a few BLAS calls per chunk of resamples.
-    Returns ((lo, hi) of the overall means, {stratum: (lo, hi) of that stratum's means}).
+    per prompt) is given, so stratum sizes stay fixed as in a regime-controlled split. Per
+    stratum, the integer index matrix of a chunk of resamples becomes a count matrix w
+    (bincount), and w @ values gives every series' resampled sum in one BLAS call; all
+    series share each resample, so differences of series are paired.
     """
     v = np.asarray(values, dtype=np.float64)
     if v.ndim == 1:
         v = v[:, None]
     n_prompts, n_series = v.shape
     labels = np.zeros(n_prompts, dtype=object) if strata is None else np.asarray(strata, dtype=object)
-    names = list(dict.fromkeys(labels))  # first-seen order
-    codes = pd.factorize(labels)[0] if n_prompts else np.zeros(0, int)
-    order = np.argsort(codes, kind="stable")  # strata become contiguous blocks of rows
-    v, sizes = v[order], np.bincount(codes, minlength=len(names))
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    if n_prompts == 0:
-        nan = np.full(n_series, np.nan)
-        return (nan, nan.copy()), {}
+    codes, names = pd.factorize(labels)  # first-seen order
+    blocks, centres = [], []
+    for g in range(len(names)):
+        # float32 BLAS on deviations from the stratum mean: the mean itself stays exact.
+        block = v[codes == g]
+        centre = block.mean(axis=0)
+        blocks.append((block - centre).astype(np.float32))
+        centres.append(centre)
     rng = np.random.default_rng(seed)
-    overall = np.empty((resamples, n_series))
+    overall = np.zeros((resamples, n_series))
     per = [np.empty((resamples, n_series)) for _ in names]
     for start in range(0, resamples, chunk):
         m = min(chunk, resamples - start)
-        # Index matrix (m x P) of drawn prompts, stratum by stratum, then counts per row.
-        idx = np.concatenate([off + rng.integers(0, size, size=(m, size))
-                              for off, size in zip(offsets, sizes)], axis=1)
-        w = np.bincount((idx + np.arange(m)[:, None] * n_prompts).ravel(), minlength=m * n_prompts)
-        w = w.reshape(m, n_prompts).astype(np.float64)
-        overall[start:start + m] = (w @ v) / n_prompts
-        if strata is not None:
-            for out, off, size in zip(per, offsets, sizes):
-                block = slice(off, off + size)
-                out[start:start + m] = (w[:, block] @ v[block]) / size
+        for out, block, centre in zip(per, blocks, centres):
+            size = len(block)
+            idx = rng.integers(0, size, size=(m, size))
+            idx += (np.arange(m) * size)[:, None]  # row r's draws count into r * size + prompt
+            w = np.bincount(idx.ravel(), minlength=m * size).reshape(m, size).astype(np.float32)
+            sums = (w @ block).astype(np.float64) + size * centre  # rows of w sum to size
+            overall[start:start + m] += sums
+            out[start:start + m] = sums / size
+    overall /= max(n_prompts, 1)
+    if n_prompts == 0:
+        overall[:] = np.nan
+    return overall, ({} if strata is None else dict(zip(names, per)))
+
+
+def percentile_interval(draws, level: float = 0.95):
     alpha = (1 - level) / 2
-    q = lambda a: tuple(np.quantile(a, [alpha, 1 - alpha], axis=0))
-    if strata is None:
-        return q(overall), {}
-    return q(overall), {g: q(out) for g, out in zip(names, per)}
+    lo, hi = np.quantile(draws, [alpha, 1 - alpha], axis=0)
+    return lo, hi
+
+
+def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 0.95, strata=None):
+    """Percentile prompt-bootstrap intervals of the column means of `values`.
+    Returns ((lo, hi) of the overall means, {stratum: (lo, hi) of that stratum's means})."""
+    overall, per = bootstrap_means(values, resamples, seed, strata)
+    return percentile_interval(overall, level), {g: percentile_interval(d, level) for g, d in per.items()}
 
 
 def seed_keys(df: pd.DataFrame) -> list[str]:
