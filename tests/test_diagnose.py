@@ -167,3 +167,14 @@ def test_cli_via_dispatcher(tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "b.csv: c > n for prompt_id a" in err
+
+
+def test_bootstrap_deltas_are_paired(data):
+    """A run identical to the base has a zero-width delta interval (same resamples)."""
+    base, runs, regimes = data
+    d = dg.analyse(base, {("copy", 0): base.copy(), **runs}, regimes, ks=[1, 32], resamples=300)
+    b = d.bootstrap
+    delta = b[(b["method"] == "copy") & (b["metric"] == "delta_passk")]
+    assert len(delta) == 2 * 5 and (delta["boot_low"] == 0).all() and (delta["boot_high"] == 0).all()
+    pk = b[(b["method"] == "copy") & (b["metric"] == "passk")]
+    assert (pk["boot_low"] < pk["boot_high"]).any()

@@ -223,19 +223,19 @@ def bootstrap_table(frame: pd.DataFrame, ks, resamples: int, seed: int, level: f
     groups = frame.drop_duplicates("prompt_id").set_index("prompt_id")[group].reindex(wide.index)
     labels = groups.to_numpy() if (groups != ALL).any() else None
     overall, per = bootstrap_means(wide.to_numpy(), resamples, seed, labels)
-    base_col = {col: wide.columns.get_loc((col, BASE, 0)) for col in cols}
+    base_of = np.array([wide.columns.get_loc((col, BASE, 0)) for col, _, _ in wide.columns])
+    trained = np.array([method != BASE for _, method, _ in wide.columns])
     rows = []
     for g, draws in [(ALL, overall), *per.items()]:
         sel = np.ones(len(groups), bool) if g == ALL else (groups == g).to_numpy()
         mean = wide.to_numpy()[sel].mean(axis=0)
         lo, hi = percentile_interval(draws, level)
+        dlo, dhi = percentile_interval(draws - draws[:, base_of], level)  # paired: same resamples
         for j, (col, method, s) in enumerate(wide.columns):
             k = int(col.rsplit("_", 1)[1])
             rows.append((method, s, g, "passk", k, mean[j], lo[j], hi[j]))
-            if method != BASE:
-                b = base_col[col]
-                dlo, dhi = percentile_interval(draws[:, j] - draws[:, b], level)
-                rows.append((method, s, g, "delta_passk", k, mean[j] - mean[b], dlo, dhi))
+            if trained[j]:
+                rows.append((method, s, g, "delta_passk", k, mean[j] - mean[base_of[j]], dlo[j], dhi[j]))
     out = pd.DataFrame(rows, columns=RUN_KEYS + [group, "metric", "k", "mean", "boot_low", "boot_high"])
     out["k"] = out["k"].astype("Int64")
     return out
