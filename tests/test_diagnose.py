@@ -1,6 +1,5 @@
 """diagnose: metrics against direct per-prompt computations, and the CLI's contract."""
 
-import json
 from math import comb
 
 import numpy as np

@@ -32,7 +32,7 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -360,6 +360,9 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
         raise BoundaryError(f"ks {list(ks)}: none is <= the smallest n ({int(all_n.min())})")
     if len(ks_ok) < len(ks):
         warn(f"ks {sorted(set(ks) - set(ks_ok))} exceed the smallest n ({int(all_n.min())}); dropped")
+    if regimes is not None:  # a calibration may cover more prompts than were evaluated
+        regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
+        regimes = regimes[regimes["prompt_id"].isin(set(base["prompt_id"]))].reset_index(drop=True)
     frame = prompt_frame(base, runs, regimes, ks_ok, bins, names)
     metrics = run_metrics(frame, ks_ok)
     summary = summarize(metrics, ["method", "metric", "regime", "k"], level=level)
