@@ -33,6 +33,9 @@ def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1)
                        columns=["prompt_id", "sample_idx", "correct"])
     from boundary.regimes import Thresholds, counts_from_calibration, label_counts
     (root / "regimes").mkdir(parents=True)
+    (root / "splits").mkdir(parents=True)
+    pd.DataFrame({"prompt_id": ids, "problem": "12+34=", "answer": "1234", "source": "testbed"}).to_parquet(
+        root / "splits" / "diagnostic.parquet")
     label_counts(counts_from_calibration(cal), Thresholds(coverage_k=64)).to_parquet(root / "regimes/regimes.parquet")
     for split in ("diagnostic",) + tuple(benches):
         sids = ids if split == "diagnostic" else [f"{split}{i}" for i in range(60)]
@@ -99,7 +102,10 @@ def test_eval_counts_merges_every_run(built):
     assert set(ec["benchmark"]) == {"diagnostic", "testbed"}
     # base + 4 methods x 2 seeds, 120 diagnostic and 60 testbed prompts
     assert len(ec) == 9 * 120 + 9 * 60
-    assert {"pass_at_1", "pass_at_64", "answers"} <= set(ec.columns)
+    assert {"pass_at_1", "pass_at_64", "answers", "regime", "p_base"} <= set(ec.columns)
+    assert ec.loc[ec["benchmark"] == "diagnostic", "regime"].notna().all()
+    split = pd.read_json(built / "release" / "diagnostic_split.jsonl", lines=True)
+    assert len(split) == 120 and split["regime"].notna().all()
 
 
 def test_missing_methods_and_benchmarks_say_not_run(built):

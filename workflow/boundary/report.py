@@ -22,9 +22,11 @@ SETTINGS is a JSON file or string (see docs/diagnostics.md for every key):
     bootstrap             {resamples, seed}                            (10000, 0)
     level                 interval level                               (0.95)
 
-Reads (under --results): regimes/regimes.parquet, eval/*/*/seed*/counts.parquet,
-masks/*.parquet (optional), train/*/seed*/log.parquet (optional).
-Writes (under --out-dir): eval_counts.parquet; tables/{name}.{tex,md,csv} for names in
+Reads (under --results): regimes/regimes.parquet, splits/{diagnostic}.parquet,
+eval/*/*/seed*/counts.parquet, masks/*.parquet (optional), train/*/seed*/log.parquet (optional).
+Writes (under --out-dir): eval_counts.parquet (every counts row with benchmark, method, seed,
+and p_base/regime on the diagnostic split); release/{diagnostic}_split.jsonl (the split with
+its regime labels, as in the paper's release manifest); tables/{name}.{tex,md,csv} for names in
 `table_names(settings)`; figures/{name}.{pdf,png} for `figure_names(settings)`;
 diagnostics/{split}/{regimes,passk,metrics,summary,transitions,bootstrap,pairs,strata,
 sensitivity,masks}.csv (the audit tables; pairs, strata, sensitivity and masks where they apply).
@@ -162,7 +164,16 @@ def build(results: Path, settings: dict, out: Path) -> None:
     for split, d in [(diag_split, diag), *benches.items()]:
         for name, table in d.csv_tables().items():
             write_table(table, out / "diagnostics" / split / f"{name}.csv")
-    write_table(merged_counts(found), out / "eval_counts.parquet")
+    counts = merged_counts(found)
+    labels = regimes[["prompt_id", "p_base", "regime"]].assign(prompt_id=regimes["prompt_id"].astype(str),
+                                                              benchmark=diag_split)
+    counts = counts.assign(prompt_id=counts["prompt_id"].astype(str)).merge(labels, on=["benchmark", "prompt_id"],
+                                                                           how="left")
+    write_table(counts, out / "eval_counts.parquet")
+    split = read_table(results / "splits" / f"{diag_split}.parquet", ["prompt_id"])
+    split = split.assign(prompt_id=split["prompt_id"].astype(str)).merge(
+        labels.drop(columns="benchmark"), on="prompt_id", how="left")
+    write_table(split, out / "release" / f"{diag_split}_split.jsonl")
 
     # Tables.
     tdir = out / "tables"
