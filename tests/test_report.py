@@ -52,10 +52,10 @@ def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1)
                 continue
             counts(rng, sids, p, entropy=1.0 if method == "base" else 0.5).to_parquet(d / "counts.parquet")
     (root / "masks").mkdir()
-    for name in ("pba", "g4"):
-        m = pd.DataFrame([(pid, e, int(rng.integers(0, 3)), 8) for pid in ids[:50] for e in range(2)],
+    for name, G0 in (("pba", 8), ("g4", 4)):
+        m = pd.DataFrame([(pid, e, int(rng.integers(0, 3)), G0) for pid in ids[:50] for e in range(2)],
                          columns=["prompt_id", "epoch", "successes", "G0"])
-        m["w_hat"] = m["successes"] / 8
+        m["w_hat"] = m["successes"] / G0
         m["action"] = np.where(m["successes"] > 0, "sharpen", "anchor")
         m["weight"] = (m["action"] == "anchor").astype(float)
         m["flip"] = (m["epoch"] > 0) & (m.groupby("prompt_id")["action"].shift() != m["action"])
@@ -123,7 +123,8 @@ def test_tables_match_the_counts(built):
     tex = (built / "tables" / "benchmark_curves.tex").read_text()
     assert "\\toprule" in tex and "\\bottomrule" in tex
     gate = pd.read_csv(built / "tables" / "gate_ablation.csv")
-    assert set(gate["required_successes"]) == {1}
+    assert set(gate["required_successes"]) == {1} and list(gate["G0"].unique()) == [4, 8]
+    assert "the mask shows" not in (built / "tables" / "gate_ablation.md").read_text()
     m = pd.read_parquet(built / "masks" / "pba.parquet")
     assert gate.loc[gate["G0"] == 8, "protected"].iloc[0] == pytest.approx((m["action"] != "sharpen").mean())
 

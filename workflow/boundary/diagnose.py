@@ -276,7 +276,8 @@ def mask_metrics(masks: dict) -> pd.DataFrame:
 
     protected = action != 'sharpen' (anchored or dropped); flip = action differs from the
     prompt's previous epoch (False at the first epoch). epoch <NA> rows pool all epochs;
-    flip_rate there is flips over rows after the first epoch."""
+    flip_rate there is flips over rows after the first epoch, G0 the median gate draw count
+    and required_successes the fewest frozen-base successes of any sharpened row."""
     rows = []
     for name, m in masks.items():
         m = m.assign(protected=m["action"] != "sharpen", anchor=m["action"] == "anchor",
@@ -289,6 +290,10 @@ def mask_metrics(masks: dict) -> pd.DataFrame:
                                    drop_fraction=m["drop"].mean(), mean_weight=m["weight"].mean(),
                                    flips=m["flip"].sum(), n_prompts=m["prompt_id"].nunique(),
                                    flip_rate=later["flip"].mean() if len(later) else 0.0), index=[pd.NA])
+        if {"successes", "G0"} <= set(m.columns):  # the gate as the mask shows it
+            sharpened = m.loc[~m["protected"], "successes"]
+            pooled["G0"] = float(m["G0"].median())
+            pooled["required_successes"] = float(sharpened.min()) if len(sharpened) else np.nan
         both = pd.concat([by.assign(flip_rate=np.nan), pooled])
         both.index.name = "epoch"
         long = both.reset_index().melt(id_vars="epoch", var_name="metric", value_name="value")

@@ -291,18 +291,26 @@ def required_successes(G0: int, tau: float) -> int:
 
 
 def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
-    """Gate ablations with effective thresholds (tab:gate_ablation_main)."""
+    """Gate ablations with effective thresholds (tab:gate_ablation_main).
+
+    G0 and the required successes come from the mask itself where it was built (the gate as
+    it acted), else from the settings' G0 and tau; a disagreement is noted under the table."""
     k_hi = max(diag.ks)
-    rows, data = [], []
+    rows, data, notes = [], [], []
     for e in view.ablations:
         G0, tau = int(e["G0"]), float(e["tau"])
         req = required_successes(G0, tau)
-        protected = NOT_RUN
+        pooled = {}
         if mask_metrics is not None:
-            p = mask_metrics[(mask_metrics["mask"] == e.get("mask")) & mask_metrics["epoch"].isna()
-                             & (mask_metrics["metric"] == "protected_fraction")]
-            if not p.empty:
-                protected = Stat(100 * p["value"].iloc[0], digits=0, suffix="%")
+            mm = mask_metrics[(mask_metrics["mask"] == e.get("mask")) & mask_metrics["epoch"].isna()]
+            pooled = dict(zip(mm["metric"], mm["value"]))
+        protected = (Stat(100 * pooled["protected_fraction"], digits=0, suffix="%")
+                     if "protected_fraction" in pooled else NOT_RUN)
+        seen_G0, seen_req = pooled.get("G0", np.nan), pooled.get("required_successes", np.nan)
+        if np.isfinite(seen_G0) and np.isfinite(seen_req) and (int(seen_G0), int(seen_req)) != (G0, req):
+            notes.append(f"{e.get('mask')}: settings give G0={G0}, {req} success(es); the mask shows "
+                         f"G0={int(seen_G0)}, {int(seen_req)}; the mask is printed.")
+            G0, req = int(seen_G0), int(seen_req)
         rule = "≥1 success" if req == 1 else f"τ={tau:g}"
         rows.append([str(G0), rule, str(req), f"{req / G0:.4g}", protected,
                      stat(diag.summary, e["method"], "passk", k=1, scale=100),
@@ -313,7 +321,7 @@ def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
     methods = [e["method"] for e in view.ablations]
     return Table("gate_ablation", "Gate ablations with effective thresholds (diagnostic split)",
                  ["G0", "Rule", "Req. succ.", "Eff. ŵ", "Protected", "p@1", f"p@{k_hi}"], rows, _concat(data),
-                 _missing_note(methods, set(diag.summary["method"]), view))
+                 _missing_note(methods, set(diag.summary["method"]), view) + notes)
 
 
 def gate_resolution(view: View, masses=(0.002, 0.01, 0.05, 0.10)) -> Table:
