@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from boundary import figures, tables
+from boundary import tables
 from boundary.artifacts import read_table, write_table
 from boundary.diagnose import BASE, analyse, check_regimes, load_counts, load_mask, mask_metrics, publish, warn
 from boundary.errors import BoundaryError
@@ -131,6 +131,7 @@ def _placeholder_table(name: str, caption: str, note: str) -> tables.Table:
 
 def build(results: Path, settings: dict, out: Path) -> None:
     """Write the whole report into `out` (a fresh folder)."""
+    from boundary import figures  # matplotlib only when drawing: the Snakefile imports the names above
     view = tables.View.from_settings(settings)
     found = find_counts(results)
     diag_split = settings["diagnostic"]
