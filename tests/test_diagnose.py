@@ -129,6 +129,8 @@ def test_cli_end_to_end(data, tmp_path, capsys):
     (lambda df: df.drop(columns="c"), "missing column"),
     (lambda df: df.assign(c=df["n"] + 1), "c > n"),
     (lambda df: pd.concat([df, df.iloc[:1]]), "duplicate prompt_id"),
+    (lambda df: df.iloc[:0], "no rows"),
+    (lambda df: df.assign(n=1.5), "whole numbers"),
 ])
 def test_cli_bad_input_is_one_line_and_writes_nothing(data, tmp_path, breakage, message):
     base, runs, _ = data

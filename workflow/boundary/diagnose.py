@@ -70,6 +70,8 @@ def _unique_positives(answers, path) -> float:
 def load_counts(path) -> pd.DataFrame:
     """Read and validate one per-prompt counts file; a bad file is one BoundaryError line."""
     df = read_table(path, ["prompt_id", "n", "c"])
+    if df.empty:
+        raise BoundaryError(f"{path}: no rows")
     out = pd.DataFrame({"prompt_id": df["prompt_id"].astype(str)})
     for col in ("n", "c"):
         v = pd.to_numeric(df[col], errors="coerce")
