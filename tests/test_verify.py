@@ -41,3 +41,23 @@ def test_score_samples_adds_answer_and_verdict(verifier):
     out = score_samples(samples, {"a": "1234", "b": "99"}, "last_number", verifier)
     assert out["answer"].tolist() == ["1234", "3412", ""]
     assert out["correct"].tolist() == [True, False, False]
+
+
+def stuck_on_slow(pairs, timeout):
+    """A stand-in for math-verify work stuck in C code: 'slow' never returns in time."""
+    import time as _time
+
+    if any(answer == "slow" for _, answer in pairs):
+        _time.sleep(60)
+    return [gold == answer for gold, answer in pairs]
+
+
+def test_a_stuck_check_is_killed_and_counted_wrong():
+    v = Verifier(timeout=1, workers=1, chunk=4, check_many=stuck_on_slow)
+    try:
+        start = time.perf_counter()
+        got = v.check(["1", "2", "3", "4", "5"], ["1", "slow", "3", "x", "5"])
+        assert got == [True, False, True, False, True]
+        assert time.perf_counter() - start < 40  # killed, not waited out
+    finally:
+        v.close()
