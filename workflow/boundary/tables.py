@@ -110,6 +110,16 @@ def tex_escape(text: str) -> str:
     return out
 
 
+def _numeric(cell) -> bool:
+    if isinstance(cell, Stat) or cell in (NOT_RUN, "n/a", "--", ""):
+        return True
+    try:
+        float(str(cell).strip("[]%").split(",")[0].split("–")[0])
+        return True
+    except ValueError:
+        return False
+
+
 @dataclass
 class Table:
     name: str
@@ -129,7 +139,9 @@ class Table:
 
     def tex(self) -> str:
         cell = lambda c: c.tex() if isinstance(c, Stat) else tex_escape(str(c))
-        spec = "l" * min(2, len(self.columns)) + "c" * max(0, len(self.columns) - 2)
+        # Text columns left-aligned, number columns centred.
+        spec = "".join("c" if j > 0 and all(_numeric(r[j]) for r in self.rows if j < len(r)) else "l"
+                       for j in range(len(self.columns)))
         ascii_ = lambda t: t.replace("±", "+-").replace("−", "-").encode("ascii", "replace").decode()
         lines = [f"% {self.name}: {ascii_(self.caption)}"] + [f"% note: {ascii_(n)}" for n in self.notes]
         lines += [f"\\begin{{tabular}}{{@{{}}{spec}@{{}}}}", r"\toprule",
