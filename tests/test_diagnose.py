@@ -110,7 +110,7 @@ def test_cli_end_to_end(data, tmp_path, capsys):
     for (m, s), r in runs.items():
         args += ["--trained", f"{m}:{s}=" + write(r, tmp_path / f"{m}{s}.parquet")]
     dg.main(args + ["--ks", "1,4,32", "--coverage-k", "32", "--resamples", "200", "--pair", "pba", "grpo",
-                    "--out", str(tmp_path / "out")])
+                    "--labels", "pba=GRPO+PBA", "--out", str(tmp_path / "out")])
     out = tmp_path / "out"
     assert list(pd.read_csv(out / "regimes.csv").columns) == ["prompt_id", "p_base", "regime"]
     assert list(pd.read_csv(out / "passk.csv").columns) == ["method", "seed", "regime", "k", "value"]
@@ -122,6 +122,7 @@ def test_cli_end_to_end(data, tmp_path, capsys):
     for name in ("passk_curves", "regime_passk", "transitions", "p_base_hist", "paired_gain"):
         assert (out / "figures" / f"{name}.png").exists()
     assert (out / "tables" / "boundary_seeds.tex").exists()
+    assert "GRPO+PBA mean" in (out / "tables" / "boundary_seeds.md").read_text()
     assert "warning" not in capsys.readouterr().err  # independent calibration given
 
 

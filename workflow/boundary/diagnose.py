@@ -19,7 +19,8 @@ defined in docs/diagnostics.md; in short, per (method, seed, regime):
 
 CLI:
     boundary diagnose --base BASE --trained NAME:SEED=PATH [...] [--calibration CAL]
-                      [--mask NAME=PATH ...] [--pair A B] [--ks 1,4,16,64,256]
+                      [--mask NAME=PATH ...] [--pair A B] [--labels NAME=LABEL ...]
+                      [--ks 1,4,16,64,256]
                       [--easy 0.6 --boundary 0.1 --coverage-k 256 --coverage-min 0.4]
                       [--bins 0,0.01,...,1] [--resamples 10000] [--seed 0] --out DIR
 """
@@ -425,6 +426,8 @@ def main(argv=None) -> None:
     ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels")
     ap.add_argument("--mask", action="append", default=[], metavar="NAME=PATH", help="a PBA-style mask parquet")
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired gains A - B (e.g. pba grpo)")
+    ap.add_argument("--labels", action="append", default=[], metavar="NAME=LABEL",
+                    help="display name of a method in tables and figures")
     ap.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)))
     th0 = rg.Thresholds()
     ap.add_argument("--easy", type=float, default=th0.easy)
@@ -464,6 +467,12 @@ def main(argv=None) -> None:
         if not sep or not name or not path:
             raise BoundaryError(f"--mask {spec}: expected NAME=PATH")
         masks[name] = load_mask(path)
+    labels = {}
+    for spec in args.labels:
+        name, sep, text = spec.partition("=")
+        if not sep or not name:
+            raise BoundaryError(f"--labels {spec}: expected NAME=LABEL")
+        labels[name] = text
     methods = sorted({m for m, _ in runs})
     pairs = []
     if args.pair:
@@ -480,6 +489,7 @@ def main(argv=None) -> None:
         for name, table in diag.csv_tables().items():
             write_table(table, tmp / f"{name}.csv")
         view = tables.View.for_diagnose(methods, pair=tuple(args.pair) if args.pair else None)
+        view.labels.update(labels)
         tables.write_diagnose_tables(diag, view, tmp / "tables")
         if not args.no_figures:
             figures.write_diagnose_figures(diag, view, tmp / "figures")
