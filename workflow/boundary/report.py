@@ -54,7 +54,8 @@ DEFAULTS = {"baseline": "grpo", "method": "pba", "labels": {}, "diagnostic": "di
             "headline": None, "ks": list(DEFAULT_KS), "controls": [], "ablations": [], "group_size": 8,
             "gate_G0": 8, "strata_bins": list(DEFAULT_BINS), "bootstrap": {"resamples": 10_000, "seed": 0},
             "level": 0.95}
-DIAGNOSTIC_TABLES = ["regime_counts", "diag_seeds", "boundary_seeds", "transitions", "sensitivity", "strata"]
+DIAGNOSTIC_TABLES = ["regime_counts", "diag_seeds", "boundary_seeds", "regime_diagnostics", "transitions",
+                     "sensitivity", "strata"]
 DIAGNOSTIC_FIGURES = ["regime_passk", "transitions", "p_base_hist", "strata_delta", "training"]
 
 

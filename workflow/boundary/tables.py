@@ -423,6 +423,24 @@ def regime_counts(diag, view: View) -> Table:
                  ["Regime", "Prompts", "Share", "p_base range", "Base p@1", f"Base p@{k_hi}"], rows, data, notes)
 
 
+def regime_diagnostics(diag, view: View) -> Table:
+    """Per-regime diagnostics of each main method (seed mean ± SD): where pass@k moved."""
+    k_hi = max(diag.ks)
+    items = [("delta_passk", 1, 100, {"sign": True}), ("delta_passk", k_hi, 100, {"sign": True}),
+             ("lost", None, 1, {"digits": 0}), ("gained", None, 1, {"digits": 0}),
+             ("entropy_retained", None, 100, {"digits": 0, "suffix": "%"}), ("unique_positives", None, 1, {})]
+    regimes = ["all"] + [r for r in REGIMES if r in set(diag.summary["regime"])]
+    rows = []
+    for m in view.main:
+        for r in regimes:
+            rows.append([view.label(m), r] + [stat(diag.summary, m, metric, r, k, scale, **fmt)
+                                              for metric, k, scale, fmt in items])
+    data = _data(diag.summary, view.main, [i[0] for i in items], regimes)
+    return Table("regime_diagnostics", "Per-regime diagnostics (seed mean ± SD; Δ in points)",
+                 ["Method", "Regime", "Δp@1", f"Δp@{k_hi}", "Lost", "Gained", "Entropy retained",
+                  "Positive unique"], rows, data, _missing_note(view.main, set(diag.summary["method"]), view))
+
+
 def transitions_table(diag, view: View) -> Table:
     """Seed-mean four-cell transitions per regime (base solved/unsolved x trained)."""
     t = diag.transitions
@@ -508,7 +526,7 @@ def masks_table(mask_metrics: pd.DataFrame | None) -> Table:
 def diagnostic_tables(diag, view: View, order) -> list[Table]:
     """Tables that need only the regime-labelled diagnostic split."""
     out = [regime_counts(diag, view), diag_seeds(diag, view), boundary_seeds(diag, view),
-           transitions_table(diag, view), sensitivity_table(diag, view), strata_table(diag, view, order)]
+           regime_diagnostics(diag, view), transitions_table(diag, view), sensitivity_table(diag, view), strata_table(diag, view, order)]
     return out
 
 
