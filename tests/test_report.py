@@ -142,3 +142,19 @@ def test_missing_base_is_one_line(tmp_path):
     with pytest.raises(BoundaryError, match="base/seed0/counts.parquet"):
         report.main(["--results", str(tmp_path), "--settings", json.dumps(SETTINGS)])
     assert not (tmp_path / "tables").exists()
+
+
+def test_headline_interval_recomputed_from_counts(built):
+    """Boundary lost for GRPO: recount from eval_counts + regimes, then scipy's t interval."""
+    from scipy import stats as sps
+    ec = pd.read_parquet(built / "eval_counts.parquet")
+    d = ec[ec["benchmark"] == "diagnostic"]
+    base = d[d["method"] == "base"].set_index("prompt_id")["c"]
+    g = d[(d["method"] == "grpo") & (d["regime"] == "Boundary")]
+    lost = g.assign(base_c=g["prompt_id"].map(base)).query("base_c > 0 and c == 0").groupby("seed").size()
+    lost = lost.reindex(sorted(g["seed"].unique()), fill_value=0).to_numpy(float)
+    mean, sd = lost.mean(), lost.std(ddof=1)
+    half = sps.t.ppf(0.975, len(lost) - 1) * sd / np.sqrt(len(lost))
+    h = pd.read_csv(built / "tables" / "headline_intervals.csv")
+    row = h[h["quantity"] == "GRPO boundary lost prompts"].iloc[0]
+    assert row["mean"] == pytest.approx(mean) and row["ci_low"] == pytest.approx(mean - half)
