@@ -1,0 +1,494 @@
+"""One TRL GRPO trainer for GRPO, PBA and every control: a per-prompt action plus global knobs.
+
+Each train prompt has, in each gate refresh epoch (epoch = step // refresh_steps), an action
+read from its mask: sharpen (the GRPO surrogate), anchor, or drop (never sampled). Methods
+are settings, not code paths:
+
+  grpo        no mask, beta_kl = 0                 entropy   entropy_coef = 0.012 (TRL's)
+  pba         mask = PBA gate, anchor, beta_a      global_kl beta_kl = 0.035, kl_estimator
+  random      mask = random 70%, same anchor       drop      PBA mask, masked_action = drop
+  oracle      mask = Boundary labels               ablations gate masks with other G0 / tau
+
+Per rollout i of a batch of B, with anchor weight w_i (1 anchored, 0 sharpened, soft in
+between), the loss is the paper's minibatch average
+
+  (1/B) sum_i [ (1 - w_i) L_GRPO,i  +  w_i beta_a A_i ]  +  beta_kl (1/B) sum_i KL_i,
+
+where A_i is the anchor (see anchors.py): `policy` is a KL(pi || pi_base) estimate (k1, k2 or
+k3) on the policy's rollout; `base` is the cross-entropy of the policy on a fresh frozen-base
+rollout of the prompt, drawn *instead of* its policy rollouts (an anchored prompt does not
+use policy rollouts, so generation costs the same). With the base anchor a soft weight is
+realised per prompt and step as a Bernoulli(w) hard action: rollouts come from one model.
+
+TRL's loop is used as is: actions enter through `_generate_and_score_completions` (rollout
+source, anchor weights, frozen-base log-probs only for the rows that need them), the loss
+through `_compute_loss` (the surrogate with advantages scaled by 1 - w, plus the anchor on the
+same forward pass), and drop through the train sampler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import Sampler
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head
+
+from boundary.anchors import ANCHORS, ESTIMATORS, base_cross_entropy, policy_kl
+from boundary.errors import BoundaryError
+
+MASKED_ACTIONS = ("anchor", "drop")
+
+
+@dataclass
+class PBAConfig(GRPOConfig):
+    """GRPOConfig plus the per-prompt action knobs of PBA and its controls."""
+
+    anchor: str | None = field(default=None, metadata={"help": "policy | base | None"})
+    kl_estimator: str = field(default="k2", metadata={"help": "k1 | k2 | k3 (policy anchor, global KL)"})
+    beta_a: float = field(default=1.0, metadata={"help": "anchor weight beta_a"})
+    beta_kl: float = field(default=0.0, metadata={"help": "global KL(pi || pi_base) weight"})
+    masked_action: str = field(default="anchor", metadata={"help": "anchor | drop for masked prompts"})
+    refresh_steps: int = field(default=100, metadata={"help": "gate refresh period (steps)"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.anchor not in (None, *ANCHORS):
+            raise BoundaryError(f"anchor: {self.anchor!r} is not one of {ANCHORS} or null")
+        if self.kl_estimator not in ESTIMATORS:
+            raise BoundaryError(f"kl_estimator: {self.kl_estimator!r} is not one of {ESTIMATORS}")
+        if self.masked_action not in MASKED_ACTIONS:
+            raise BoundaryError(f"masked_action: {self.masked_action!r} is not one of {MASKED_ACTIONS}")
+        if self.beta != 0.0:
+            raise BoundaryError("beta: use beta_kl (TRL's beta is k3-only and loads its own reference)")
+        # One generation batch per optimizer step, so a batch's refresh epoch is its step's.
+        if self.num_iterations != 1 or self.steps_per_generation != self.gradient_accumulation_steps:
+            raise BoundaryError("num_iterations must be 1 and steps_per_generation = gradient_accumulation_steps")
+
+
+class ActionSampler(Sampler):
+    """Prompt indices for each step's generation batch, each repeated G times, as TRL's
+    RepeatSampler lays them out, drawing only prompts that the step's epoch does not drop.
+
+    Batch b is a pure function of (seed, b): passes over the eligible prompts in fresh random
+    orders, so a resumed run (which skips the first batches) sees the batches it would have.
+    """
+
+    def __init__(self, eligible: np.ndarray, prompts_per_step: int, num_generations: int,
+                 repeat_count: int, steps: int, refresh_steps: int, seed: int):
+        self.eligible = eligible  # bool [epochs, n_prompts]
+        self.P, self.G, self.repeat, self.steps = prompts_per_step, num_generations, repeat_count, steps
+        self.refresh_steps, self.seed = refresh_steps, seed
+        short = np.flatnonzero(eligible.sum(1) < prompts_per_step)
+        if len(short):
+            raise BoundaryError(f"mask epoch {short[0]}: fewer than prompts_per_step = "
+                                f"{prompts_per_step} prompts left to sample")
+
+    def batches(self):
+        rng = np.random.default_rng(self.seed)
+        queue: list[int] = []
+        for step in range(self.steps):
+            pool = self.eligible[min(step // self.refresh_steps, len(self.eligible) - 1)]
+            queue = [i for i in queue if pool[i]]  # a refresh removes newly dropped prompts
+            chosen: list[int] = []
+            while len(chosen) < self.P:
+                if not queue:
+                    queue = [i for i in rng.permutation(len(pool)).tolist() if pool[i]]
+                i = queue.pop(0)
+                if i in chosen:  # a pass boundary may repeat a prompt: keep it for later
+                    queue.append(i)
+                    continue
+                chosen.append(i)
+            yield chosen
+
+    def __iter__(self):
+        for chosen in self.batches():
+            for _ in range(self.repeat):
+                for i in chosen:
+                    yield from [i] * self.G
+
+    def __len__(self):
+        return self.steps * self.repeat * self.P * self.G
+
+
+class PBATrainer(GRPOTrainer):
+    """GRPOTrainer with per-prompt actions (sharpen / anchor / drop) from a mask.
+
+    `anchor_weights` is a float array [epochs, n_prompts] aligned with the train dataset's
+    rows (None: every prompt is sharpened, i.e. GRPO and the global controls).
+    """
+
+    def __init__(self, model, *args, anchor_weights: np.ndarray | None = None,
+                 base_model=None, **kwargs):
+        cfg: PBAConfig = kwargs["args"]
+        n = len(kwargs["train_dataset"])
+        self.anchor_weights = (np.zeros((1, n)) if anchor_weights is None
+                               else np.asarray(anchor_weights, dtype=float))
+        if self.anchor_weights.shape[1] != n:
+            raise ValueError("anchor_weights must have one column per train prompt")
+        anchoring = cfg.masked_action == "anchor" and self.anchor_weights.any()
+        if anchoring and cfg.anchor is None:
+            raise BoundaryError("anchor: required when a mask anchors prompts (policy or base)")
+        # The frozen base is loaded only when some loss term needs it.
+        needs_base = anchoring or cfg.beta_kl > 0
+        if needs_base and base_model is None:
+            base_model = copy.deepcopy(model)  # before TRL patches the policy
+        super().__init__(model, *args, **kwargs)
+        self._row = {pid: i for i, pid in enumerate(self.train_dataset["prompt_id"])}
+        self.anchoring, self.base_model = anchoring, None
+        if needs_base:
+            base_model.requires_grad_(False).eval()
+            add_fused_lm_head(base_model, temperature=self.temperature,
+                              cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
+            self.base_model = self.accelerator.prepare_model(base_model, evaluation_mode=True)
+        self._from_base: list[bool] | None = None
+        self._surrogate_logps = None
+        self._rewards = None
+
+    # --- sampling: drop removes prompts from the sampler -----------------------------------
+
+    def _get_train_sampler(self, dataset=None):
+        eligible = np.ones_like(self.anchor_weights, dtype=bool)
+        if self.args.masked_action == "drop":
+            eligible = self.anchor_weights < 0.5  # the mask's action column: anchor -> drop
+        return ActionSampler(eligible, self.args.generation_batch_size // self.num_generations,
+                             self.num_generations, self.num_iterations * self.args.steps_per_generation,
+                             self.args.max_steps, self.args.refresh_steps, self.args.seed)
+
+    # --- rollouts: per-prompt actions, rollout source, frozen-base log-probs ---------------
+
+    def _row_weights(self, inputs) -> np.ndarray:
+        """Anchor weight of each rollout's prompt in this step's refresh epoch."""
+        if not self.anchoring or not self.model.training:
+            return np.zeros(len(inputs))
+        epoch = min(self.state.global_step // self.args.refresh_steps, len(self.anchor_weights) - 1)
+        w = self.anchor_weights[epoch, [self._row[x["prompt_id"]] for x in inputs]]
+        if self.args.anchor == "base":
+            # Rollouts come from one model per prompt: realise a soft weight as Bernoulli(w).
+            rng = np.random.default_rng([self.args.seed, self.state.global_step])
+            draw = {pid: rng.random() for pid in dict.fromkeys(x["prompt_id"] for x in inputs)}
+            w = np.array([float(draw[x["prompt_id"]] < wi) for x, wi in zip(inputs, w)])
+        return w
+
+    def _generate_and_score_completions(self, inputs):
+        w = self._row_weights(inputs)
+        self._from_base = [bool(wi > 0) and self.args.anchor == "base" for wi in w]
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self._from_base = None
+        device = out["advantages"].device
+        from_base = torch.tensor([bool(wi > 0) and self.args.anchor == "base" for wi in w], device=device)
+        out["anchor_weight"] = torch.tensor(w, dtype=torch.float32, device=device)
+        out["from_base"] = from_base
+        # Frozen-base log-probs only for rows with a term that reads them.
+        need = torch.zeros_like(from_base)
+        if self.anchoring and self.args.anchor == "policy":
+            need |= out["anchor_weight"] > 0
+        if self.args.beta_kl > 0:
+            need |= ~from_base
+        if need.any():
+            out["base_per_token_logps"] = self._base_logps(out, need)
+            out["base_scored"] = need
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["protected_fraction"].append(float(np.mean(w > 0)))
+        if self._rewards is not None:
+            policy_rows = ~from_base.cpu()
+            if policy_rows.any():
+                self._metrics[mode]["reward_policy"].append(self._rewards[policy_rows].mean().item())
+        return out
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                              has_tool_images=False):
+        from_base = self._from_base
+        if not from_base or not any(from_base):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                 num_generations, has_tool_images)
+        if self.use_vllm or images is not None:
+            raise BoundaryError("anchor: base needs transformers generation of text prompts")
+        completions: list = [None] * len(prompt_ids)
+        for source in (False, True):
+            rows = [i for i, b in enumerate(from_base) if b == source]
+            if not rows:
+                continue
+            with self._generating_with(self.base_model) if source else contextlib.nullcontext():
+                ids, _ = super()._generate_single_turn([prompt_ids[i] for i in rows], None, {},
+                                                       num_generations)
+            for i, c in zip(rows, ids):
+                completions[i] = c
+        return completions, None
+
+    @contextlib.contextmanager
+    def _generating_with(self, model):
+        """Run TRL's own generation path on another model (the frozen base)."""
+        wrapped = self.model_wrapped
+        self.model_wrapped = model
+        try:
+            yield
+        finally:
+            self.model_wrapped = wrapped
+
+    @torch.no_grad()
+    def _base_logps(self, out, need: torch.Tensor) -> torch.Tensor:
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)[need]
+        attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)[need]
+        T = out["completion_ids"].size(1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.base_model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
+        full = torch.zeros(need.numel(), T, dtype=logps.dtype, device=logps.device)
+        full[need] = logps
+        return full
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._rewards = rewards.nansum(1).cpu()
+        return rewards
+
+    # --- loss: the surrogate and the anchor on one forward pass ----------------------------
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        if torch.is_grad_enabled():  # the surrogate's forward: the anchor reuses its logps
+            self._surrogate_logps = out[0]
+        return out
+
+    def _compute_loss(self, model, inputs):
+        w, from_base = inputs["anchor_weight"], inputs["from_base"]
+        # (1 - w) L_GRPO: the surrogate is linear in the advantage; base rollouts carry none.
+        scaled = inputs["advantages"] * (1.0 - w) * (~from_base)
+        self._surrogate_logps = None
+        loss = super()._compute_loss(model, {**inputs, "advantages": scaled})
+        logps = self._surrogate_logps
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        B = w.numel()
+        mode = "train" if self.model.training else "eval"
+        extra = logps.new_zeros(())
+        anchored = w > 0
+        if anchored.any():
+            if self.args.anchor == "base":
+                a = base_cross_entropy(logps[anchored], mask[anchored])
+            else:
+                a = policy_kl(logps[anchored], inputs["base_per_token_logps"][anchored],
+                              mask[anchored], self.args.kl_estimator)
+            extra = extra + self.args.beta_a * (w[anchored] * a).sum() / B
+            self._metrics[mode]["anchor_loss"].append(a.mean().item())
+        if "base_per_token_logps" in inputs:
+            # Logged KL(pi || pi_base): the token log-ratio (k1 value) on the scored policy rows.
+            rows = inputs["base_scored"]
+            log_ratio = (logps[rows] - inputs["base_per_token_logps"][rows]).detach()
+            self._metrics[mode]["kl"].append(
+                ((log_ratio * mask[rows]).sum() / mask[rows].sum().clamp(min=1)).item())
+            if self.args.beta_kl > 0:
+                kl = policy_kl(logps[~from_base], inputs["base_per_token_logps"][~from_base],
+                               mask[~from_base], self.args.kl_estimator)
+                extra = extra + self.args.beta_kl * kl.sum() / B
+        if mode == "train":
+            extra = extra / self.current_gradient_accumulation_steps
+        return loss + extra
+
+
+# --- the `boundary train` stage ------------------------------------------------------------
+
+TRAIN_KEYS = {
+    "steps", "lr", "warmup_ratio", "num_generations", "prompts_per_step", "temperature", "top_p",
+    "max_completion_length", "checkpoints", "bf16", "loss_type", "scale_rewards", "max_grad_norm",
+    "refresh_steps", "extractor", "verify_timeout", "save_steps", "gradient_accumulation_steps",
+    "weight_decay", "epsilon", "verify_workers",
+}
+METHOD_KEYS = {"mask", "masked_action", "anchor", "kl_estimator", "beta_a", "beta_kl", "entropy_coef"}
+PIPELINE_KEYS = {"seeds", "gpus", "label"}  # settings the pipeline passes that training ignores
+REQUIRED = ("steps", "lr", "num_generations", "prompts_per_step", "max_completion_length")
+
+
+def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
+    unknown = set(s) - TRAIN_KEYS - METHOD_KEYS - PIPELINE_KEYS
+    if unknown:
+        raise BoundaryError(f"train settings: unknown key(s) {', '.join(sorted(unknown))}")
+    missing = [k for k in REQUIRED if k not in s]
+    if missing:
+        raise BoundaryError(f"train settings: missing {', '.join(missing)}")
+    bf16 = s.get("bf16", "auto")
+    if bf16 == "auto":  # GRPOConfig turns bf16 on by default, which a CPU cannot run
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    G, P = int(s["num_generations"]), int(s["prompts_per_step"])
+    accum = int(s.get("gradient_accumulation_steps", 1))
+    if (P * G) % accum:
+        raise BoundaryError("train settings: prompts_per_step x num_generations must divide by "
+                            "gradient_accumulation_steps")
+    steps = int(s["steps"])
+    return PBAConfig(
+        output_dir=checkpoint_dir, seed=seed, max_steps=steps, learning_rate=float(s["lr"]),
+        lr_scheduler_type="cosine", warmup_steps=float(s.get("warmup_ratio", 0.05)),
+        optim="adamw_torch", weight_decay=float(s.get("weight_decay", 0.0)),
+        max_grad_norm=float(s.get("max_grad_norm", 1.0)), bf16=bool(bf16),
+        # per_device_train_batch_size counts completions: prompts x G per optimizer step.
+        num_generations=G, per_device_train_batch_size=P * G // accum,
+        gradient_accumulation_steps=accum, steps_per_generation=accum,
+        temperature=float(s.get("temperature", 1.0)), top_p=float(s.get("top_p", 1.0)),
+        max_completion_length=int(s["max_completion_length"]),
+        loss_type=s.get("loss_type", "grpo"), scale_rewards=s.get("scale_rewards", "group"),
+        epsilon=float(s.get("epsilon", 0.2)), beta=0.0,
+        entropy_coef=float(s.get("entropy_coef", 0.0)),
+        anchor=s.get("anchor"), kl_estimator=s.get("kl_estimator", "k2"),
+        beta_a=float(s.get("beta_a", 1.0)), beta_kl=float(s.get("beta_kl", 0.0)),
+        masked_action=s.get("masked_action", "anchor"), refresh_steps=int(s.get("refresh_steps", 100)),
+        save_strategy="steps", save_steps=int(s.get("save_steps", max(1, min(50, steps // 4)))),
+        save_total_limit=2, logging_steps=1, report_to="none", disable_tqdm=True,
+        remove_unused_columns=False, dataloader_num_workers=0,
+    )
+
+
+def anchor_weights_for(mask: pd.DataFrame, prompt_ids: list[str], epochs: int, path) -> np.ndarray:
+    """[epochs, n_prompts] anchor weights from a mask table; every cell must be present."""
+    table = mask.pivot_table(index="epoch", columns="prompt_id", values="weight", aggfunc="first")
+    missing = [p for p in prompt_ids if p not in table.columns]
+    if missing:
+        raise BoundaryError(f"{path}: no mask rows for train prompt {missing[0]}")
+    if len(table) < epochs or list(table.index[:epochs]) != list(range(epochs)):
+        raise BoundaryError(f"{path}: mask has epochs {list(table.index)}, training needs 0..{epochs - 1}")
+    weights = table.loc[list(range(epochs)), prompt_ids].to_numpy(dtype=float)
+    if np.isnan(weights).any():
+        raise BoundaryError(f"{path}: missing weight for some (prompt, epoch)")
+    return weights
+
+
+def make_reward(extractor: str, timeout: int, workers: int = 2):
+    from boundary.verify import Verifier, extract_answer
+
+    verifier = Verifier(timeout=timeout, workers=workers)  # one pool per process
+
+    def correct(prompts, completions, answer, **kwargs):
+        found = [extract_answer(c, extractor) for c in completions]
+        return [float(ok) for ok in verifier.check([str(a) for a in answer], found)]
+
+    correct.verifier = verifier
+    return correct
+
+
+class StepSnapshots(TrainerCallback):
+    """save_pretrained copies at the configured steps, into the checkpoint folder (which
+    outlives a killed job); `boundary train` copies them into its outputs at the end."""
+
+    def __init__(self, steps, folder: Path):
+        self.steps, self.folder = set(steps), folder
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if state.global_step in self.steps and state.is_world_process_zero:
+            save_atomic(model, processing_class, self.folder / f"step{state.global_step}")
+
+
+def save_atomic(model, tokenizer, path: Path):
+    tmp = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    """The newest complete TRL checkpoint (a kill mid-save leaves one without trainer state)."""
+    done = [p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+    return str(max(done, key=lambda p: int(p.name.split("-")[1]))) if done else None
+
+
+def log_table(history: list[dict]) -> pd.DataFrame:
+    rows = [{k.replace("/", "_"): v for k, v in h.items()} for h in history if "loss" in h]
+    df = pd.DataFrame(rows)
+    for col in ("step", "loss", "reward", "kl", "entropy", "protected_fraction", "anchor_loss"):
+        if col not in df:
+            df[col] = np.nan
+    return df
+
+
+def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, checkpoint_dir,
+          mask: pd.DataFrame | None = None, mask_path="--mask") -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out_dir, checkpoint_dir = Path(out_dir), Path(checkpoint_dir)
+    cfg = make_config(settings, seed, str(checkpoint_dir))
+    if settings.get("mask") and mask is None:
+        raise BoundaryError(f"--mask: method uses mask {settings['mask']!r}, none given")
+    text = split["prompt"] if "prompt" in split else split["problem"]
+    data = Dataset.from_dict({"prompt": text.tolist(), "answer": split["answer"].astype(str).tolist(),
+                              "prompt_id": split["prompt_id"].tolist()})
+    epochs = math.ceil(cfg.max_steps / cfg.refresh_steps)
+    weights = (None if mask is None else
+               anchor_weights_for(mask, split["prompt_id"].tolist(), epochs, mask_path))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    needs_base = cfg.beta_kl > 0 or (weights is not None and cfg.masked_action == "anchor")
+    base = AutoModelForCausalLM.from_pretrained(model_dir) if needs_base else None
+    reward = make_reward(settings.get("extractor", "last_number"), int(settings.get("verify_timeout", 5)),
+                         int(settings.get("verify_workers", 2)))
+    checkpoints = sorted(int(s) for s in settings.get("checkpoints", []))
+    snapshots = checkpoint_dir / "snapshots"
+    snapshots.mkdir(parents=True, exist_ok=True)
+    trainer = PBATrainer(model, reward_funcs=reward, args=cfg, train_dataset=data,
+                         processing_class=tokenizer, anchor_weights=weights, base_model=base,
+                         callbacks=[StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots)])
+    resume = last_checkpoint(checkpoint_dir)
+    print(f"train: {'resuming from ' + resume if resume else 'starting'}; "
+          f"{cfg.max_steps} steps x {cfg.generation_batch_size} completions", flush=True)
+    start = time.time()
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        reward.verifier.close()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for step_dir in snapshots.glob("step*"):
+        target = out_dir / step_dir.name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(step_dir, target)
+    save_atomic(trainer.model, tokenizer, out_dir / "final")
+    from boundary.artifacts import write_table
+
+    log = log_table(trainer.state.log_history)
+    write_table(log, out_dir / "log.parquet")
+    stats = {"steps": int(trainer.state.global_step), "resumed_from": resume,
+             "seconds": round(time.time() - start, 1),
+             "mean_step_time": float(log["step_time"].mean()) if "step_time" in log else None}
+    print("train: " + json.dumps(stats, sort_keys=True), flush=True)
+    return stats
+
+
+def main(argv=None):
+    from boundary.artifacts import read_table
+    from boundary.config import load_stage_settings
+    from boundary.gate import read_mask
+
+    parser = argparse.ArgumentParser(prog="boundary train", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="base model folder (save_pretrained)")
+    parser.add_argument("--train-split", required=True, help="splits/train.parquet")
+    parser.add_argument("--mask", help="masks/{mask}.parquet (methods with a mask)")
+    parser.add_argument("--settings", required=True, help="JSON string or file: train + method")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out", required=True, help="train/{method}/seed{S}")
+    parser.add_argument("--checkpoint-dir", required=True,
+                        help="resumable checkpoints, outside Snakemake's declared outputs")
+    args = parser.parse_args(argv)
+    if not Path(args.model).is_dir():
+        raise BoundaryError(f"--model: {args.model}: no such model folder")
+    settings = load_stage_settings(args.settings)
+    split = read_table(args.train_split, ["prompt_id", "answer"])
+    if "prompt" not in split and "problem" not in split:
+        raise BoundaryError(f"{args.train_split}: missing column problem (or prompt)")
+    mask = read_mask(args.mask) if args.mask else None
+    train(args.model, split, settings, args.seed, args.out, args.checkpoint_dir, mask, args.mask)
