@@ -19,6 +19,7 @@ wildcard_constraints:
     method=r"[A-Za-z0-9_]+",
     mask=r"[A-Za-z0-9_]+",
     bench=r"[A-Za-z0-9_]+",
+    shard=r"\d+",
 
 
 include: "workflow/rules/data.smk"

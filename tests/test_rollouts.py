@@ -58,9 +58,33 @@ def test_evaluate_cli_writes_samples_and_counts(tiny_model_dir, tmp_path):
     np.testing.assert_allclose(counts["pass_at_4"], expect)
 
 
+def test_sharded_evaluation_gathers_every_prompt(tiny_model_dir, tmp_path):
+    split = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(5)], "problem": ["12+34="] * 5,
+                          "answer": ["1234"] * 5})
+    split.to_parquet(tmp_path / "split.parquet")
+    settings = dumps({"evaluate": {"n": 4, "temperature": 1.0, "top_p": 1.0, "seed": 3, "ks": [1, 4]},
+                      "sampling": {"backend": "hf", "batch_size": 64, "max_new_tokens": 6},
+                      "verify": {"extractor": "last_number", "timeout": 5, "workers": 1}})
+    base = ["boundary", "evaluate", "--settings", settings]
+    for i in range(2):
+        subprocess.run(base + ["--model", str(tiny_model_dir), "--split", str(tmp_path / "split.parquet"),
+                               "--shard", f"{i}/2", "--samples", str(tmp_path / f"s{i}.parquet")],
+                       check=True, capture_output=True)
+    assert len(pd.read_parquet(tmp_path / "s0.parquet")) == 3 * 4
+    subprocess.run(base + ["--gather", str(tmp_path / "s0.parquet"), str(tmp_path / "s1.parquet"),
+                           "--samples", str(tmp_path / "s.parquet"), "--counts", str(tmp_path / "c.parquet")],
+                   check=True, capture_output=True)
+    counts = pd.read_parquet(tmp_path / "c.parquet")
+    assert sorted(counts["prompt_id"]) == sorted(split["prompt_id"]) and set(counts["n"]) == {4}
+    bad = subprocess.run(base + ["--model", str(tiny_model_dir), "--split", str(tmp_path / "split.parquet"),
+                                 "--shard", "2/2", "--samples", str(tmp_path / "x.parquet")],
+                         capture_output=True, text=True)
+    assert bad.stderr.strip() == "boundary evaluate: error: --shard: '2/2' is not I/K with 0 <= I < K"
+
+
 def test_missing_split_is_one_line(tiny_model_dir, tmp_path):
     run = subprocess.run(["boundary", "evaluate", "--model", str(tiny_model_dir), "--split",
-                          str(tmp_path / "nope.parquet"), "--settings", "{}", "--samples", "x",
+                          str(tmp_path / "nope.parquet"), "--settings", '{"evaluate": {}}', "--samples", "x",
                           "--counts", "y"], capture_output=True, text=True)
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [

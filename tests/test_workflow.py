@@ -58,6 +58,7 @@ def test_paper_config_dry_run(tmp_path):
         assert stats[f"train_{control}"] == "1", control
     # base + 3 grpo + 3 pba + 11 single-seed runs (early stop included), on 3 splits.
     assert stats["evaluate"] == str(3 * (1 + 3 + 3 + 11))
+    assert stats["evaluate_shard"] == str(8 * 3 * (1 + 3 + 3 + 11))  # sampling.shards: 8
     assert stats["mask"] == "8" and stats["calibrate_base"] == "2"  # diagnostic + train (oracle)
 
 

@@ -14,7 +14,9 @@ import pandas as pd
 
 from boundary.artifacts import read_table, write_table
 from boundary.passk import add_pass_at_k
-from boundary.rollouts import sampling_params, scored_samples
+from boundary.rollouts import sampling_params, scored_samples, shard_of
+
+SAMPLE_COLUMNS = ["prompt_id", "sample_idx", "completion", "answer", "correct", "entropy"]
 
 
 def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
@@ -36,19 +38,29 @@ def main(argv=None):
     from boundary.config import load_stage_settings
 
     parser = argparse.ArgumentParser(prog="boundary evaluate", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="policy folder (save_pretrained)")
-    parser.add_argument("--split", required=True)
+    parser.add_argument("--model", help="policy folder (save_pretrained)")
+    parser.add_argument("--split", help="split parquet")
     parser.add_argument("--settings", required=True)
+    parser.add_argument("--shard", help="I/K: sample only rows I, I+K, ... (cluster scatter)")
+    parser.add_argument("--gather", nargs="+", metavar="SHARD",
+                        help="instead of sampling, merge these shard sample files")
     parser.add_argument("--samples", required=True, help="samples.parquet to write")
-    parser.add_argument("--counts", required=True, help="counts.parquet to write")
+    parser.add_argument("--counts", help="counts.parquet to write (not with --shard)")
     args = parser.parse_args(argv)
-    split = read_table(args.split, ["prompt_id", "answer"])
     s = load_stage_settings(args.settings)
     ev = s["evaluate"]
-    samples = scored_samples(args.model, split, sampling_params(ev, s["sampling"], ev["seed"], ev["n"]),
-                             s["verify"]["extractor"], s["verify"]["timeout"], s["verify"]["workers"])
-    counts = counts_from_samples(samples, ev["ks"])
+    if args.gather:
+        samples = pd.concat([read_table(p, SAMPLE_COLUMNS) for p in args.gather], ignore_index=True)
+    else:
+        if not (args.model and args.split):
+            parser.error("--model and --split are required unless --gather is given")
+        split, offset = shard_of(read_table(args.split, ["prompt_id", "answer"]), args.shard)
+        params = sampling_params(ev, s["sampling"], ev["seed"] + offset, ev["n"])
+        samples = scored_samples(args.model, split, params, s["verify"]["extractor"],
+                                 s["verify"]["timeout"], s["verify"]["workers"])
     write_table(samples, args.samples)
-    write_table(counts, args.counts)
-    print(f"evaluate: {len(counts)} prompts, pass@1 {counts['pass_at_1'].mean():.3f}, "
-          f"pass@{ev['n']} {(counts['c'] > 0).mean():.3f}")
+    if args.counts:
+        counts = counts_from_samples(samples, ev["ks"])
+        write_table(counts, args.counts)
+        print(f"evaluate: {len(counts)} prompts, pass@1 {counts['pass_at_1'].mean():.3f}, "
+              f"pass@{ev['n']} {(counts['c'] > 0).mean():.3f}")

@@ -8,8 +8,22 @@ from __future__ import annotations
 
 import pandas as pd
 
+from boundary.errors import BoundaryError
 from boundary.sampling import SamplingParams, sample
 from boundary.verify import Verifier, score_samples
+
+
+def shard_of(split: pd.DataFrame, shard: str | None) -> tuple[pd.DataFrame, int]:
+    """Rows I, I+K, ... of the split for shard "I/K", and a seed offset that keeps the shards'
+    random streams apart (so K shards give other, equally valid samples than one job)."""
+    if not shard:
+        return split, 0
+    try:
+        index, count = (int(x) for x in shard.split("/"))
+        assert 0 <= index < count
+    except (ValueError, AssertionError):
+        raise BoundaryError(f"--shard: {shard!r} is not I/K with 0 <= I < K") from None
+    return split.iloc[index::count], 7919 * (index + 1)
 
 
 def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,

@@ -1,23 +1,74 @@
-rule evaluate:
-    output:
-        samples=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/samples.parquet",
-        counts=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/counts.parquet",
-    input:
-        model=lambda wc: policy_dir(wc.method, int(wc.seed)),
-        split=eval_split,
-        code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
-    params:
-        settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
-    threads: 1
-    resources:
-        gpu=1 if config["train"]["gpus"] else 0,
-    log:
-        f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
-    benchmark:
-        f"{OUT}/benchmarks/evaluate/{{bench}}/{{method}}/seed{{seed}}.tsv"
-    conda:
-        "../../envs/boundary.yaml"
-    shell:
-        "OMP_NUM_THREADS={threads} boundary evaluate --model {input.model} --split {input.split} "
-        "--settings {params.settings:q} --samples {output.samples} --counts {output.counts} "
-        "> {log} 2>&1"
+# n-sample evaluation of the base and every policy on the diagnostic split and benchmarks.
+# With sampling.shards > 1 each evaluation scatters into shard jobs and gathers into one.
+if config["sampling"]["shards"] == 1:
+
+    rule evaluate:
+        output:
+            samples=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/samples.parquet",
+            counts=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/counts.parquet",
+        input:
+            model=lambda wc: policy_dir(wc.method, int(wc.seed)),
+            split=eval_split,
+            code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
+        params:
+            settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
+        threads: 1
+        resources:
+            gpu=1 if config["train"]["gpus"] else 0,
+        log:
+            f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
+        benchmark:
+            f"{OUT}/benchmarks/evaluate/{{bench}}/{{method}}/seed{{seed}}.tsv"
+        conda:
+            "../../envs/boundary.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} boundary evaluate --model {input.model} --split {input.split} "
+            "--settings {params.settings:q} --samples {output.samples} --counts {output.counts} "
+            "> {log} 2>&1"
+
+else:
+
+    rule evaluate_shard:
+        output:
+            temp(f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/shards/{{shard}}.parquet"),
+        input:
+            model=lambda wc: policy_dir(wc.method, int(wc.seed)),
+            split=eval_split,
+            code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
+        params:
+            settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
+            shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
+        threads: 1
+        resources:
+            gpu=1 if config["train"]["gpus"] else 0,
+        log:
+            f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}/shard{{shard}}.log",
+        benchmark:
+            f"{OUT}/benchmarks/evaluate/{{bench}}/{{method}}/seed{{seed}}/shard{{shard}}.tsv"
+        conda:
+            "../../envs/boundary.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} boundary evaluate --model {input.model} --split {input.split} "
+            "--settings {params.settings:q} --shard {params.shard} --samples {output} > {log} 2>&1"
+
+    rule evaluate:
+        output:
+            samples=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/samples.parquet",
+            counts=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/counts.parquet",
+        input:
+            shards=lambda wc: expand(
+                f"{OUT}/eval/{wc.bench}/{wc.method}/seed{wc.seed}/shards/{{i}}.parquet",
+                i=range(config["sampling"]["shards"]),
+            ),
+            code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
+        params:
+            settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
+        log:
+            f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
+        benchmark:
+            f"{OUT}/benchmarks/evaluate/{{bench}}/{{method}}/seed{{seed}}.tsv"
+        conda:
+            "../../envs/boundary.yaml"
+        shell:
+            "boundary evaluate --settings {params.settings:q} --gather {input.shards} "
+            "--samples {output.samples} --counts {output.counts} > {log} 2>&1"
