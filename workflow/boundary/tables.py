@@ -412,8 +412,9 @@ def regime_counts(diag, view: View) -> Table:
     for r in list(REGIMES) + ["all"]:
         ids = reg if r == "all" else reg[reg["regime"] == r]
         rows.append([r, str(len(ids)), Stat(100 * len(ids) / max(len(reg), 1), suffix="%"),
-                     f"{ids['p_base'].min():.3g}–{ids['p_base'].max():.3g}" if len(ids) else "--",
-                     stat(diag.summary, BASE, "passk", r, 1, 100), stat(diag.summary, BASE, "passk", r, k_hi, 100)])
+                     f"{ids['p_base'].min():.3g}–{ids['p_base'].max():.3g}" if len(ids) else "--"]
+                    + ([stat(diag.summary, BASE, "passk", r, 1, 100), stat(diag.summary, BASE, "passk", r, k_hi, 100)]
+                       if len(ids) else ["--", "--"]))
     th = diag.thresholds
     notes = [f"Thresholds: easy {th.easy:g}, boundary {th.boundary:g}, coverage_k {th.coverage_k}, "
              f"coverage_min {th.coverage_min:g}."] if th else []
