@@ -1,0 +1,231 @@
+"""The PBA trainer: sampler layout, per-prompt actions, where rollouts and frozen-base passes
+come from, the loss of each action, the CLI outputs, and resuming a killed job."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from boundary.anchors import base_cross_entropy, policy_kl
+from boundary.errors import BoundaryError
+from boundary.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
+from boundary.train import ActionSampler, PBATrainer, make_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = TinyModelConfig(hidden=32, layers=1, heads=2, intermediate=64)
+G, P = 4, 4
+SETTINGS = dict(steps=4, lr=1e-3, num_generations=G, prompts_per_step=P, max_completion_length=6,
+                refresh_steps=2, checkpoints=[2], save_steps=2, bf16="auto")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny")
+    tok = build_tokenizer()
+    build_model(TINY, tok, seed=0).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def split():
+    return make_prompts(TestbedTask(), {"train": 16})["train"]
+
+
+def digits_reward(prompts, completions, answer, **kwargs):
+    """A cheap stand-in for math-verify in in-process tests."""
+    return [float(a in c) for c, a in zip(completions, answer)]
+
+
+def make_trainer(model_dir, split, tmp_path, weights=None, **method):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),
+                              "prompt_id": split["prompt_id"].tolist()})
+    cfg = make_config({**SETTINGS, **method}, seed=0, checkpoint_dir=str(tmp_path / "ck"))
+    trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=digits_reward,
+                      args=cfg, train_dataset=data,
+                      processing_class=AutoTokenizer.from_pretrained(model_dir),
+                      anchor_weights=weights)
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop otherwise
+    return trainer
+
+
+def first_batch(trainer, split):
+    """The rollouts of the first P prompts, G each, as TRL's sampler lays them out."""
+    trainer.model.train()
+    return [trainer.train_dataset[i] for i in range(P) for _ in range(G)]
+
+
+def alternate(split, epochs=2):
+    return np.tile((np.arange(len(split)) % 2).astype(float), (epochs, 1))  # odd rows anchored
+
+
+# --- sampler ---------------------------------------------------------------------------------
+
+def test_sampler_layout_drop_and_determinism():
+    eligible = np.ones((2, 10), dtype=bool)
+    eligible[1, :5] = False  # epoch 1 drops prompts 0-4
+    sampler = ActionSampler(eligible, prompts_per_step=3, num_generations=2, repeat_count=1,
+                            steps=6, refresh_steps=3, seed=0)
+    idx = list(sampler)
+    assert len(idx) == len(sampler) == 6 * 3 * 2
+    assert idx[0::2] == idx[1::2]  # each prompt G times in a row
+    batches = list(sampler.batches())
+    assert all(len(set(b)) == 3 for b in batches)  # no prompt twice in a step
+    assert all(i >= 5 for b in batches[3:] for i in b)  # dropped prompts never drawn
+    assert batches == list(sampler.batches())  # a resumed run sees the same batches
+    seen = [i for b in batches[:3] for i in b]
+    assert len(set(seen)) == 9  # without replacement within a pass
+
+
+def test_sampler_refuses_too_few_prompts():
+    with pytest.raises(BoundaryError, match="epoch 0"):
+        ActionSampler(np.zeros((1, 10), dtype=bool), 3, 2, 1, 4, 2, 0)
+
+
+# --- actions: rollout source, frozen-base passes, loss ----------------------------------------
+
+def count_base_rows(trainer):
+    rows = []
+    trainer.base_model.get_decoder().register_forward_hook(
+        lambda mod, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0] if "input_ids" in kwargs
+                                                   else args[0].shape[0]), with_kwargs=True)
+    return rows
+
+
+def test_grpo_loads_no_frozen_base(model_dir, split, tmp_path):
+    trainer = make_trainer(model_dir, split, tmp_path)
+    assert trainer.base_model is None
+    out = trainer._generate_and_score_completions(first_batch(trainer, split))
+    assert "base_per_token_logps" not in out and not out["anchor_weight"].any()
+
+
+def test_policy_anchor_scores_only_anchored_rows(model_dir, split, tmp_path):
+    w = alternate(split)
+    trainer = make_trainer(model_dir, split, tmp_path, w, mask="m", anchor="policy", kl_estimator="k2")
+    rows = count_base_rows(trainer)
+    out = trainer._generate_and_score_completions(first_batch(trainer, split))
+    anchored = torch.tensor([i % 2 == 1 for i in range(P) for _ in range(G)])
+    assert torch.equal(out["anchor_weight"] > 0, anchored) and not out["from_base"].any()
+    assert sum(rows) == int(anchored.sum())  # the base ran on the anchored rows only
+    assert out["base_per_token_logps"][~anchored].abs().sum() == 0
+
+
+def test_base_anchor_draws_anchored_rollouts_from_the_base(model_dir, split, tmp_path):
+    w = alternate(split)
+    trainer = make_trainer(model_dir, split, tmp_path, w, mask="m", anchor="base", beta_a=10.0)
+    rows = count_base_rows(trainer)
+    out = trainer._generate_and_score_completions(first_batch(trainer, split))
+    anchored = torch.tensor([i % 2 == 1 for i in range(P) for _ in range(G)])
+    assert torch.equal(out["from_base"], anchored)
+    assert "base_per_token_logps" not in out  # cross-entropy needs no base log-probs
+    # Generation calls the base once per new token with the anchored rows only.
+    assert rows and set(rows) == {int(anchored.sum())}
+
+
+def perturb(model, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+
+
+@pytest.mark.parametrize("anchor,estimator", [("policy", "k1"), ("policy", "k3"), ("base", "k2")])
+def test_all_anchored_loss_is_the_anchor(model_dir, split, tmp_path, anchor, estimator):
+    trainer = make_trainer(model_dir, split, tmp_path, np.ones((2, len(split))), mask="m",
+                           anchor=anchor, kl_estimator=estimator, beta_a=2.0)
+    out = trainer._generate_and_score_completions(first_batch(trainer, split))
+    perturb(trainer.model)
+    loss = trainer._compute_loss(trainer.model, out)
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, attn, out["completion_ids"].size(1))
+    if anchor == "base":
+        a = base_cross_entropy(logps, out["completion_mask"])
+    else:
+        a = policy_kl(logps, out["base_per_token_logps"], out["completion_mask"], estimator)
+    assert torch.allclose(loss, 2.0 * a.mean(), atol=1e-5)
+
+
+def test_unanchored_loss_is_trl_grpo(model_dir, split, tmp_path):
+    from trl import GRPOTrainer
+
+    trainer = make_trainer(model_dir, split, tmp_path, np.zeros((2, len(split))), mask="m",
+                           anchor="policy")
+    out = trainer._generate_and_score_completions(first_batch(trainer, split))
+    out["advantages"] = torch.linspace(-1, 1, len(out["advantages"]))
+    perturb(trainer.model)
+    ours = trainer._compute_loss(trainer.model, out)
+    trl = GRPOTrainer._compute_loss(trainer, trainer.model, out)
+    assert torch.allclose(ours, trl)
+
+
+def test_config_errors(tmp_path):
+    with pytest.raises(BoundaryError, match="anchor"):
+        make_config({**SETTINGS, "anchor": "both"}, 0, str(tmp_path))
+    with pytest.raises(BoundaryError, match="kl_estimator"):
+        make_config({**SETTINGS, "kl_estimator": "k4"}, 0, str(tmp_path))
+    with pytest.raises(BoundaryError, match="unknown key"):
+        make_config({**SETTINGS, "learning_rate": 1e-3}, 0, str(tmp_path))
+    cfg = make_config(SETTINGS, 0, str(tmp_path))
+    assert cfg.loss_type == "grpo" and cfg.per_device_train_batch_size == P * G
+    assert cfg.lr_scheduler_type == "cosine" and cfg.max_grad_norm == 1.0 and cfg.beta == 0.0
+    assert cfg.bf16 == (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+# --- the CLI: outputs, and a killed job resumes ------------------------------------------------
+
+def cli(args, **kwargs):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "workflow"), "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "boundary.cli", "train", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def test_killed_training_resumes_from_its_last_checkpoint(model_dir, split, tmp_path):
+    split.to_parquet(tmp_path / "train.parquet")
+    mask = pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": float(i % 2),
+                          "action": "anchor" if i % 2 else "sharpen"}
+                         for i, p in enumerate(split["prompt_id"]) for e in range(4)])
+    mask.to_parquet(tmp_path / "mask.parquet")
+    settings = {**SETTINGS, "steps": 12, "refresh_steps": 4, "save_steps": 2, "checkpoints": [4],
+                "mask": "pba", "anchor": "base", "beta_a": 10.0}
+    ck, out = tmp_path / "ck", tmp_path / "out"
+    args = ["--model", str(model_dir), "--train-split", str(tmp_path / "train.parquet"),
+            "--mask", str(tmp_path / "mask.parquet"), "--settings", json.dumps(settings),
+            "--seed", "0", "--out", str(out), "--checkpoint-dir", str(ck)]
+    first = cli(args, start_new_session=True)
+    deadline = time.time() + 120
+    while not (ck / "checkpoint-6" / "trainer_state.json").exists():
+        assert first.poll() is None, first.stdout.read()
+        assert time.time() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)  # the job and its verifier workers
+    first.wait()
+    assert not (out / "final").exists()
+
+    second = cli(args)
+    log_text, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, log_text
+    resumed = [line for line in log_text.splitlines() if "resuming from" in line]
+    assert resumed, log_text
+    step = int(resumed[0].rsplit("checkpoint-", 1)[1].split(";")[0])
+    assert 6 <= step < 12
+    log = pd.read_parquet(out / "log.parquet")
+    assert log["step"].tolist() == list(range(1, 13))  # history before the kill survives
+    assert {"loss", "reward", "protected_fraction", "anchor_loss"} <= set(log.columns)
+    assert (out / "step4" / "config.json").exists()  # saved before the kill, kept outside out/
+    assert (out / "final" / "model.safetensors").exists()
+    assert (out / "final" / "tokenizer.json").exists()
