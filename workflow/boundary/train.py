@@ -417,7 +417,7 @@ def log_table(history: list[dict]) -> pd.DataFrame:
 
 
 def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, checkpoint_dir,
-          mask: pd.DataFrame | None = None, mask_path="--mask") -> dict:
+          mask: pd.DataFrame | None = None, mask_path="--mask", callbacks=()) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -443,7 +443,8 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     snapshots.mkdir(parents=True, exist_ok=True)
     trainer = PBATrainer(model, reward_funcs=reward, args=cfg, train_dataset=data,
                          processing_class=tokenizer, anchor_weights=weights, base_model=base,
-                         callbacks=[StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots)])
+                         callbacks=[StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots),
+                                    *callbacks])
     resume = last_checkpoint(checkpoint_dir)
     print(f"train: {'resuming from ' + resume if resume else 'starting'}; "
           f"{cfg.max_steps} steps x {cfg.generation_batch_size} completions", flush=True)
