@@ -40,10 +40,12 @@ def colour(method: str, view) -> str:
 def save(fig, folder: Path, name: str) -> list[Path]:
     """Write NAME.pdf and NAME.png atomically."""
     paths = []
+    # One tight bounding box for both formats: "tight" would lay the figure out again per file.
+    bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(0.1)
     for ext in ("pdf", "png"):
         path = Path(folder) / f"{name}.{ext}"
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, dpi=160, bbox_inches="tight")
+            fig.savefig(tmp, format=ext, dpi=160, bbox_inches=bbox)
         paths.append(path)
     plt.close(fig)
     return paths
