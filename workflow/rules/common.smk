@@ -152,7 +152,8 @@ def report_outputs():
     csvs = [report(f"{OUT}/tables/{t}.csv", category="Tables") for t in table_names(REPORT)]
     figures = [f"{OUT}/figures/{f}.pdf" for f in figure_names(REPORT)]
     pngs = [report(f"{OUT}/figures/{f}.png", category="Figures") for f in figure_names(REPORT)]
-    return [f"{OUT}/eval_counts.parquet"] + tables + csvs + figures + pngs
+    audit = [directory(f"{OUT}/diagnostics"), f"{OUT}/release/diagnostic_split.jsonl"]
+    return [f"{OUT}/eval_counts.parquet"] + audit + tables + csvs + figures + pngs
 
 
 def mask_files():

@@ -7,6 +7,7 @@ rule report:
     input:
         counts=[t for b in ["diagnostic"] + BENCHMARKS for t in eval_targets(b)],
         regimes=f"{OUT}/regimes/regimes.parquet",
+        split=f"{OUT}/splits/diagnostic.parquet",
         masks=mask_files(),
         logs=[f"{OUT}/train/{m}/seed{s}/log.parquet" for m in TRAINED for s in seeds_of(m)],
         code=code("report", "diagnose", "stats", "tables", "figures", "regimes", "passk"),
