@@ -87,6 +87,13 @@ def test_smoke_run_writes_every_artifact(smoke_run):
     assert (out / "train/grpo/seed0/final/config.json").exists()
 
 
+def test_html_report_holds_the_figures(smoke_run):
+    workdir, config = smoke_run
+    snakemake("--cores", "1", "--configfile", str(config), "--report", "report.html", cwd=workdir)
+    html = (workdir / "report.html").read_text(errors="replace")
+    assert "passk_testbed.png" in html and "benchmark_curves.csv" in html
+
+
 def test_nothing_reruns_after_a_complete_run(smoke_run):
     workdir, config = smoke_run
     assert planned_jobs(workdir, config) == set()
