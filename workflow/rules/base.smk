@@ -7,7 +7,9 @@ if TESTBED:
         input:
             code=code("testbed"),
         params:
-            settings=as_param(config["testbed"]),
+            settings=as_param(
+                {k: config["testbed"][k] for k in ("task", "model", "pretrain")}
+            ),
         threads: 2
         log:
             f"{OUT}/logs/pretrain_base.log",
