@@ -175,12 +175,14 @@ class PBATrainer(GRPOTrainer):
         if not self.anchoring or not self.model.training:
             return np.zeros(len(inputs))
         epoch = min(self.state.global_step // self.args.refresh_steps, len(self.anchor_weights) - 1)
-        w = self.anchor_weights[epoch, [self._row[x["prompt_id"]] for x in inputs]]
+        rows = [self._row[x["prompt_id"]] for x in inputs]
+        w = self.anchor_weights[epoch, rows]
         if self.args.anchor == "base":
-            # Rollouts come from one model per prompt: realise a soft weight as Bernoulli(w).
-            rng = np.random.default_rng([self.args.seed, self.state.global_step])
-            draw = {pid: rng.random() for pid in dict.fromkeys(x["prompt_id"] for x in inputs)}
-            w = np.array([float(draw[x["prompt_id"]] < wi) for x, wi in zip(inputs, w)])
+            # Rollouts come from one model per prompt: realise a soft weight as Bernoulli(w),
+            # keyed by (seed, step, prompt) so every process holding the prompt agrees.
+            u = [np.random.default_rng([self.args.seed, self.state.global_step, r]).random()
+                 for r in rows]
+            w = (np.asarray(u) < w).astype(float)
         return w
 
     def _generate_and_score_completions(self, inputs):
@@ -323,13 +325,16 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
     if missing:
         raise BoundaryError(f"train settings: missing {', '.join(missing)}")
     bf16 = s.get("bf16", "auto")
+    if bf16 not in ("auto", True, False):
+        raise BoundaryError(f"train settings: bf16 must be auto, true or false, not {bf16!r}")
     if bf16 == "auto":  # GRPOConfig turns bf16 on by default, which a CPU cannot run
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     G, P = int(s["num_generations"]), int(s["prompts_per_step"])
     accum = int(s.get("gradient_accumulation_steps", 1))
-    if (P * G) % accum:
+    world = int(os.environ.get("WORLD_SIZE", 1))  # processes under accelerate/torchrun
+    if (P * G) % (accum * world):
         raise BoundaryError("train settings: prompts_per_step x num_generations must divide by "
-                            "gradient_accumulation_steps")
+                            "gradient_accumulation_steps x processes")
     steps = int(s["steps"])
     return PBAConfig(
         output_dir=checkpoint_dir, seed=seed, max_steps=steps, learning_rate=float(s["lr"]),
@@ -337,7 +342,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         optim="adamw_torch", weight_decay=float(s.get("weight_decay", 0.0)),
         max_grad_norm=float(s.get("max_grad_norm", 1.0)), bf16=bool(bf16),
         # per_device_train_batch_size counts completions: prompts x G per optimizer step.
-        num_generations=G, per_device_train_batch_size=P * G // accum,
+        num_generations=G, per_device_train_batch_size=P * G // (accum * world),
         gradient_accumulation_steps=accum, steps_per_generation=accum,
         temperature=float(s.get("temperature", 1.0)), top_p=float(s.get("top_p", 1.0)),
         max_completion_length=int(s["max_completion_length"]),
