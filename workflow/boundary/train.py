@@ -187,13 +187,14 @@ class PBATrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         w = self._row_weights(inputs)
-        self._from_base = [bool(wi > 0) and self.args.anchor == "base" for wi in w]
+        base_rows = [bool(wi > 0) and self.args.anchor == "base" for wi in w]
+        self._from_base = base_rows  # read by _generate_single_turn
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
             self._from_base = None
         device = out["advantages"].device
-        from_base = torch.tensor([bool(wi > 0) and self.args.anchor == "base" for wi in w], device=device)
+        from_base = torch.tensor(base_rows, device=device)
         out["anchor_weight"] = torch.tensor(w, dtype=torch.float32, device=device)
         out["from_base"] = from_base
         # Frozen-base log-probs only for rows with a term that reads them.
