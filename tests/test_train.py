@@ -183,6 +183,7 @@ def test_config_errors(tmp_path):
     assert cfg.loss_type == "grpo" and cfg.per_device_train_batch_size == P * G
     assert cfg.lr_scheduler_type == "cosine" and cfg.max_grad_norm == 1.0 and cfg.beta == 0.0
     assert cfg.bf16 == (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    assert cfg.gradient_checkpointing == torch.cuda.is_available()
 
 
 # --- the CLI: outputs, and a killed job resumes ------------------------------------------------

@@ -311,7 +311,7 @@ TRAIN_KEYS = {
     "steps", "lr", "warmup_ratio", "num_generations", "prompts_per_step", "temperature", "top_p",
     "max_completion_length", "checkpoints", "bf16", "loss_type", "scale_rewards", "max_grad_norm",
     "refresh_steps", "extractor", "verify_timeout", "save_steps", "gradient_accumulation_steps",
-    "weight_decay", "epsilon", "verify_workers",
+    "weight_decay", "epsilon", "verify_workers", "gradient_checkpointing",
 }
 METHOD_KEYS = {"mask", "masked_action", "anchor", "kl_estimator", "beta_a", "beta_kl", "entropy_coef"}
 PIPELINE_KEYS = {"seeds", "gpus", "label"}  # settings the pipeline passes that training ignores
@@ -330,6 +330,11 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         raise BoundaryError(f"train settings: bf16 must be auto, true or false, not {bf16!r}")
     if bf16 == "auto":  # GRPOConfig turns bf16 on by default, which a CPU cannot run
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    # TRL checkpoints activations by default: a memory saver for large models on a GPU, pure
+    # recomputation for a CPU-sized model.
+    checkpointing = s.get("gradient_checkpointing", "auto")
+    if checkpointing == "auto":
+        checkpointing = torch.cuda.is_available()
     G, P = int(s["num_generations"]), int(s["prompts_per_step"])
     accum = int(s.get("gradient_accumulation_steps", 1))
     world = int(os.environ.get("WORLD_SIZE", 1))  # processes under accelerate/torchrun
@@ -342,6 +347,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         lr_scheduler_type="cosine", warmup_steps=float(s.get("warmup_ratio", 0.05)),
         optim="adamw_torch", weight_decay=float(s.get("weight_decay", 0.0)),
         max_grad_norm=float(s.get("max_grad_norm", 1.0)), bf16=bool(bf16),
+        gradient_checkpointing=bool(checkpointing),
         # per_device_train_batch_size counts completions: prompts x G per optimizer step.
         num_generations=G, per_device_train_batch_size=P * G // (accum * world),
         gradient_accumulation_steps=accum, steps_per_generation=accum,
