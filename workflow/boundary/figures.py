@@ -246,7 +246,9 @@ def strata_delta(diag, view, order, folder: Path, name: str = "strata_delta") ->
 
 def training_curves(logs, view, folder: Path, name: str = "training") -> list[Path]:
     """Reward, entropy and protected fraction over steps (seed mean) from train logs."""
-    cols = [c for c in ("reward", "entropy", "kl", "protected_fraction") if c in logs.columns]
+    # A quantity no method logged (kl without a KL term) gets no empty panel.
+    cols = [c for c in ("reward", "entropy", "kl", "protected_fraction")
+            if c in logs.columns and logs[c].notna().any()]
     fig, axes = plt.subplots(1, max(len(cols), 1), figsize=(2.3 * max(len(cols), 1), 2.2), squeeze=False)
     for ax, col in zip(axes[0], cols):
         for m, g in logs.groupby("method", sort=False):
