@@ -14,7 +14,7 @@ import argparse
 import pandas as pd
 
 from boundary.artifacts import read_table, write_table
-from boundary.rollouts import sampling_params, scored_samples
+from boundary.rollouts import sampling_params, scored_samples, verifier_for
 
 
 def _common_args(parser):
@@ -32,8 +32,9 @@ def main_calibrate(argv=None):
     s = load_stage_settings(args.settings)
     cal = s["calibration"]
     split = read_table(args.split, ["prompt_id", "answer"])
-    samples = scored_samples(args.model, split, sampling_params(cal, s["sampling"], cal["seed"], cal["n"]),
-                             s["verify"]["extractor"], s["verify"]["timeout"], s["verify"]["workers"])
+    with verifier_for(s) as verifier:
+        samples = scored_samples(args.model, split, sampling_params(cal, s["sampling"], cal["seed"], cal["n"]),
+                                 s["verify"]["extractor"], verifier)
     write_table(samples, args.out)
     per_prompt = samples.groupby("prompt_id")["correct"].mean()
     print(f"calibration: {len(split)} prompts x {cal['n']} samples, mean p_base {per_prompt.mean():.3f}")
@@ -47,11 +48,11 @@ def main_gate_draws(argv=None):
     gate = s["gate"]
     split = read_table(args.split, ["prompt_id", "answer"])
     epochs = []
-    for epoch in range(gate["epochs"]):
-        params = sampling_params(gate, s["sampling"], gate["seed"] + epoch, gate["G0"])
-        draws = scored_samples(args.model, split, params, s["verify"]["extractor"],
-                               s["verify"]["timeout"], s["verify"]["workers"])
-        epochs.append(draws.rename(columns={"sample_idx": "draw_idx"}).assign(epoch=epoch))
+    with verifier_for(s) as verifier:  # one pool (and its parse cache) for every epoch
+        for epoch in range(gate["epochs"]):
+            params = sampling_params(gate, s["sampling"], gate["seed"] + epoch, gate["G0"])
+            draws = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier)
+            epochs.append(draws.rename(columns={"sample_idx": "draw_idx"}).assign(epoch=epoch))
     draws = pd.concat(epochs, ignore_index=True)
     cols = ["prompt_id", "epoch", "draw_idx", "completion", "answer", "correct", "n_tokens", "entropy"]
     write_table(draws[cols], args.out)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from boundary.artifacts import read_table, write_table
 from boundary.passk import add_pass_at_k
-from boundary.rollouts import sampling_params, scored_samples, shard_of
+from boundary.rollouts import sampling_params, scored_samples, shard_of, verifier_for
 
 SAMPLE_COLUMNS = ["prompt_id", "sample_idx", "completion", "answer", "correct", "entropy"]
 
@@ -56,8 +56,8 @@ def main(argv=None):
             parser.error("--model and --split are required unless --gather is given")
         split, offset = shard_of(read_table(args.split, ["prompt_id", "answer"]), args.shard)
         params = sampling_params(ev, s["sampling"], ev["seed"] + offset, ev["n"])
-        samples = scored_samples(args.model, split, params, s["verify"]["extractor"],
-                                 s["verify"]["timeout"], s["verify"]["workers"])
+        with verifier_for(s) as verifier:
+            samples = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier)
     write_table(samples, args.samples)
     if args.counts:
         counts = counts_from_samples(samples, ev["ks"])

@@ -6,6 +6,8 @@ cache and the evaluation counts are produced by identical sampling and verificat
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pandas as pd
 
 from boundary.errors import BoundaryError
@@ -27,15 +29,19 @@ def shard_of(split: pd.DataFrame, shard: str | None) -> tuple[pd.DataFrame, int]
 
 
 def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
-                   extractor: str, verify_timeout: int, verify_workers: int,
-                   log=print) -> pd.DataFrame:
+                   extractor: str, verifier: Verifier, log=print) -> pd.DataFrame:
     """n samples per prompt of the split, with extracted answer and math-verify verdict."""
     prompts = split["prompt"] if "prompt" in split else split["problem"]
     samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log)
-    verifier = Verifier(timeout=verify_timeout, workers=verify_workers)
+    return score_samples(samples, dict(zip(split["prompt_id"], split["answer"])), extractor, verifier)
+
+
+@contextmanager
+def verifier_for(settings: dict):
+    """One math-verify worker pool for a whole stage, closed when the stage ends."""
+    verifier = Verifier(timeout=settings["verify"]["timeout"], workers=settings["verify"]["workers"])
     try:
-        return score_samples(samples, dict(zip(split["prompt_id"], split["answer"])),
-                             extractor, verifier)
+        yield verifier
     finally:
         verifier.close()
 

@@ -8,6 +8,7 @@ its entropy is over those and is a lower bound). Same seed -> same samples on on
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pandas as pd
@@ -36,8 +37,12 @@ def sample(model_path: str, prompt_ids: list[str], prompts: list[str],
     raise ValueError(f"unknown sampling backend {params.backend!r} (one of {BACKENDS})")
 
 
+@functools.lru_cache(maxsize=1)
 def load_policy(model_path: str):
-    """Model and tokenizer from a save_pretrained folder, on GPU in bf16 when one exists."""
+    """Model and tokenizer from a save_pretrained folder, on GPU in bf16 when one exists.
+
+    Cached: a stage that samples one model several times (gate draws, once per refresh
+    epoch) loads its weights once."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -53,7 +58,7 @@ def _sample_hf(model_path, prompt_ids, prompts, params, log) -> pd.DataFrame:
     import torch
 
     model, tokenizer = load_policy(model_path)
-    # Repeat each prompt n times; chunk so a chunk never splits a prompt's samples badly.
+    # Each prompt repeated n times, generated in chunks of batch_size rows.
     rows = [(pid, i) for pid in prompt_ids for i in range(params.n)]
     text_of = dict(zip(prompt_ids, prompts))
     out = []
