@@ -129,8 +129,42 @@ def test_base_anchor_draws_anchored_rollouts_from_the_base(model_dir, split, tmp
     anchored = torch.tensor([i % 2 == 1 for i in range(P) for _ in range(G)])
     assert torch.equal(out["from_base"], anchored)
     assert "base_per_token_logps" not in out  # cross-entropy needs no base log-probs
-    # Generation calls the base once per new token with the anchored rows only.
+    # Off the sampler's schedule: drawn on the spot, once per new token, anchored rows only.
     assert rows and set(rows) == {int(anchored.sum())}
+
+
+def scheduled_batch(trainer, step):
+    trainer.state.global_step = step
+    return [trainer.train_dataset[i] for i in trainer._batches[step] for _ in range(G)]
+
+
+def test_base_anchor_draws_an_epochs_rollouts_in_bulk(model_dir, split, tmp_path):
+    w = alternate(split)
+    make = lambda: make_trainer(model_dir, split, tmp_path, w, mask="m", anchor="base", beta_a=10.0,
+                                base_generation_batch_size=1000)
+    trainer = make()
+    trainer._get_train_sampler()
+    rows = count_base_rows(trainer)
+    trainer.model.train()
+    epoch = [trainer._batches[s] for s in range(SETTINGS["refresh_steps"])]
+    expected = sum(r % 2 == 1 for b in epoch for r in b) * G
+    out0 = trainer._generate_and_score_completions(scheduled_batch(trainer, 0))
+    assert set(rows) == {expected}  # one generate call for both steps' anchored rows
+    rows.clear()
+    out1 = trainer._generate_and_score_completions(scheduled_batch(trainer, 1))
+    assert rows == []  # step 1 uses the epoch's draws: the base does not run
+    for step, out in enumerate((out0, out1)):
+        anchored = torch.tensor([r % 2 == 1 for r in trainer._batches[step] for _ in range(G)])
+        assert torch.equal(out["from_base"], anchored)
+    assert trainer._metrics["train"]["base_rollouts_on_demand"] == [0, 0]
+    # Seeded by the epoch: another trainer (a resumed job) draws the same base rollouts.
+    torch.manual_seed(123)
+    again = make()
+    again._get_train_sampler()
+    again.model.train()
+    redo = again._generate_and_score_completions(scheduled_batch(again, 1))
+    base = out1["from_base"]
+    assert torch.equal(redo["completion_ids"][base], out1["completion_ids"][base])
 
 
 def perturb(model, seed=0):

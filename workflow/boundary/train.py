@@ -17,8 +17,13 @@ between), the loss is the paper's minibatch average
 where A_i is the anchor (see anchors.py): `policy` is a KL(pi || pi_base) estimate (k1, k2 or
 k3) on the policy's rollout; `base` is the cross-entropy of the policy on a fresh frozen-base
 rollout of the prompt, drawn *instead of* its policy rollouts (an anchored prompt does not
-use policy rollouts, so generation costs the same). With the base anchor a soft weight is
-realised per prompt and step as a Bernoulli(w) hard action: rollouts come from one model.
+use policy rollouts). With the base anchor a soft weight is realised per prompt and step as a
+Bernoulli(w) hard action: rollouts come from one model.
+
+The frozen base never changes and the sampler's batches are known in advance, so the base
+rollouts of a whole refresh epoch are drawn in a few large generate calls at its first step
+(seeded by the epoch, so a resumed run draws the same ones) rather than in a second, small
+generate call every step; a row the bulk draw does not cover is drawn on the spot.
 
 TRL's loop is used as is: actions enter through `_generate_and_score_completions` (rollout
 source, anchor weights, frozen-base log-probs only for the rows that need them), the loss
@@ -63,6 +68,9 @@ class PBAConfig(GRPOConfig):
     beta_kl: float = field(default=0.0, metadata={"help": "global KL(pi || pi_base) weight"})
     masked_action: str = field(default="anchor", metadata={"help": "anchor | drop for masked prompts"})
     refresh_steps: int = field(default=100, metadata={"help": "gate refresh period (steps)"})
+    base_generation_batch_size: int | None = field(default=None, metadata={
+        "help": "completions per frozen-base generate call when an epoch's base-anchor rollouts "
+                "are drawn in bulk (None: generation_batch_size)"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -146,15 +154,24 @@ class PBATrainer(GRPOTrainer):
         needs_base = anchoring or cfg.beta_kl > 0
         if needs_base and base_model is None:
             base_model = copy.deepcopy(model)  # before TRL patches the policy
+        if torch.cuda.is_available():
+            # cuDNN attention builds a plan for every new (batch, length) shape: ~10 s for one
+            # generate call at an unseen batch size on an H200, and the base anchor changes the
+            # policy's generate batch every step. Flash / memory-efficient attention do not.
+            torch.backends.cuda.enable_cudnn_sdp(False)
         super().__init__(model, *args, **kwargs)
         self._row = {pid: i for i, pid in enumerate(self.train_dataset["prompt_id"])}
         self.anchoring, self.base_model = anchoring, None
         if needs_base:
             base_model.requires_grad_(False).eval()
+            if cfg.bf16:  # frozen: no fp32 master weights needed, and bf16 decodes far faster
+                base_model.to(torch.bfloat16)
             add_fused_lm_head(base_model, temperature=self.temperature,
                               cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
             self.base_model = self.accelerator.prepare_model(base_model, evaluation_mode=True)
-        self._from_base: list[bool] | None = None
+        self._from_base: list[int | None] | None = None  # per row: its prompt row if from base
+        self._base_rollouts: tuple[int, dict] | None = None  # (epoch, {(step, row): [ids]})
+        self._batches: list[list[int]] | None = None
         self._surrogate_logps = None
         self._rewards = None
 
@@ -164,9 +181,11 @@ class PBATrainer(GRPOTrainer):
         eligible = np.ones_like(self.anchor_weights, dtype=bool)
         if self.args.masked_action == "drop":
             eligible = self.anchor_weights < 0.5  # the mask's action column: anchor -> drop
-        return ActionSampler(eligible, self.args.generation_batch_size // self.num_generations,
-                             self.num_generations, self.num_iterations * self.args.steps_per_generation,
-                             self.args.max_steps, self.args.refresh_steps, self.args.seed)
+        sampler = ActionSampler(eligible, self.args.generation_batch_size // self.num_generations,
+                                self.num_generations, self.num_iterations * self.args.steps_per_generation,
+                                self.args.max_steps, self.args.refresh_steps, self.args.seed)
+        self._batches = list(sampler.batches())  # every step's prompts, for the bulk base draws
+        return sampler
 
     # --- rollouts: per-prompt actions, rollout source, frozen-base log-probs ---------------
 
@@ -174,21 +193,23 @@ class PBATrainer(GRPOTrainer):
         """Anchor weight of each rollout's prompt in this step's refresh epoch."""
         if not self.anchoring or not self.model.training:
             return np.zeros(len(inputs))
-        epoch = min(self.state.global_step // self.args.refresh_steps, len(self.anchor_weights) - 1)
-        rows = [self._row[x["prompt_id"]] for x in inputs]
+        return self._weights_at(self.state.global_step, [self._row[x["prompt_id"]] for x in inputs])
+
+    def _weights_at(self, step: int, rows) -> np.ndarray:
+        epoch = min(step // self.args.refresh_steps, len(self.anchor_weights) - 1)
         w = self.anchor_weights[epoch, rows]
         if self.args.anchor == "base":
             # Rollouts come from one model per prompt: realise a soft weight as Bernoulli(w),
             # keyed by (seed, step, prompt) so every process holding the prompt agrees.
-            u = [np.random.default_rng([self.args.seed, self.state.global_step, r]).random()
-                 for r in rows]
+            u = [np.random.default_rng([self.args.seed, step, r]).random() for r in rows]
             w = (np.asarray(u) < w).astype(float)
         return w
 
     def _generate_and_score_completions(self, inputs):
         w = self._row_weights(inputs)
         base_rows = [bool(wi > 0) and self.args.anchor == "base" for wi in w]
-        self._from_base = base_rows  # read by _generate_single_turn
+        # read by _generate_single_turn: the prompt row of each rollout drawn from the base
+        self._from_base = [self._row[x["prompt_id"]] if b else None for x, b in zip(inputs, base_rows)]
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
@@ -217,22 +238,61 @@ class PBATrainer(GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                               has_tool_images=False):
         from_base = self._from_base
-        if not from_base or not any(from_base):
+        if not from_base or all(r is None for r in from_base):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
                                                  num_generations, has_tool_images)
         if self.use_vllm or images is not None:
             raise BoundaryError("anchor: base needs transformers generation of text prompts")
         completions: list = [None] * len(prompt_ids)
-        for source in (False, True):
-            rows = [i for i, b in enumerate(from_base) if b == source]
-            if not rows:
-                continue
-            with self._generating_with(self.base_model) if source else contextlib.nullcontext():
-                ids, _ = super()._generate_single_turn([prompt_ids[i] for i in rows], None, {},
-                                                       num_generations)
-            for i, c in zip(rows, ids):
-                completions[i] = c
+        start = time.perf_counter()
+        drawn = self._drawn_base_rollouts(self.state.global_step)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["base_draw_seconds"].append(time.perf_counter() - start)
+        for i, r in enumerate(from_base):
+            stock = drawn.get((self.state.global_step, r)) if r is not None else None
+            if stock:
+                completions[i] = stock.pop(0).tolist()
+        policy = [i for i, r in enumerate(from_base) if r is None]
+        missing = [i for i, r in enumerate(from_base) if r is not None and completions[i] is None]
+        self._metrics[mode]["base_rollouts_on_demand"].append(len(missing))
+        for rows, model in ((policy, None), (missing, self.base_model)):
+            if rows:
+                with self._generating_with(model) if model else contextlib.nullcontext():
+                    ids, _ = super()._generate_single_turn([prompt_ids[i] for i in rows], None, {},
+                                                           num_generations)
+                for i, c in zip(rows, ids):
+                    completions[i] = c
+        self._metrics[mode]["generate_seconds"].append(time.perf_counter() - start)
         return completions, None
+
+    def _drawn_base_rollouts(self, step: int) -> dict:
+        """The base-anchor rollouts of `step`'s refresh epoch, {(step, prompt row): [ids]},
+        drawn in bulk the first time the epoch is reached. With several processes each one
+        holds a slice of every batch, so rollouts are drawn per step instead (empty dict)."""
+        epoch = step // self.args.refresh_steps
+        if self._base_rollouts is not None and self._base_rollouts[0] == epoch:
+            return self._base_rollouts[1]
+        if self._batches is None or self.accelerator.num_processes > 1:
+            return {}
+        first = epoch * self.args.refresh_steps
+        last = min(first + self.args.refresh_steps, self.args.max_steps)
+        keys = [(s, r) for s in range(first, last)
+                for r, w in zip(self._batches[s], self._weights_at(s, self._batches[s])) if w > 0
+                for _ in range(self.num_generations)]
+        drawn: dict = {}
+        if keys:
+            prompt_ids, _, _ = self._tokenize_prompts([self.train_dataset[r]["prompt"] for _, r in keys])
+            size = self.args.base_generation_batch_size or self.args.generation_batch_size
+            devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+            with torch.random.fork_rng(devices=devices), self._generating_with(self.base_model):
+                torch.manual_seed(self.args.seed * 100_003 + epoch)
+                for start in range(0, len(keys), size):
+                    ids, _ = super()._generate_single_turn(prompt_ids[start:start + size], None, {},
+                                                           self.num_generations)
+                    for key, c in zip(keys[start:start + size], ids):
+                        drawn.setdefault(key, []).append(np.asarray(c, dtype=np.int64))
+        self._base_rollouts = (epoch, drawn)
+        return drawn
 
     @contextlib.contextmanager
     def _generating_with(self, model):
@@ -311,7 +371,7 @@ TRAIN_KEYS = {
     "steps", "lr", "warmup_ratio", "num_generations", "prompts_per_step", "temperature", "top_p",
     "max_completion_length", "checkpoints", "bf16", "loss_type", "scale_rewards", "max_grad_norm",
     "refresh_steps", "extractor", "verify_timeout", "save_steps", "gradient_accumulation_steps",
-    "weight_decay", "epsilon", "verify_workers", "gradient_checkpointing",
+    "weight_decay", "epsilon", "verify_workers", "gradient_checkpointing", "base_generation_batch_size",
 }
 METHOD_KEYS = {"mask", "masked_action", "anchor", "kl_estimator", "beta_a", "beta_kl", "entropy_coef"}
 PIPELINE_KEYS = {"seeds", "gpus", "label"}  # settings the pipeline passes that training ignores
@@ -359,6 +419,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         anchor=s.get("anchor"), kl_estimator=s.get("kl_estimator", "k2"),
         beta_a=float(s.get("beta_a", 1.0)), beta_kl=float(s.get("beta_kl", 0.0)),
         masked_action=s.get("masked_action", "anchor"), refresh_steps=int(s.get("refresh_steps", 100)),
+        base_generation_batch_size=s.get("base_generation_batch_size"),
         save_strategy="steps", save_steps=int(s.get("save_steps", max(1, min(50, steps // 4)))),
         save_total_limit=2, logging_steps=1, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0,
