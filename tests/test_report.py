@@ -158,3 +158,23 @@ def test_headline_interval_recomputed_from_counts(built):
     h = pd.read_csv(built / "tables" / "headline_intervals.csv")
     row = h[h["quantity"] == "GRPO boundary lost prompts"].iloc[0]
     assert row["mean"] == pytest.approx(mean) and row["ci_low"] == pytest.approx(mean - half)
+
+
+def test_controls_list_each_method_once_and_soft_gates_by_kind():
+    from types import SimpleNamespace
+
+    from boundary import tables
+
+    summary = pd.DataFrame([{"method": m, "metric": "passk", "regime": "all", "k": k, "mean": 0.3, "sd": 0.01}
+                            for m in ("grpo", "pba", "pba_soft") for k in (1, 256)])
+    diag = SimpleNamespace(summary=summary, ks=[1, 256])
+    view = tables.View.from_settings({
+        **SETTINGS, "controls": [{"method": "grpo", "label": "GRPO", "setting": "no KL"},
+                                 {"method": "pba", "label": "GRPO+PBA", "setting": "G0=8"}],
+        "ablations": [{"method": "pba_soft", "mask": "soft", "G0": 8, "tau": 0.1, "kind": "soft"}]})
+    rows = tables.controls(diag, view).rows
+    assert [r[:2] for r in rows] == [["GRPO", "no KL"], ["GRPO+PBA", "G0=8"]]  # no default duplicates
+    masks = pd.DataFrame([{"mask": "soft", "epoch": np.nan, "metric": m, "value": v}
+                          for m, v in (("protected_fraction", 0.56), ("G0", 8), ("required_successes", 2))])
+    table = tables.gate_ablation(diag, masks, view)
+    assert table.rows[0][1].startswith("soft") and table.rows[0][2] == "–" and not table.notes

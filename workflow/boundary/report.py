@@ -16,7 +16,7 @@ SETTINGS is a JSON file or string (see docs/diagnostics.md for every key):
     headline              benchmark of the mechanism/headline tables  (first benchmark)
     ks                    pass@k values                               ([1, 4, 16, 64, 256])
     controls              [{method, label, setting}]   rows of the controls table
-    ablations             [{method, mask, G0, tau}]    rows of the gate-ablation table
+    ablations             [{method, mask, G0, tau, kind}] rows of the gate-ablation table (kind: gate|soft)
     group_size, gate_G0   G and G0 of the gate-resolution table       (8, 8)
     strata_bins           p_base strata edges
     bootstrap             {resamples, seed}                            (10000, 0)

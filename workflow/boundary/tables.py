@@ -280,9 +280,12 @@ def headline_intervals(bench, diag, view: View) -> Table:
 def controls(diag, view: View) -> Table:
     """Matched controls with their exact settings, on the diagnostic split (tab:control_hparams)."""
     k_hi = max(diag.ks)
+    listed = {e["method"] for e in view.controls}  # a config may list the two itself, with settings
     entries = ([{"method": view.baseline, "label": f"{view.label(view.baseline)} baseline", "setting": ""}]
+               * (view.baseline not in listed)
                + list(view.controls)
-               + [{"method": view.method, "label": view.label(view.method), "setting": ""}])
+               + [{"method": view.method, "label": view.label(view.method), "setting": ""}]
+               * (view.method not in listed))
     rows = []
     for e in entries:
         m = e["method"]
@@ -318,6 +321,12 @@ def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
             pooled = dict(zip(mm["metric"], mm["value"]))
         protected = (Stat(100 * pooled["protected_fraction"], digits=0, suffix="%")
                      if "protected_fraction" in pooled else NOT_RUN)
+        if e.get("kind") == "soft":  # a weight from a lower confidence bound, not a success count
+            rows.append([str(G0), f"soft (LCB, τ={tau:g})", "–", "–", protected,
+                         stat(diag.summary, e["method"], "passk", k=1, scale=100),
+                         stat(diag.summary, e["method"], "passk", k=k_hi, scale=100)])
+            data.append(_data(diag.summary, [e["method"]], ["passk"]).assign(G0=G0, tau=tau, soft=True))
+            continue
         seen_G0, seen_req = pooled.get("G0", np.nan), pooled.get("required_successes", np.nan)
         if np.isfinite(seen_G0) and np.isfinite(seen_req) and (int(seen_G0), int(seen_req)) != (G0, req):
             notes.append(f"{e.get('mask')}: settings give G0={G0}, {req} success(es); the mask shows "

@@ -133,7 +133,7 @@ def report_settings():
         ],
         "ablations": [
             {"method": m, "mask": s["mask"], "G0": mask_settings(s["mask"])["G0"],
-             "tau": mask_settings(s["mask"])["tau"]}
+             "tau": mask_settings(s["mask"])["tau"], "kind": config["masks"][s["mask"]]["kind"]}
             for m, s in methods.items()
             if s["mask"] in ablation_masks and s["masked_action"] == "anchor"
             and (m == "pba" or s["mask"] != pba_mask)
