@@ -32,7 +32,7 @@ from boundary.train import PBATrainer, make_config
 
 METHODS = {
     "grpo": {},
-    "pba_base": {"mask": "pba", "anchor": "base", "beta_a": 10.0, "base_generation_batch_size": 1024},
+    "pba_base": {"mask": "pba", "anchor": "base", "beta_a": 10.0},
     "pba_policy_k2": {"mask": "pba", "anchor": "policy", "kl_estimator": "k2", "beta_a": 1.0},
     "global_kl": {"beta_kl": 0.035, "kl_estimator": "k2"},
 }
@@ -122,9 +122,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):  # round-robin, so drift in the machine hits every method
             for name in times:
-                method = {**METHODS[name]}
-                if "base_generation_batch_size" in method:
-                    method["base_generation_batch_size"] = args.base_batch
+                method = {**METHODS[name], "base_generation_batch_size": args.base_batch}
                 cfg = make_config({**settings, **method}, seed=r, checkpoint_dir=f"{tmp}/{name}{r}")
                 cfg.generation_kwargs = {"suppress_tokens": [tok.eos_token_id]}  # full-length rollouts
                 cfg.save_strategy = "no"

@@ -281,11 +281,10 @@ def controls(diag, view: View) -> Table:
     """Matched controls with their exact settings, on the diagnostic split (tab:control_hparams)."""
     k_hi = max(diag.ks)
     listed = {e["method"] for e in view.controls}  # a config may list the two itself, with settings
-    entries = ([{"method": view.baseline, "label": f"{view.label(view.baseline)} baseline", "setting": ""}]
-               * (view.baseline not in listed)
-               + list(view.controls)
-               + [{"method": view.method, "label": view.label(view.method), "setting": ""}]
-               * (view.method not in listed))
+    baseline = {"method": view.baseline, "label": f"{view.label(view.baseline)} baseline", "setting": ""}
+    method = {"method": view.method, "label": view.label(view.method), "setting": ""}
+    entries = [e for e in (baseline, *view.controls, method)
+               if e in view.controls or e["method"] not in listed]
     rows = []
     for e in entries:
         m = e["method"]
@@ -322,22 +321,21 @@ def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
         protected = (Stat(100 * pooled["protected_fraction"], digits=0, suffix="%")
                      if "protected_fraction" in pooled else NOT_RUN)
         if e.get("kind") == "soft":  # a weight from a lower confidence bound, not a success count
-            rows.append([str(G0), f"soft (LCB, τ={tau:g})", "–", "–", protected,
-                         stat(diag.summary, e["method"], "passk", k=1, scale=100),
-                         stat(diag.summary, e["method"], "passk", k=k_hi, scale=100)])
-            data.append(_data(diag.summary, [e["method"]], ["passk"]).assign(G0=G0, tau=tau, soft=True))
-            continue
-        seen_G0, seen_req = pooled.get("G0", np.nan), pooled.get("required_successes", np.nan)
-        if np.isfinite(seen_G0) and np.isfinite(seen_req) and (int(seen_G0), int(seen_req)) != (G0, req):
-            notes.append(f"{e.get('mask')}: settings give G0={G0}, {req} success(es); the mask shows "
-                         f"G0={int(seen_G0)}, {int(seen_req)}; the mask is printed.")
-            G0, req = int(seen_G0), int(seen_req)
-        rule = "≥1 success" if req == 1 else f"τ={tau:g}"
-        rows.append([str(G0), rule, str(req), f"{req / G0:.4g}", protected,
+            rule, req_cell, eff_cell, extra = f"soft (LCB, τ={tau:g})", "–", "–", {"soft": True}
+        else:
+            seen_G0, seen_req = pooled.get("G0", np.nan), pooled.get("required_successes", np.nan)
+            if np.isfinite(seen_G0) and np.isfinite(seen_req) and (int(seen_G0), int(seen_req)) != (G0, req):
+                notes.append(f"{e.get('mask')}: settings give G0={G0}, {req} success(es); the mask shows "
+                             f"G0={int(seen_G0)}, {int(seen_req)}; the mask is printed.")
+                G0, req = int(seen_G0), int(seen_req)
+            rule = "≥1 success" if req == 1 else f"τ={tau:g}"
+            req_cell, eff_cell, extra = str(req), f"{req / G0:.4g}", {"required_successes": req,
+                                                                    "effective_w": req / G0}
+        rows.append([str(G0), rule, req_cell, eff_cell, protected,
                      stat(diag.summary, e["method"], "passk", k=1, scale=100),
                      stat(diag.summary, e["method"], "passk", k=k_hi, scale=100)])
         data.append(_data(diag.summary, [e["method"]], ["passk"]).assign(
-            G0=G0, tau=tau, required_successes=req, effective_w=req / G0,
+            G0=G0, tau=tau, **extra,
             protected=protected.mean / 100 if isinstance(protected, Stat) else np.nan))
     methods = [e["method"] for e in view.ablations]
     return Table("gate_ablation", "Gate ablations with effective thresholds (diagnostic split)",

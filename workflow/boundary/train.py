@@ -104,8 +104,12 @@ class ActionSampler(Sampler):
         if len(short):
             raise BoundaryError(f"mask epoch {short[0]}: fewer than prompts_per_step = "
                                 f"{prompts_per_step} prompts left to sample")
+        self.schedule = list(self._draw_batches())  # every step's prompts, drawn once
 
     def batches(self):
+        return iter(self.schedule)
+
+    def _draw_batches(self):
         rng = np.random.default_rng(self.seed)
         queue: list[int] = []
         for step in range(self.steps):
@@ -184,7 +188,7 @@ class PBATrainer(GRPOTrainer):
         sampler = ActionSampler(eligible, self.args.generation_batch_size // self.num_generations,
                                 self.num_generations, self.num_iterations * self.args.steps_per_generation,
                                 self.args.max_steps, self.args.refresh_steps, self.args.seed)
-        self._batches = list(sampler.batches())  # every step's prompts, for the bulk base draws
+        self._batches = sampler.schedule  # every step's prompts, for the bulk base draws
         return sampler
 
     # --- rollouts: per-prompt actions, rollout source, frozen-base log-probs ---------------
