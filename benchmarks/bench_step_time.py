@@ -32,6 +32,8 @@ METHODS = {
     "pba_policy_k2": {"mask": "pba", "anchor": "policy", "kl_estimator": "k2", "beta_a": 1.0},
     "pba_policy_k3": {"mask": "pba", "anchor": "policy", "kl_estimator": "k3", "beta_a": 1.0},
     "pba_base": {"mask": "pba", "anchor": "base", "beta_a": 10.0, "base_generation_batch_size": 4096},
+    "pba_support": {"mask": "pba", "anchor": "support", "beta_a": 10.0, "support_floor": 0.02,
+                    "base_generation_batch_size": 4096},
     "global_kl": {"beta_kl": 0.035, "kl_estimator": "k2"},
 }
 

@@ -4,7 +4,7 @@
 
 A Qwen2 built from a Qwen2Config (default hidden 1024, 8 layers, vocab 32k) and a word-level
 tokenizer built here, trained in bf16 mixed precision (on a device that supports it) by the
-project's PBATrainer for each method: grpo, pba with the base anchor, pba with the k2 policy
+project's PBATrainer for each method: grpo, pba with the base and support anchors, pba with the k2 policy
 anchor, global KL. Prompts are random token strings; the reward is a fixed pseudo-random
 function of the completion (timing needs work, not learning). EOS is suppressed so every
 completion has the full length and methods do equal generation work. 70% of prompts are
@@ -33,6 +33,7 @@ from boundary.train import PBATrainer, make_config
 METHODS = {
     "grpo": {},
     "pba_base": {"mask": "pba", "anchor": "base", "beta_a": 10.0},
+    "pba_support": {"mask": "pba", "anchor": "support", "beta_a": 10.0, "support_floor": 0.02},
     "pba_policy_k2": {"mask": "pba", "anchor": "policy", "kl_estimator": "k2", "beta_a": 1.0},
     "global_kl": {"beta_kl": 0.035, "kl_estimator": "k2"},
 }

@@ -8,7 +8,7 @@ gradient (checked within 5 standard errors), compared with autograd on the exact
 import pytest
 import torch
 
-from boundary.anchors import base_cross_entropy, per_token_kl, policy_kl, token_mean
+from boundary.anchors import base_cross_entropy, per_token_kl, policy_kl, support_floor, token_mean
 
 K, N = 6, 100_000
 
@@ -83,6 +83,33 @@ def test_base_cross_entropy_matches_forward_kl_gradient(dists):
     theta, base = dists
     mean, se = mc_gradient(theta, base, "base", lambda lp, blp, m: base_cross_entropy(lp, m))
     assert_close(mean, se, analytic(theta, base, "forward"))
+
+
+@pytest.mark.parametrize("floor", [1.0, 0.1])
+def test_support_floor_matches_the_hinge_gradient(dists, floor):
+    """Expected gradient on base samples = gradient of sum_y pi_base(y) relu(log min(pi_base(y),
+    floor) - log pi(y)): the forward-KL pull, restricted to outcomes below their floor."""
+    theta, base = dists
+    mean, se = mc_gradient(theta, base, "base", lambda lp, blp, m: support_floor(lp, blp, m, floor))
+    t = theta.detach().clone().requires_grad_()
+    logpi = torch.log_softmax(t, 0)
+    target = base.log().clamp(max=torch.tensor(floor, dtype=base.dtype).log())
+    (grad,) = torch.autograd.grad((base * torch.relu(target - logpi)).sum(), t)
+    assert_close(mean, se, grad)
+    below = logpi.detach() < target
+    assert below.any() and not below.all()  # the fixture exercises both sides of the hinge
+    if floor == 1.0:  # every outcome below the base is pulled, none above it is pushed down
+        assert not torch.allclose(grad, analytic(theta, base, "forward"))
+
+
+def test_support_floor_is_zero_at_or_above_the_floor():
+    logps = torch.log(torch.tensor([[0.5, 0.9], [0.01, 0.9]]))
+    base_logps = torch.log(torch.tensor([[0.6, 0.95], [0.05, 0.9]]))
+    mask = torch.ones_like(logps)
+    # Row 0: both tokens above min(pi_base, 0.02) -> no loss; row 1: the first is 0.01 < 0.02.
+    value = support_floor(logps, base_logps, mask, 0.02)
+    assert value[0] == 0
+    assert torch.isclose(value[1], 0.5 * torch.log(torch.tensor(0.02 / 0.01)))
 
 
 def test_token_mean_ignores_padding():

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from boundary.anchors import base_cross_entropy, policy_kl
+from boundary.anchors import base_cross_entropy, policy_kl, support_floor
 from boundary.errors import BoundaryError
 from boundary.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
 from boundary.train import ActionSampler, PBATrainer, make_config
@@ -133,6 +133,18 @@ def test_base_anchor_draws_anchored_rollouts_from_the_base(model_dir, split, tmp
     assert rows and set(rows) == {int(anchored.sum())}
 
 
+def test_support_anchor_scores_its_base_rollouts(model_dir, split, tmp_path):
+    w = alternate(split)
+    trainer = make_trainer(model_dir, split, tmp_path, w, mask="m", anchor="support", beta_a=10.0)
+    rows = count_base_rows(trainer)
+    out = trainer._generate_and_score_completions(first_batch(trainer, split))
+    anchored = torch.tensor([i % 2 == 1 for i in range(P) for _ in range(G)])
+    assert torch.equal(out["from_base"], anchored)  # drawn from the base, like `base`
+    assert torch.equal(out["base_scored"], anchored)  # ...and scored by it for the floor
+    assert out["base_per_token_logps"][~anchored].abs().sum() == 0
+    assert set(rows) == {int(anchored.sum())}  # the base ran on the anchored rows only
+
+
 def scheduled_batch(trainer, step):
     trainer.state.global_step = step
     return [trainer.train_dataset[i] for i in trainer._batches[step] for _ in range(G)]
@@ -174,10 +186,11 @@ def perturb(model, seed=0):
             p.add_(0.3 * torch.randn(p.shape, generator=gen))
 
 
-@pytest.mark.parametrize("anchor,estimator", [("policy", "k1"), ("policy", "k3"), ("base", "k2")])
+@pytest.mark.parametrize("anchor,estimator", [("policy", "k1"), ("policy", "k3"), ("base", "k2"),
+                                              ("support", "k2")])
 def test_all_anchored_loss_is_the_anchor(model_dir, split, tmp_path, anchor, estimator):
     trainer = make_trainer(model_dir, split, tmp_path, np.ones((2, len(split))), mask="m",
-                           anchor=anchor, kl_estimator=estimator, beta_a=2.0)
+                           anchor=anchor, kl_estimator=estimator, beta_a=2.0, support_floor=1.0)
     out = trainer._generate_and_score_completions(first_batch(trainer, split))
     perturb(trainer.model)
     loss = trainer._compute_loss(trainer.model, out)
@@ -188,6 +201,9 @@ def test_all_anchored_loss_is_the_anchor(model_dir, split, tmp_path, anchor, est
             trainer.model, ids, attn, out["completion_ids"].size(1))
     if anchor == "base":
         a = base_cross_entropy(logps, out["completion_mask"])
+    elif anchor == "support":  # a floor of 1: every base token the policy has less of
+        a = support_floor(logps, out["base_per_token_logps"], out["completion_mask"], 1.0)
+        assert a.gt(0).any()
     else:
         a = policy_kl(logps, out["base_per_token_logps"], out["completion_mask"], estimator)
     assert torch.allclose(loss, 2.0 * a.mean(), atol=1e-5)

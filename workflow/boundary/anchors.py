@@ -20,14 +20,25 @@ r = log pi_base(y_t) - log pi(y_t) per token (Schulman's k1/k2/k3):
 expectation is KL(pi_base || pi) plus the base entropy (a constant), so its gradient is the
 forward-KL gradient with no importance weight: it pulls mass back onto base modes the policy
 no longer samples, which a policy-sampled estimator cannot see.
+
+`support` anchor: the same fresh base rollouts, but a floor instead of a target. A token y_t
+costs relu(log min(pi_base(y_t), floor) - log pi(y_t)): the cross-entropy gradient where the
+policy has let a base token fall below the base's probability (capped at `floor`), nothing
+elsewhere. Pass@k needs a correct branch kept at a small probability, not at the base's: with
+floor = 0.02 a branch is still found in 256 samples with probability 0.994. So rare branches
+are held at their base mass, while mass may move freely among branches the base already
+samples often -- which is the sharpening that raises pass@1. The base anchor holds both.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 ESTIMATORS = ("k1", "k2", "k3")
-ANCHORS = ("policy", "base")
+ANCHORS = ("policy", "base", "support")
+BASE_SAMPLED = ("base", "support")  # anchors that draw the anchored prompt's rollouts from the base
 
 
 def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -59,3 +70,9 @@ def policy_kl(logps, base_logps, mask, estimator: str) -> torch.Tensor:
 def base_cross_entropy(logps, mask) -> torch.Tensor:
     """The `base` anchor: token-mean -log pi(y) per rollout, for rollouts y drawn from pi_base."""
     return token_mean(-logps, mask)
+
+
+def support_floor(logps, base_logps, mask, floor: float) -> torch.Tensor:
+    """The `support` anchor: token-mean hinge below min(pi_base, floor) per base rollout."""
+    target = base_logps.clamp(max=math.log(floor))
+    return token_mean(torch.relu(target - logps), mask)

@@ -17,8 +17,9 @@ between), the loss is the paper's minibatch average
 where A_i is the anchor (see anchors.py): `policy` is a KL(pi || pi_base) estimate (k1, k2 or
 k3) on the policy's rollout; `base` is the cross-entropy of the policy on a fresh frozen-base
 rollout of the prompt, drawn *instead of* its policy rollouts (an anchored prompt does not
-use policy rollouts). With the base anchor a soft weight is realised per prompt and step as a
-Bernoulli(w) hard action: rollouts come from one model.
+use policy rollouts); `support` is that cross-entropy only where the policy has fallen below
+min(pi_base, floor). With a base-sampled anchor a soft weight is realised per prompt and step
+as a Bernoulli(w) hard action: rollouts come from one model.
 
 The frozen base never changes and the sampler's batches are known in advance, so the base
 rollouts of a whole refresh epoch are drawn in a few large generate calls at its first step
@@ -52,7 +53,8 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
-from boundary.anchors import ANCHORS, ESTIMATORS, base_cross_entropy, policy_kl
+from boundary.anchors import (ANCHORS, BASE_SAMPLED, ESTIMATORS, base_cross_entropy, policy_kl,
+                              support_floor)
 from boundary.errors import BoundaryError
 
 MASKED_ACTIONS = ("anchor", "drop")
@@ -62,9 +64,11 @@ MASKED_ACTIONS = ("anchor", "drop")
 class PBAConfig(GRPOConfig):
     """GRPOConfig plus the per-prompt action knobs of PBA and its controls."""
 
-    anchor: str | None = field(default=None, metadata={"help": "policy | base | None"})
+    anchor: str | None = field(default=None, metadata={"help": "policy | base | support | None"})
     kl_estimator: str = field(default="k2", metadata={"help": "k1 | k2 | k3 (policy anchor, global KL)"})
     beta_a: float = field(default=1.0, metadata={"help": "anchor weight beta_a"})
+    support_floor: float = field(default=0.02, metadata={
+        "help": "support anchor: a base token is held at min(pi_base, support_floor)"})
     beta_kl: float = field(default=0.0, metadata={"help": "global KL(pi || pi_base) weight"})
     masked_action: str = field(default="anchor", metadata={"help": "anchor | drop for masked prompts"})
     refresh_steps: int = field(default=100, metadata={"help": "gate refresh period (steps)"})
@@ -78,6 +82,8 @@ class PBAConfig(GRPOConfig):
             raise BoundaryError(f"anchor: {self.anchor!r} is not one of {ANCHORS} or null")
         if self.kl_estimator not in ESTIMATORS:
             raise BoundaryError(f"kl_estimator: {self.kl_estimator!r} is not one of {ESTIMATORS}")
+        if not 0.0 < self.support_floor <= 1.0:
+            raise BoundaryError(f"support_floor: {self.support_floor} is not in (0, 1]")
         if self.masked_action not in MASKED_ACTIONS:
             raise BoundaryError(f"masked_action: {self.masked_action!r} is not one of {MASKED_ACTIONS}")
         if self.beta != 0.0:
@@ -153,7 +159,7 @@ class PBATrainer(GRPOTrainer):
             raise ValueError("anchor_weights must have one column per train prompt")
         anchoring = cfg.masked_action == "anchor" and self.anchor_weights.any()
         if anchoring and cfg.anchor is None:
-            raise BoundaryError("anchor: required when a mask anchors prompts (policy or base)")
+            raise BoundaryError(f"anchor: required when a mask anchors prompts (one of {ANCHORS})")
         # The frozen base is loaded only when some loss term needs it.
         needs_base = anchoring or cfg.beta_kl > 0
         if needs_base and base_model is None:
@@ -202,7 +208,7 @@ class PBATrainer(GRPOTrainer):
     def _weights_at(self, step: int, rows) -> np.ndarray:
         epoch = min(step // self.args.refresh_steps, len(self.anchor_weights) - 1)
         w = self.anchor_weights[epoch, rows]
-        if self.args.anchor == "base":
+        if self.args.anchor in BASE_SAMPLED:
             # Rollouts come from one model per prompt: realise a soft weight as Bernoulli(w),
             # keyed by (seed, step, prompt) so every process holding the prompt agrees.
             u = [np.random.default_rng([self.args.seed, step, r]).random() for r in rows]
@@ -211,7 +217,7 @@ class PBATrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         w = self._row_weights(inputs)
-        base_rows = [bool(wi > 0) and self.args.anchor == "base" for wi in w]
+        base_rows = [bool(wi > 0) and self.args.anchor in BASE_SAMPLED for wi in w]
         # read by _generate_single_turn: the prompt row of each rollout drawn from the base
         self._from_base = [self._row[x["prompt_id"]] if b else None for x, b in zip(inputs, base_rows)]
         try:
@@ -224,7 +230,7 @@ class PBATrainer(GRPOTrainer):
         out["from_base"] = from_base
         # Frozen-base log-probs only for rows with a term that reads them.
         need = torch.zeros_like(from_base)
-        if self.anchoring and self.args.anchor == "policy":
+        if self.anchoring and self.args.anchor in ("policy", "support"):
             need |= out["anchor_weight"] > 0
         if self.args.beta_kl > 0:
             need |= ~from_base
@@ -246,7 +252,7 @@ class PBATrainer(GRPOTrainer):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
                                                  num_generations, has_tool_images)
         if self.use_vllm or images is not None:
-            raise BoundaryError("anchor: base needs transformers generation of text prompts")
+            raise BoundaryError(f"anchor: {self.args.anchor} needs transformers generation of text prompts")
         completions: list = [None] * len(prompt_ids)
         start = time.perf_counter()
         drawn = self._drawn_base_rollouts(self.state.global_step)
@@ -349,6 +355,9 @@ class PBATrainer(GRPOTrainer):
         if anchored.any():
             if self.args.anchor == "base":
                 a = base_cross_entropy(logps[anchored], mask[anchored])
+            elif self.args.anchor == "support":
+                a = support_floor(logps[anchored], inputs["base_per_token_logps"][anchored],
+                                  mask[anchored], self.args.support_floor)
             else:
                 a = policy_kl(logps[anchored], inputs["base_per_token_logps"][anchored],
                               mask[anchored], self.args.kl_estimator)
@@ -356,10 +365,11 @@ class PBATrainer(GRPOTrainer):
             self._metrics[mode]["anchor_loss"].append(a.mean().item())
         if "base_per_token_logps" in inputs:
             # Logged KL(pi || pi_base): the token log-ratio (k1 value) on the scored policy rows.
-            rows = inputs["base_scored"]
-            log_ratio = (logps[rows] - inputs["base_per_token_logps"][rows]).detach()
-            self._metrics[mode]["kl"].append(
-                ((log_ratio * mask[rows]).sum() / mask[rows].sum().clamp(min=1)).item())
+            rows = inputs["base_scored"] & ~from_base
+            if rows.any():
+                log_ratio = (logps[rows] - inputs["base_per_token_logps"][rows]).detach()
+                self._metrics[mode]["kl"].append(
+                    ((log_ratio * mask[rows]).sum() / mask[rows].sum().clamp(min=1)).item())
             if self.args.beta_kl > 0:
                 kl = policy_kl(logps[~from_base], inputs["base_per_token_logps"][~from_base],
                                mask[~from_base], self.args.kl_estimator)
@@ -377,7 +387,8 @@ TRAIN_KEYS = {
     "refresh_steps", "extractor", "verify_timeout", "save_steps", "gradient_accumulation_steps",
     "weight_decay", "epsilon", "verify_workers", "gradient_checkpointing", "base_generation_batch_size",
 }
-METHOD_KEYS = {"mask", "masked_action", "anchor", "kl_estimator", "beta_a", "beta_kl", "entropy_coef"}
+METHOD_KEYS = {"mask", "masked_action", "anchor", "kl_estimator", "beta_a", "beta_kl", "entropy_coef",
+               "support_floor"}
 PIPELINE_KEYS = {"seeds", "gpus", "label"}  # settings the pipeline passes that training ignores
 REQUIRED = ("steps", "lr", "num_generations", "prompts_per_step", "max_completion_length")
 
@@ -422,6 +433,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         entropy_coef=float(s.get("entropy_coef", 0.0)),
         anchor=s.get("anchor"), kl_estimator=s.get("kl_estimator", "k2"),
         beta_a=float(s.get("beta_a", 1.0)), beta_kl=float(s.get("beta_kl", 0.0)),
+        support_floor=float(s.get("support_floor", 0.02)),
         masked_action=s.get("masked_action", "anchor"), refresh_steps=int(s.get("refresh_steps", 100)),
         base_generation_batch_size=s.get("base_generation_batch_size"),
         save_strategy="steps", save_steps=int(s.get("save_steps", max(1, min(50, steps // 4)))),
