@@ -179,6 +179,26 @@ def test_base_anchor_draws_an_epochs_rollouts_in_bulk(model_dir, split, tmp_path
     assert torch.equal(redo["completion_ids"][base], out1["completion_ids"][base])
 
 
+def test_support_anchor_scores_the_bulk_draw_once(model_dir, split, tmp_path):
+    w = alternate(split)
+    trainer = make_trainer(model_dir, split, tmp_path, w, mask="m", anchor="support", beta_a=10.0,
+                           base_generation_batch_size=1000)
+    trainer._get_train_sampler()
+    trainer.model.train()
+    trainer._generate_and_score_completions(scheduled_batch(trainer, 0))  # draws and scores epoch 0
+    rows = count_base_rows(trainer)
+    out = trainer._generate_and_score_completions(scheduled_batch(trainer, 1))
+    assert rows == []  # step 1: rollouts and their base log-probs both come from the bulk draw
+    anchored = out["from_base"]
+    assert anchored.any() and torch.equal(out["base_scored"], anchored)
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)[anchored]
+    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)[anchored]
+    with torch.no_grad():
+        fresh = trainer._score_with_base(ids, attn, out["completion_ids"].size(1))
+    mask = out["completion_mask"][anchored].bool()
+    assert torch.allclose(out["base_per_token_logps"][anchored][mask], fresh[mask], atol=1e-5)
+
+
 def perturb(model, seed=0):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():

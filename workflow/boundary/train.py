@@ -51,7 +51,7 @@ import torch
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import add_fused_lm_head
+from trl.trainer.utils import add_fused_lm_head, pad
 
 from boundary.anchors import (ANCHORS, BASE_SAMPLED, ESTIMATORS, base_cross_entropy, policy_kl,
                               support_floor)
@@ -180,7 +180,8 @@ class PBATrainer(GRPOTrainer):
                               cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
             self.base_model = self.accelerator.prepare_model(base_model, evaluation_mode=True)
         self._from_base: list[int | None] | None = None  # per row: its prompt row if from base
-        self._base_rollouts: tuple[int, dict] | None = None  # (epoch, {(step, row): [ids]})
+        self._drawn_logps: list | None = None  # per row: bulk-scored base log-probs, if any
+        self._base_rollouts: tuple[int, dict] | None = None  # (epoch, {(step, row): [(ids, logps)]})
         self._batches: list[list[int]] | None = None
         self._surrogate_logps = None
         self._rewards = None
@@ -220,10 +221,12 @@ class PBATrainer(GRPOTrainer):
         base_rows = [bool(wi > 0) and self.args.anchor in BASE_SAMPLED for wi in w]
         # read by _generate_single_turn: the prompt row of each rollout drawn from the base
         self._from_base = [self._row[x["prompt_id"]] if b else None for x, b in zip(inputs, base_rows)]
+        self._drawn_logps = [None] * len(inputs)  # written by it: base log-probs of bulk draws
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
             self._from_base = None
+        drawn_logps, self._drawn_logps = self._drawn_logps, None
         device = out["advantages"].device
         from_base = torch.tensor(base_rows, device=device)
         out["anchor_weight"] = torch.tensor(w, dtype=torch.float32, device=device)
@@ -235,7 +238,7 @@ class PBATrainer(GRPOTrainer):
         if self.args.beta_kl > 0:
             need |= ~from_base
         if need.any():
-            out["base_per_token_logps"] = self._base_logps(out, need)
+            out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
             out["base_scored"] = need
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["protected_fraction"].append(float(np.mean(w > 0)))
@@ -261,7 +264,8 @@ class PBATrainer(GRPOTrainer):
         for i, r in enumerate(from_base):
             stock = drawn.get((self.state.global_step, r)) if r is not None else None
             if stock:
-                completions[i] = stock.pop(0).tolist()
+                ids, self._drawn_logps[i] = stock.pop(0)
+                completions[i] = ids.tolist()
         policy = [i for i, r in enumerate(from_base) if r is None]
         missing = [i for i, r in enumerate(from_base) if r is not None and completions[i] is None]
         self._metrics[mode]["base_rollouts_on_demand"].append(len(missing))
@@ -276,9 +280,10 @@ class PBATrainer(GRPOTrainer):
         return completions, None
 
     def _drawn_base_rollouts(self, step: int) -> dict:
-        """The base-anchor rollouts of `step`'s refresh epoch, {(step, prompt row): [ids]},
-        drawn in bulk the first time the epoch is reached. With several processes each one
-        holds a slice of every batch, so rollouts are drawn per step instead (empty dict)."""
+        """The base-anchor rollouts of `step`'s refresh epoch, {(step, prompt row): [(ids,
+        base log-probs or None)]}, drawn in bulk the first time the epoch is reached (the
+        support anchor's base log-probs are scored in bulk too). With several processes each
+        one holds a slice of every batch, so rollouts are drawn per step instead (empty dict)."""
         epoch = step // self.args.refresh_steps
         if self._base_rollouts is not None and self._base_rollouts[0] == epoch:
             return self._base_rollouts[1]
@@ -297,10 +302,12 @@ class PBATrainer(GRPOTrainer):
             with torch.random.fork_rng(devices=devices), self._generating_with(self.base_model):
                 torch.manual_seed(self.args.seed * 100_003 + epoch)
                 for start in range(0, len(keys), size):
-                    ids, _ = super()._generate_single_turn(prompt_ids[start:start + size], None, {},
-                                                           self.num_generations)
-                    for key, c in zip(keys[start:start + size], ids):
-                        drawn.setdefault(key, []).append(np.asarray(c, dtype=np.int64))
+                    prompts = prompt_ids[start:start + size]
+                    ids, _ = super()._generate_single_turn(prompts, None, {}, self.num_generations)
+                    logps = (self._score_drawn(prompts, ids) if self.args.anchor == "support"
+                             else [None] * len(ids))
+                    for key, c, lp in zip(keys[start:start + size], ids, logps):
+                        drawn.setdefault(key, []).append((np.asarray(c, dtype=np.int64), lp))
         self._base_rollouts = (epoch, drawn)
         return drawn
 
@@ -315,15 +322,42 @@ class PBATrainer(GRPOTrainer):
             self.model_wrapped = wrapped
 
     @torch.no_grad()
-    def _base_logps(self, out, need: torch.Tensor) -> torch.Tensor:
-        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)[need]
-        attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)[need]
+    def _base_logps(self, out, need: torch.Tensor, drawn: list) -> torch.Tensor:
+        """Frozen-base log-probs [B, T] of the completions on rows `need` (zeros elsewhere):
+        from the bulk draw's scores where it has them, from a base forward for the rest."""
         T = out["completion_ids"].size(1)
+        full = torch.zeros(need.numel(), T, device=need.device)
+        stored = torch.tensor([lp is not None for lp in drawn], device=need.device) & need
+        for i in stored.nonzero().flatten().tolist():
+            full[i, :len(drawn[i])] = torch.as_tensor(drawn[i], device=need.device)
+        rest = need & ~stored
+        if rest.any():
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)[rest]
+            attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)[rest]
+            full[rest] = self._score_with_base(ids, attn, T).to(full.dtype)
+        return full
+
+    def _score_with_base(self, ids, attn, T: int) -> torch.Tensor:
         logps, _, _ = self._get_per_token_logps_and_entropies(
             self.base_model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
-        full = torch.zeros(need.numel(), T, dtype=logps.dtype, device=logps.device)
-        full[need] = logps
-        return full
+        return logps
+
+    @torch.no_grad()
+    def _score_drawn(self, prompt_ids: list, completion_ids: list) -> list:
+        """Base log-probs of bulk-drawn completions, one float32 array per completion, laid
+        out as TRL lays out a step's batch (prompts left-padded, completions right-padded)."""
+        device = self.accelerator.device
+        pad_id = self._tokenizer.pad_token_id
+        prompts = pad([torch.tensor(p) for p in prompt_ids], padding_value=pad_id, padding_side="left")
+        comps = pad([torch.tensor(c) for c in completion_ids], padding_value=pad_id, padding_side="right")
+        prompt_mask = pad([torch.ones(len(p), dtype=torch.long) for p in prompt_ids], padding_value=0,
+                          padding_side="left")
+        comp_mask = pad([torch.ones(len(c), dtype=torch.long) for c in completion_ids], padding_value=0,
+                        padding_side="right")
+        ids = torch.cat([prompts, comps], 1).to(device)
+        attn = torch.cat([prompt_mask, comp_mask], 1).to(device)
+        logps = self._score_with_base(ids, attn, comps.size(1)).float().cpu().numpy()
+        return [row[:len(c)] for row, c in zip(logps, completion_ids)]
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
