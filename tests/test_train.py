@@ -121,28 +121,21 @@ def test_policy_anchor_scores_only_anchored_rows(model_dir, split, tmp_path):
     assert out["base_per_token_logps"][~anchored].abs().sum() == 0
 
 
-def test_base_anchor_draws_anchored_rollouts_from_the_base(model_dir, split, tmp_path):
+@pytest.mark.parametrize("anchor", ["base", "support"])
+def test_base_sampled_anchors_draw_anchored_rollouts_from_the_base(model_dir, split, tmp_path, anchor):
     w = alternate(split)
-    trainer = make_trainer(model_dir, split, tmp_path, w, mask="m", anchor="base", beta_a=10.0)
+    trainer = make_trainer(model_dir, split, tmp_path, w, mask="m", anchor=anchor, beta_a=10.0)
     rows = count_base_rows(trainer)
     out = trainer._generate_and_score_completions(first_batch(trainer, split))
     anchored = torch.tensor([i % 2 == 1 for i in range(P) for _ in range(G)])
     assert torch.equal(out["from_base"], anchored)
-    assert "base_per_token_logps" not in out  # cross-entropy needs no base log-probs
-    # Off the sampler's schedule: drawn on the spot, once per new token, anchored rows only.
+    if anchor == "base":
+        assert "base_per_token_logps" not in out  # cross-entropy needs no base log-probs
+    else:  # the floor reads the base's log-probs of its own rollouts
+        assert torch.equal(out["base_scored"], anchored)
+        assert out["base_per_token_logps"][~anchored].abs().sum() == 0
+    # Off the sampler's schedule: drawn (and scored) on the spot, anchored rows only.
     assert rows and set(rows) == {int(anchored.sum())}
-
-
-def test_support_anchor_scores_its_base_rollouts(model_dir, split, tmp_path):
-    w = alternate(split)
-    trainer = make_trainer(model_dir, split, tmp_path, w, mask="m", anchor="support", beta_a=10.0)
-    rows = count_base_rows(trainer)
-    out = trainer._generate_and_score_completions(first_batch(trainer, split))
-    anchored = torch.tensor([i % 2 == 1 for i in range(P) for _ in range(G)])
-    assert torch.equal(out["from_base"], anchored)  # drawn from the base, like `base`
-    assert torch.equal(out["base_scored"], anchored)  # ...and scored by it for the floor
-    assert out["base_per_token_logps"][~anchored].abs().sum() == 0
-    assert set(rows) == {int(anchored.sum())}  # the base ran on the anchored rows only
 
 
 def scheduled_batch(trainer, step):

@@ -39,6 +39,7 @@ import torch
 ESTIMATORS = ("k1", "k2", "k3")
 ANCHORS = ("policy", "base", "support")
 BASE_SAMPLED = ("base", "support")  # anchors that draw the anchored prompt's rollouts from the base
+BASE_SCORED = ("policy", "support")  # anchors that read frozen-base log-probs of those rollouts
 
 
 def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -53,8 +53,8 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head, pad
 
-from boundary.anchors import (ANCHORS, BASE_SAMPLED, ESTIMATORS, base_cross_entropy, policy_kl,
-                              support_floor)
+from boundary.anchors import (ANCHORS, BASE_SAMPLED, BASE_SCORED, ESTIMATORS, base_cross_entropy,
+                              policy_kl, support_floor)
 from boundary.errors import BoundaryError
 
 MASKED_ACTIONS = ("anchor", "drop")
@@ -233,7 +233,7 @@ class PBATrainer(GRPOTrainer):
         out["from_base"] = from_base
         # Frozen-base log-probs only for rows with a term that reads them.
         need = torch.zeros_like(from_base)
-        if self.anchoring and self.args.anchor in ("policy", "support"):
+        if self.anchoring and self.args.anchor in BASE_SCORED:
             need |= out["anchor_weight"] > 0
         if self.args.beta_kl > 0:
             need |= ~from_base
@@ -304,7 +304,7 @@ class PBATrainer(GRPOTrainer):
                 for start in range(0, len(keys), size):
                     prompts = prompt_ids[start:start + size]
                     ids, _ = super()._generate_single_turn(prompts, None, {}, self.num_generations)
-                    logps = (self._score_drawn(prompts, ids) if self.args.anchor == "support"
+                    logps = (self._score_drawn(prompts, ids) if self.args.anchor in BASE_SCORED
                              else [None] * len(ids))
                     for key, c, lp in zip(keys[start:start + size], ids, logps):
                         drawn.setdefault(key, []).append((np.asarray(c, dtype=np.int64), lp))
