@@ -172,22 +172,27 @@ def test_base_anchor_draws_an_epochs_rollouts_in_bulk(model_dir, split, tmp_path
     assert torch.equal(redo["completion_ids"][base], out1["completion_ids"][base])
 
 
-def test_support_anchor_scores_the_bulk_draw_once(model_dir, split, tmp_path):
+@pytest.mark.parametrize("bulk", [True, False])
+def test_support_anchor_reads_base_logps_off_the_draw(model_dir, split, tmp_path, bulk):
+    """Base rollouts carry the base's log-probs from their own generate call, drawn in bulk or
+    on demand: no scoring pass, and the same values a fresh base forward gives."""
     w = alternate(split)
     trainer = make_trainer(model_dir, split, tmp_path, w, mask="m", anchor="support", beta_a=10.0,
-                           base_generation_batch_size=1000)
-    trainer._get_train_sampler()
+                           base_generation_batch_size=1000, temperature=0.7)
+    if bulk:
+        trainer._get_train_sampler()
+    score_with_base = trainer._score_with_base
+    trainer._score_with_base = lambda *a: pytest.fail("base rollouts were scored in a second pass")
     trainer.model.train()
-    trainer._generate_and_score_completions(scheduled_batch(trainer, 0))  # draws and scores epoch 0
-    rows = count_base_rows(trainer)
-    out = trainer._generate_and_score_completions(scheduled_batch(trainer, 1))
-    assert rows == []  # step 1: rollouts and their base log-probs both come from the bulk draw
+    batch = scheduled_batch(trainer, 1) if bulk else first_batch(trainer, split)
+    out = trainer._generate_and_score_completions(batch)
+    assert trainer._metrics["train"]["base_rollouts_on_demand"][-1] == (0 if bulk else out["from_base"].sum())
     anchored = out["from_base"]
     assert anchored.any() and torch.equal(out["base_scored"], anchored)
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)[anchored]
     attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)[anchored]
     with torch.no_grad():
-        fresh = trainer._score_with_base(ids, attn, out["completion_ids"].size(1))
+        fresh = score_with_base(ids, attn, out["completion_ids"].size(1))
     mask = out["completion_mask"][anchored].bool()
     assert torch.allclose(out["base_per_token_logps"][anchored][mask], fresh[mask], atol=1e-5)
 

@@ -51,7 +51,7 @@ import torch
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import add_fused_lm_head, pad
+from trl.trainer.utils import add_fused_lm_head
 
 from boundary.anchors import (ANCHORS, BASE_SAMPLED, BASE_SCORED, ESTIMATORS, base_cross_entropy,
                               policy_kl, support_floor)
@@ -180,7 +180,7 @@ class PBATrainer(GRPOTrainer):
                               cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
             self.base_model = self.accelerator.prepare_model(base_model, evaluation_mode=True)
         self._from_base: list[int | None] | None = None  # per row: its prompt row if from base
-        self._drawn_logps: list | None = None  # per row: bulk-scored base log-probs, if any
+        self._drawn_logps: list | None = None  # per row: base log-probs from its draw, if any
         self._base_rollouts: tuple[int, dict] | None = None  # (epoch, {(step, row): [(ids, logps)]})
         self._batches: list[list[int]] | None = None
         self._surrogate_logps = None
@@ -221,7 +221,7 @@ class PBATrainer(GRPOTrainer):
         base_rows = [bool(wi > 0) and self.args.anchor in BASE_SAMPLED for wi in w]
         # read by _generate_single_turn: the prompt row of each rollout drawn from the base
         self._from_base = [self._row[x["prompt_id"]] if b else None for x, b in zip(inputs, base_rows)]
-        self._drawn_logps = [None] * len(inputs)  # written by it: base log-probs of bulk draws
+        self._drawn_logps = [None] * len(inputs)  # written by it: base log-probs of base rollouts
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
@@ -269,21 +269,22 @@ class PBATrainer(GRPOTrainer):
         policy = [i for i, r in enumerate(from_base) if r is None]
         missing = [i for i, r in enumerate(from_base) if r is not None and completions[i] is None]
         self._metrics[mode]["base_rollouts_on_demand"].append(len(missing))
-        for rows, model in ((policy, None), (missing, self.base_model)):
-            if rows:
-                with self._generating_with(model) if model else contextlib.nullcontext():
-                    ids, _ = super()._generate_single_turn([prompt_ids[i] for i in rows], None, {},
-                                                           num_generations)
-                for i, c in zip(rows, ids):
-                    completions[i] = c
+        if policy:
+            ids, _ = super()._generate_single_turn([prompt_ids[i] for i in policy], None, {},
+                                                   num_generations)
+            for i, c in zip(policy, ids):
+                completions[i] = c
+        if missing:
+            for i, (c, lp) in zip(missing, self._generate_with_base([prompt_ids[i] for i in missing])):
+                completions[i], self._drawn_logps[i] = c.tolist(), lp
         self._metrics[mode]["generate_seconds"].append(time.perf_counter() - start)
         return completions, None
 
     def _drawn_base_rollouts(self, step: int) -> dict:
         """The base-anchor rollouts of `step`'s refresh epoch, {(step, prompt row): [(ids,
-        base log-probs or None)]}, drawn in bulk the first time the epoch is reached (the
-        support anchor's base log-probs are scored in bulk too). With several processes each
-        one holds a slice of every batch, so rollouts are drawn per step instead (empty dict)."""
+        base log-probs or None)]}, drawn in bulk the first time the epoch is reached. With
+        several processes each one holds a slice of every batch, so rollouts are drawn per step
+        instead (empty dict)."""
         epoch = step // self.args.refresh_steps
         if self._base_rollouts is not None and self._base_rollouts[0] == epoch:
             return self._base_rollouts[1]
@@ -299,32 +300,35 @@ class PBATrainer(GRPOTrainer):
             prompt_ids, _, _ = self._tokenize_prompts([self.train_dataset[r]["prompt"] for _, r in keys])
             size = self.args.base_generation_batch_size or self.args.generation_batch_size
             devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-            with torch.random.fork_rng(devices=devices), self._generating_with(self.base_model):
+            with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(self.args.seed * 100_003 + epoch)
                 for start in range(0, len(keys), size):
-                    prompts = prompt_ids[start:start + size]
-                    ids, _ = super()._generate_single_turn(prompts, None, {}, self.num_generations)
-                    logps = (self._score_drawn(prompts, ids) if self.args.anchor in BASE_SCORED
-                             else [None] * len(ids))
-                    for key, c, lp in zip(keys[start:start + size], ids, logps):
-                        drawn.setdefault(key, []).append((np.asarray(c, dtype=np.int64), lp))
+                    rollouts = self._generate_with_base(prompt_ids[start:start + size])
+                    for key, rollout in zip(keys[start:start + size], rollouts):
+                        drawn.setdefault(key, []).append(rollout)
         self._base_rollouts = (epoch, drawn)
         return drawn
 
-    @contextlib.contextmanager
-    def _generating_with(self, model):
-        """Run TRL's own generation path on another model (the frozen base)."""
-        wrapped = self.model_wrapped
-        self.model_wrapped = model
+    def _generate_with_base(self, prompt_ids: list) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Frozen-base rollouts of `prompt_ids` through TRL's own generation path, as (ids,
+        base log-probs or None). An anchor that reads base log-probs gets them from the logits
+        the generate call computes anyway, so a base rollout costs no second, scoring pass."""
+        wrapped, scored = self.model_wrapped, self.args.anchor in BASE_SCORED
+        record = (sampled_token_logps(self.accelerator.unwrap_model(self.base_model), self.temperature)
+                  if scored else contextlib.nullcontext())
+        self.model_wrapped = self.base_model
         try:
-            yield
+            with record as collect:
+                ids, _ = super()._generate_single_turn(prompt_ids, None, {}, self.num_generations)
         finally:
             self.model_wrapped = wrapped
+        logps = collect(ids) if scored else [None] * len(ids)
+        return [(np.asarray(c, dtype=np.int64), lp) for c, lp in zip(ids, logps)]
 
     @torch.no_grad()
     def _base_logps(self, out, need: torch.Tensor, drawn: list) -> torch.Tensor:
         """Frozen-base log-probs [B, T] of the completions on rows `need` (zeros elsewhere):
-        from the bulk draw's scores where it has them, from a base forward for the rest."""
+        read off the base's own generate call for its rollouts, from a base forward for the rest."""
         T = out["completion_ids"].size(1)
         full = torch.zeros(need.numel(), T, device=need.device)
         stored = torch.tensor([lp is not None for lp in drawn], device=need.device) & need
@@ -341,23 +345,6 @@ class PBATrainer(GRPOTrainer):
         logps, _, _ = self._get_per_token_logps_and_entropies(
             self.base_model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
         return logps
-
-    @torch.no_grad()
-    def _score_drawn(self, prompt_ids: list, completion_ids: list) -> list:
-        """Base log-probs of bulk-drawn completions, one float32 array per completion, laid
-        out as TRL lays out a step's batch (prompts left-padded, completions right-padded)."""
-        device = self.accelerator.device
-        pad_id = self._tokenizer.pad_token_id
-        prompts = pad([torch.tensor(p) for p in prompt_ids], padding_value=pad_id, padding_side="left")
-        comps = pad([torch.tensor(c) for c in completion_ids], padding_value=pad_id, padding_side="right")
-        prompt_mask = pad([torch.ones(len(p), dtype=torch.long) for p in prompt_ids], padding_value=0,
-                          padding_side="left")
-        comp_mask = pad([torch.ones(len(c), dtype=torch.long) for c in completion_ids], padding_value=0,
-                        padding_side="right")
-        ids = torch.cat([prompts, comps], 1).to(device)
-        attn = torch.cat([prompt_mask, comp_mask], 1).to(device)
-        logps = self._score_with_base(ids, attn, comps.size(1)).float().cpu().numpy()
-        return [row[:len(c)] for row, c in zip(logps, completion_ids)]
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -411,6 +398,40 @@ class PBATrainer(GRPOTrainer):
         if mode == "train":
             extra = extra / self.current_gradient_accumulation_steps
         return loss + extra
+
+
+@contextlib.contextmanager
+def sampled_token_logps(model, temperature: float):
+    """Record, during one `model.generate` call, the log-probability under softmax(logits /
+    temperature) of every token it samples. Each forward after the first is fed the token
+    sampled from the previous forward's last logits, so a forward hook can gather it there.
+    Yields `collect(completions)`: one float32 array per completion once generation is over."""
+    gathered: list[torch.Tensor] = []  # per forward after the first: [B] log-prob of its input
+    last: list = [None]  # [B, V] log-probs predicted by the latest forward
+
+    def hook(module, args, kwargs, output):
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        if last[0] is not None:
+            gathered.append(last[0].gather(1, ids[:, -1:].to(last[0].device)).squeeze(1))
+        last[0] = torch.log_softmax(output.logits[:, -1].float() / temperature, -1)
+
+    def collect(completions: list) -> list[np.ndarray]:
+        fed = torch.stack(gathered, 1).cpu() if gathered else torch.zeros(len(completions), 0)
+        out = []
+        for i, c in enumerate(completions):
+            lp = fed[i, :len(c)]
+            if len(c) == fed.size(1) + 1:  # the final token is sampled but never fed back
+                lp = torch.cat([lp, last[0][i, c[-1:]].cpu()])
+            if len(lp) != len(c):
+                raise RuntimeError("generate fed its samples back out of order: cannot read log-probs")
+            out.append(lp.numpy().astype(np.float32))
+        return out
+
+    handle = model.register_forward_hook(hook, with_kwargs=True)
+    try:
+        yield collect
+    finally:
+        handle.remove()
 
 
 # --- the `boundary train` stage ------------------------------------------------------------
