@@ -3,6 +3,7 @@ come from, the loss of each action, the CLI outputs, and resuming a killed job."
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import torch
 from boundary.anchors import base_cross_entropy, policy_kl, support_floor
 from boundary.errors import BoundaryError
 from boundary.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
-from boundary.train import ActionSampler, PBATrainer, make_config
+from boundary.train import ActionSampler, PBATrainer, make_config, run_key
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TinyModelConfig(hidden=32, layers=1, heads=2, intermediate=64)
@@ -277,7 +278,7 @@ def test_killed_training_resumes_from_its_last_checkpoint(model_dir, split, tmp_
             "--seed", "0", "--out", str(out), "--checkpoint-dir", str(ck)]
     first = cli(args, start_new_session=True)
     deadline = time.time() + 120
-    while not (ck / "checkpoint-6" / "trainer_state.json").exists():
+    while not list(ck.glob("*/checkpoint-6/trainer_state.json")):
         assert first.poll() is None, first.stdout.read()
         assert time.time() < deadline, "no checkpoint within 120 s"
         time.sleep(0.05)
@@ -292,9 +293,40 @@ def test_killed_training_resumes_from_its_last_checkpoint(model_dir, split, tmp_
     assert resumed, log_text
     step = int(resumed[0].rsplit("checkpoint-", 1)[1].split(";")[0])
     assert 6 <= step < 12
+    assert resumed[0].split("resuming from ")[1].startswith(str(ck / ""))
     log = pd.read_parquet(out / "log.parquet")
     assert log["step"].tolist() == list(range(1, 13))  # history before the kill survives
     assert {"loss", "reward", "protected_fraction", "anchor_loss"} <= set(log.columns)
     assert (out / "step4" / "config.json").exists()  # saved before the kill, kept outside out/
     assert (out / "final" / "model.safetensors").exists()
     assert (out / "final" / "tokenizer.json").exists()
+
+
+def test_run_key_changes_with_every_input_the_run_is_trained_from(model_dir, split, tmp_path,
+                                                                  monkeypatch):
+    """A job resumes only its own key's checkpoints: a changed gate (mask weights), base,
+    prompts, settings or seed starts afresh instead of resuming a stale run."""
+    prompts = {"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),
+               "prompt_id": split["prompt_id"].tolist()}
+    w = alternate(split)
+    key = run_key(model_dir, SETTINGS, 0, prompts, w)
+    assert key == run_key(model_dir, dict(reversed(SETTINGS.items())), 0, prompts, w.copy())
+    other_base = tmp_path / "base"
+    shutil.copytree(model_dir, other_base)
+    assert key == run_key(other_base, SETTINGS, 0, prompts, w)  # by content, not by path
+    (other_base / "config.json").write_text((other_base / "config.json").read_text() + " ")
+    changed = [run_key(other_base, SETTINGS, 0, prompts, w),
+               run_key(model_dir, {**SETTINGS, "lr": 2e-3}, 0, prompts, w),
+               run_key(model_dir, SETTINGS, 1, prompts, w),
+               run_key(model_dir, SETTINGS, 0, {**prompts, "answer": prompts["answer"][::-1]}, w),
+               run_key(model_dir, SETTINGS, 0, prompts, 1.0 - w),
+               run_key(model_dir, SETTINGS, 0, prompts, None)]
+    import boundary.train as train_module
+
+    code = tmp_path / "boundary"
+    shutil.copytree(Path(train_module.__file__).parent, code)
+    monkeypatch.setattr(train_module, "__file__", str(code / "train.py"))
+    assert run_key(model_dir, SETTINGS, 0, prompts, w) == key
+    (code / "anchors.py").write_text((code / "anchors.py").read_text() + "# changed\n")
+    changed.append(run_key(model_dir, SETTINGS, 0, prompts, w))
+    assert key not in changed and len(set(changed)) == len(changed)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import hashlib
 import json
 import math
 import os
@@ -545,6 +546,20 @@ def save_atomic(model, tokenizer, path: Path):
     os.replace(tmp, path)
 
 
+def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str:
+    """The identity of a training run: settings, seed, prompts, anchor weights, the base
+    model's files and the package's code. A job resumes only checkpoints under its own key, so
+    a changed config, gate, base or code never resumes a stale run."""
+    h = hashlib.sha256(json.dumps([settings, seed, prompts], sort_keys=True).encode())
+    if weights is not None:
+        h.update(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
+    for path in [*sorted(Path(model_dir).rglob("*")), *sorted(Path(__file__).parent.glob("*.py"))]:
+        if path.is_file():
+            with open(path, "rb") as f:
+                h.update(path.name.encode() + hashlib.file_digest(f, "sha256").digest())
+    return h.hexdigest()[:16]
+
+
 def last_checkpoint(folder: Path) -> str | None:
     """The newest complete TRL checkpoint (a kill mid-save leaves one without trainer state)."""
     done = [p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
@@ -566,16 +581,19 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    out_dir, checkpoint_dir = Path(out_dir), Path(checkpoint_dir)
+    out_dir = Path(out_dir)
     cfg = make_config(settings, seed, str(checkpoint_dir))
     if settings.get("mask") and mask is None:
         raise BoundaryError(f"--mask: method uses mask {settings['mask']!r}, none given")
     text = split["prompt"] if "prompt" in split else split["problem"]
-    data = Dataset.from_dict({"prompt": text.tolist(), "answer": split["answer"].astype(str).tolist(),
-                              "prompt_id": split["prompt_id"].tolist()})
+    prompts = {"prompt": text.tolist(), "answer": split["answer"].astype(str).tolist(),
+               "prompt_id": split["prompt_id"].tolist()}
+    data = Dataset.from_dict(prompts)
     epochs = math.ceil(cfg.max_steps / cfg.refresh_steps)
     weights = (None if mask is None else
                anchor_weights_for(mask, split["prompt_id"].tolist(), epochs, mask_path))
+    checkpoint_dir = Path(checkpoint_dir) / run_key(model_dir, settings, seed, prompts, weights)
+    cfg.output_dir = str(checkpoint_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     needs_base = cfg.beta_kl > 0 or (weights is not None and cfg.masked_action == "anchor")
@@ -590,7 +608,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
                          callbacks=[StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots),
                                     *callbacks])
     resume = last_checkpoint(checkpoint_dir)
-    print(f"train: {'resuming from ' + resume if resume else 'starting'}; "
+    print(f"train: {'resuming from ' + resume if resume else 'starting in ' + str(checkpoint_dir)}; "
           f"{cfg.max_steps} steps x {cfg.generation_batch_size} completions", flush=True)
     start = time.time()
     try:
@@ -627,7 +645,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", required=True, help="train/{method}/seed{S}")
     parser.add_argument("--checkpoint-dir", required=True,
-                        help="resumable checkpoints, outside Snakemake's declared outputs")
+                        help="resumable checkpoints, outside Snakemake's declared outputs "
+                             "(in a subfolder named by the run's key)")
     args = parser.parse_args(argv)
     if not Path(args.model).is_dir():
         raise BoundaryError(f"--model: {args.model}: no such model folder")

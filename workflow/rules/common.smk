@@ -1,6 +1,5 @@
 # Config validation and the helpers that every rules file shares: result paths, per-stage
 # settings (only the values that affect a stage, serialised with sorted keys), code inputs.
-import hashlib
 import math
 import sys
 from pathlib import Path
@@ -75,10 +74,6 @@ def train_settings(method):
     return {**config["train"], "refresh_steps": config["gate"]["refresh_steps"],
             "extractor": config["verify"]["extractor"],
             "verify_timeout": config["verify"]["timeout"], **spec}
-
-
-def settings_hash(settings):
-    return hashlib.sha256(dumps(settings).encode()).hexdigest()[:12]
 
 
 def policy_dir(method, seed):

@@ -1,6 +1,7 @@
 # One TRL trainer for every method. Resumable checkpoints live outside results/ (Snakemake
-# deletes declared outputs before a job starts), keyed by the settings so that a changed
-# config never resumes a stale run.
+# deletes declared outputs before a job starts); `boundary train` keys them by everything the
+# run is trained from (settings, seed, prompts, mask weights, base files, code), so a changed
+# input never resumes a stale run.
 for _method in TRAINED:
 
     rule:
@@ -22,9 +23,7 @@ for _method in TRAINED:
         params:
             settings=as_param(train_settings(_method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
-            checkpoint_dir=lambda wc, _m=_method: (
-                f"checkpoints/{RUN}/{_m}/seed{wc.seed}/{settings_hash(train_settings(_m))}"
-            ),
+            checkpoint_dir=lambda wc, _m=_method: f"checkpoints/{RUN}/{_m}/seed{wc.seed}",
             out_dir=lambda wc, _m=_method: f"{OUT}/train/{_m}/seed{wc.seed}",
         threads: 1
         resources:
