@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -333,8 +334,10 @@ class PBATrainer(GRPOTrainer):
         T = out["completion_ids"].size(1)
         full = torch.zeros(need.numel(), T, device=need.device)
         stored = torch.tensor([lp is not None for lp in drawn], device=need.device) & need
-        for i in stored.nonzero().flatten().tolist():
-            full[i, :len(drawn[i])] = torch.as_tensor(drawn[i], device=need.device)
+        rows = stored.nonzero().flatten().tolist()
+        if rows:  # one host-to-device copy for all of them
+            values = pad_sequence([torch.as_tensor(drawn[i]) for i in rows], batch_first=True)
+            full[rows, :values.size(1)] = values.to(full)
         rest = need & ~stored
         if rest.any():
             ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)[rest]
@@ -417,16 +420,17 @@ def sampled_token_logps(model, temperature: float):
         last[0] = torch.log_softmax(output.logits[:, -1].float() / temperature, -1)
 
     def collect(completions: list) -> list[np.ndarray]:
-        fed = torch.stack(gathered, 1).cpu() if gathered else torch.zeros(len(completions), 0)
-        out = []
-        for i, c in enumerate(completions):
-            lp = fed[i, :len(c)]
-            if len(c) == fed.size(1) + 1:  # the final token is sampled but never fed back
-                lp = torch.cat([lp, last[0][i, c[-1:]].cpu()])
-            if len(lp) != len(c):
-                raise RuntimeError("generate fed its samples back out of order: cannot read log-probs")
-            out.append(lp.numpy().astype(np.float32))
-        return out
+        n = len(gathered) + 1  # the longest a completion can be: one token per forward
+        if any(len(c) > n for c in completions):
+            raise RuntimeError("generate fed its samples back out of order: cannot read log-probs")
+        fed = torch.stack(gathered, 1) if gathered else last[0].new_zeros(len(completions), 0)
+        # A full-length completion's final token is sampled but never fed back: read it from
+        # the last forward's log-probs, for all such rows at once.
+        full = [i for i, c in enumerate(completions) if len(c) == n]
+        final = last[0].new_zeros(len(completions), 1)
+        final[full, 0] = last[0][full, [completions[i][-1] for i in full]]
+        table = torch.cat([fed, final], 1).cpu().numpy()
+        return [table[i, :len(c)] for i, c in enumerate(completions)]
 
     handle = model.register_forward_hook(hook, with_kwargs=True)
     try:
