@@ -72,3 +72,16 @@ def test_settings_serialise_stably(tmp_path):
     assert load_stage_settings(str(path)) == a
     with pytest.raises(BoundaryError, match="--settings"):
         load_stage_settings(str(tmp_path / "missing.json"))
+
+
+def test_nullable_sections_get_their_defaults():
+    """`data` is `[object, "null"]`: its datasets still get problem_field/answer_field."""
+    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    for spec in [config["data"]["train"], *config["data"]["benchmarks"].values()]:
+        spec.pop("problem_field", None)
+        spec.pop("answer_field", None)
+    filled = validate_config(config)
+    train = filled["data"]["train"]
+    assert (train["problem_field"], train["answer_field"], train["answer_format"]) == (
+        "problem", "answer", "plain")
+    assert all(s["problem_field"] == "problem" for s in filled["data"]["benchmarks"].values())

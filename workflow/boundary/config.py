@@ -29,6 +29,12 @@ def _resolve(sub: dict, root: dict) -> dict:
     return {**root["definitions"][ref.rsplit("/", 1)[-1]], **sub}  # local keys win
 
 
+def _is_object(schema: dict) -> bool:
+    """An object schema, nullable ones (`type: [object, "null"]`) included."""
+    kind = schema.get("type")
+    return kind == "object" or isinstance(kind, list) and "object" in kind
+
+
 def _fill_defaults(node: dict, schema: dict, root: dict | None = None) -> None:
     """Fill `default:` values of the schema into the config, recursively (objects only)."""
     root = root or schema
@@ -36,11 +42,11 @@ def _fill_defaults(node: dict, schema: dict, root: dict | None = None) -> None:
         sub = _resolve(sub, root)
         if key not in node and "default" in sub:
             node[key] = copy.deepcopy(sub["default"])
-        if isinstance(node.get(key), dict) and sub.get("type") == "object":
+        if isinstance(node.get(key), dict) and _is_object(sub):
             _fill_defaults(node[key], sub, root)
     extra = schema.get("additionalProperties")
     extra = _resolve(extra, root) if isinstance(extra, dict) else None
-    if extra and extra.get("type") == "object":
+    if extra and _is_object(extra):
         for key, value in node.items():
             if key not in schema.get("properties", {}) and isinstance(value, dict):
                 _fill_defaults(value, extra, root)
