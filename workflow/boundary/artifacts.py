@@ -1,13 +1,23 @@
-"""Parquet artifacts: atomic writes and readers that fail with one clear line.
+"""Artifacts: atomic writes of files and folders, and readers that fail with one clear line.
 
-Every stage writes through `write_table` (temp file in the same folder, then rename), so an
-interrupted job never leaves a half-written artifact that Snakemake would take as complete.
+Every stage writes through `write_table` / `atomic_path` (temp file in the same folder, then
+rename) or `atomic_dir` (temp folder beside the target, then swapped in whole), so an
+interrupted job never leaves a half-written artifact that Snakemake would take as complete,
+and a rerun never leaves an earlier run's files beside its own. Files and folders get the
+user's umask (mkstemp and mkdtemp alone would make them private), and a full disk or quota
+is one line naming the path that could not be written.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
 import json
 import os
+import re
+import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,16 +27,90 @@ import pandas as pd
 
 from boundary.errors import BoundaryError
 
+# Columns read verbatim as text from CSV and JSONL: "000" stays "000", "1.10" stays "1.10".
+ID_COLUMNS = ("prompt_id",)
+_FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+         errno.EFBIG: "file size limit exceeded"}
+_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|File too large|os error (28|122|27)\b")
+
+
+# ----------------------------------------------------------------------------- permissions
+
+@functools.cache
+def umask() -> int:
+    """The process umask, read without changing it (os.umask can only set it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # no /proc: set and restore (at import-time use only)
+    os.umask(mask)
+    return mask
+
+
+def _as_created(path: Path, folder: bool) -> None:
+    """Give a mkstemp/mkdtemp path the mode open()/mkdir() would have (they make 0600/0700)."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~umask())
+
+
+# ----------------------------------------------------------------------------- full disk
+
+def storage_full(err: BaseException, near: str | os.PathLike | None = None) -> str | None:
+    """Why `err` means the storage is full ("no space left on device", ...), or None.
+
+    Writers report it as OSError errno, as text (pyarrow, safetensors), or not at all
+    (torch's zip writer): then a folder `near` with no free blocks left decides."""
+    code = getattr(err, "errno", None)
+    if code in _FULL:
+        return _FULL[code]
+    match = _FULL_TEXT.search(str(err))
+    if match:
+        text = match.group(0)
+        return next((v for k, v in _FULL.items() if os.strerror(k) == text or f"os error {k}" == text),
+                    _FULL[errno.ENOSPC])
+    if near is not None:
+        try:
+            folder = Path(near)
+            while not folder.exists() and folder != folder.parent:
+                folder = folder.parent
+            if os.statvfs(folder).f_bavail == 0:
+                return _FULL[errno.ENOSPC]
+        except OSError:
+            pass
+    return None
+
+
+@contextmanager
+def storage_errors(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a full disk or quota inside the block into one line naming `path`."""
+    try:
+        yield
+    except BoundaryError:
+        raise
+    except Exception as err:
+        why = storage_full(err, path)
+        if why is None:
+            raise
+        raise BoundaryError(f"{path}: cannot be written: {why}") from None
+
+
+# ----------------------------------------------------------------------------- atomic files
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
     try:
-        yield Path(tmp)
+        _as_created(Path(tmp), folder=False)
+        with storage_errors(path):
+            yield Path(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -34,17 +118,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def write_table(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Write a table atomically; the format follows the suffix (.parquet, .csv, .md, .tex)."""
+    """Write a table atomically; the format follows the suffix (.parquet, .csv, .jsonl)."""
     path = Path(path)
+    if path.suffix not in (".parquet", ".csv", ".jsonl"):
+        raise ValueError(f"write_table: unsupported suffix {path.suffix!r} for {path}")
     with atomic_path(path) as tmp:
         if path.suffix == ".parquet":
             df.to_parquet(tmp, index=False)
         elif path.suffix == ".csv":
             df.to_csv(tmp, index=False)
-        elif path.suffix == ".jsonl":
-            df.to_json(tmp, orient="records", lines=True)
         else:
-            raise ValueError(f"write_table: unsupported suffix {path.suffix!r} for {path}")
+            df.to_json(tmp, orient="records", lines=True)
 
 
 def write_text(text: str, path: str | os.PathLike) -> None:
@@ -56,22 +140,133 @@ def write_json(obj, path: str | os.PathLike) -> None:
     write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", path)
 
 
-def read_table(path: str | os.PathLike, columns: Iterable[str] = ()) -> pd.DataFrame:
-    """Read parquet, CSV or JSONL; a missing file, unknown type or missing column is one line."""
+# ----------------------------------------------------------------------------- atomic folders
+
+_PARTIAL = "partial"
+
+
+def _scratch_name(path: Path, kind: str) -> str:
+    return f".{path.name}.{kind}.{os.getpid()}@{socket.gethostname()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_scratch(path: Path) -> None:
+    """Remove scratch folders beside `path` left by killed processes of this host."""
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.{_PARTIAL}\.(\d+)@(.*)\.[^.]+$")
+    host = socket.gethostname()
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return
+    for entry in siblings:
+        m = pattern.match(entry.name)
+        if m and m.group(2) == host and not _alive(int(m.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+@contextmanager
+def scratch_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """A fresh hidden folder beside `path` (the user's umask), removed when the block ends.
+
+    Its name holds this process's id and host, so the next call for the same `path` removes
+    one that a killed process left behind."""
+    path = Path(path)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_scratch(path)
+        tmp = Path(tempfile.mkdtemp(prefix=_scratch_name(path, _PARTIAL), dir=path.parent))
+    try:
+        _as_created(tmp, folder=True)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2); False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temp folder beside `path`; if the block succeeds it replaces `path` as a
+    whole, so `path` holds exactly this run's files (nothing of an earlier run).
+
+    An existing folder is exchanged with the new one in one rename and then removed; a kill
+    before that leaves `path` as it was (and a scratch folder that the next call removes).
+    A file at `path`, or a full disk, is one line naming `path`."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BoundaryError(f"{path}: exists and is not a folder")
+    with scratch_dir(path) as tmp:
+        with storage_errors(path):
+            yield tmp
+        if not path.exists():
+            os.rename(tmp, path)
+        elif not _exchange(tmp, path):  # no renameat2: move the old folder aside first
+            aside = Path(tempfile.mkdtemp(prefix=_scratch_name(path, _PARTIAL), dir=path.parent))
+            os.rename(path, aside / path.name)
+            os.rename(tmp, path)
+            shutil.rmtree(aside, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- reading
+
+def _read_csv(path: Path, ids: Iterable[str]) -> pd.DataFrame:
+    ids = list(ids)
+    df = pd.read_csv(path, dtype={c: str for c in ids})
+    for col in ids:
+        if col in df and df[col].isna().any():  # "NA", "null", ...: ids are text, read verbatim
+            df[col] = pd.read_csv(path, usecols=[col], dtype=str, keep_default_na=False)[col]
+    return df
+
+
+def read_table(path: str | os.PathLike, columns: Iterable[str] = (),
+               ids: Iterable[str] = ID_COLUMNS) -> pd.DataFrame:
+    """Read parquet, CSV or JSONL; a missing file, unknown type or missing column is one line.
+
+    Columns in `ids` are read from CSV and JSONL as text, verbatim; a blank one is an error."""
     path = Path(path)
     if not path.exists():
         raise BoundaryError(f"{path}: file not found")
-    readers = {".parquet": pd.read_parquet, ".csv": pd.read_csv,
-               ".jsonl": lambda p: pd.read_json(p, lines=True),
-               ".json": lambda p: pd.read_json(p, lines=True)}
+    if path.is_dir():
+        raise BoundaryError(f"{path}: is a folder, not a file")
+    ids = tuple(ids)
+    readers = {".parquet": pd.read_parquet, ".csv": lambda p: _read_csv(p, ids),
+               ".jsonl": lambda p: pd.read_json(p, lines=True, dtype={c: str for c in ids}),
+               ".json": lambda p: pd.read_json(p, lines=True, dtype={c: str for c in ids})}
     reader = readers.get(path.suffix.lower())
     if reader is None:
         raise BoundaryError(f"{path}: unknown file type {path.suffix!r} (use parquet, csv or jsonl)")
     try:
         df = reader(path)
     except Exception as err:  # corrupt or unreadable file
-        raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+        detail = " ".join(str(err).split())  # one line, whatever the reader's message
+        raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {detail})") from None
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise BoundaryError(f"{path}: missing column(s) {', '.join(missing)}")
+    for col in ids:
+        if col in df.columns:
+            blank = df[col].isna() | (df[col].astype(str).str.strip() == "")
+            if blank.any():
+                raise BoundaryError(f"{path}: blank {col} in row {int(blank.to_numpy().argmax()) + 1}")
     return df
