@@ -3,6 +3,7 @@ import time
 import pandas as pd
 import pytest
 
+from boundary.errors import BoundaryError
 from boundary.verify import Verifier, extract_answer, last_boxed, normalize_answer, score_samples
 
 
@@ -41,23 +42,125 @@ def test_score_samples_adds_answer_and_verdict(verifier):
     out = score_samples(samples, {"a": "1234", "b": "99"}, "last_number", verifier)
     assert out["answer"].tolist() == ["1234", "3412", ""]
     assert out["correct"].tolist() == [True, False, False]
+    assert out["verified"].tolist() == [True, True, True]
 
 
-def stuck_on_slow(pairs, timeout):
-    """A stand-in for math-verify work stuck in C code: 'slow' never returns in time."""
+def stuck_on_slow(gold, answer, timeout):
+    """A stand-in for a math-verify check stuck in C code: 'slow' never returns in time."""
     import time as _time
 
-    if any(answer == "slow" for _, answer in pairs):
-        _time.sleep(60)
-    return [gold == answer for gold, answer in pairs]
+    if answer == "slow":
+        _time.sleep(120)
+    return gold == answer
 
 
-def test_a_stuck_check_is_killed_and_counted_wrong():
-    v = Verifier(timeout=1, workers=1, chunk=4, check_many=stuck_on_slow)
+def dies_once(gold, answer, timeout):
+    """Kills its own worker the first time it sees answer 'die' (the gold names a flag file)."""
+    import os
+    import signal
+    from pathlib import Path
+
+    if answer == "die" and not Path(gold).exists():
+        Path(gold).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if answer == "always-die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return gold == answer
+
+
+def slow_equal(gold, answer, timeout):
+    import time as _time
+
+    _time.sleep(0.002)
+    return gold == answer
+
+
+def cannot_import(gold, answer, timeout):
+    raise ImportError("No module named 'math_verify'")
+
+
+class ExitsOnLoad:
+    """Unpickled in a fresh worker, it ends that process: a worker that cannot start."""
+
+    def __reduce__(self):
+        import os
+
+        return os._exit, (3,)
+
+
+def test_a_stuck_check_is_killed_and_left_unverified():
+    v = Verifier(timeout=1, workers=1, chunk=4, check_one=stuck_on_slow)
     try:
-        start = time.perf_counter()
-        got = v.check(["1", "2", "3", "4", "5"], ["1", "slow", "3", "x", "5"])
-        assert got == [True, False, True, False, True]
-        assert time.perf_counter() - start < 40  # killed, not waited out
+        got = v.verdicts(["1", "2", "3", "4", "5"], ["1", "slow", "3", "x", "5"])
+        assert got == [True, None, True, False, True]  # None: given up, not scored wrong
+        assert (v.given_up, v.replaced) == (1, 1)
+        assert v.check(["2"], ["slow"]) == [False]  # cached: never waited out twice
+        assert v.given_up == 1
     finally:
         v.close()
+
+
+def test_a_killed_worker_is_replaced_and_its_check_retried(tmp_path):
+    flag = str(tmp_path / "died")
+    v = Verifier(timeout=5, workers=2, chunk=8, check_one=dies_once)
+    try:
+        golds = [str(i) for i in range(40)] + [flag, "g"]
+        answers = [str(i) if i % 3 else "no" for i in range(40)] + ["die", "always-die"]
+        got = v.verdicts(golds, answers)
+        assert got[:40] == [bool(i % 3) for i in range(40)]
+        assert got[40] is False  # its worker died under it once; the retry answered
+        assert got[41] is None  # it killed its worker twice: given up, unverified
+        assert (v.given_up, v.replaced) == (1, 3)
+    finally:
+        v.close()
+
+
+def test_a_worker_killed_from_outside_is_noticed_and_replaced():
+    import os
+    import signal
+    import threading
+
+    v = Verifier(timeout=5, workers=2, chunk=16, check_one=slow_equal)
+    try:
+        v.check(["0"], ["0"])  # the pool is up
+        victim = v._workers[0].process.pid
+        killer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
+        killer.start()
+        golds = [str(i) for i in range(1500)]
+        got = v.verdicts(golds, [g if int(g) % 2 else "x" for g in golds])
+        killer.join()
+        assert got == [bool(i % 2) for i in range(1500)]  # every verdict computed, none lost
+        assert v.replaced == 1 and v.given_up == 0
+        assert victim not in [w.process.pid for w in v._workers]
+    finally:
+        v.close()
+
+
+@pytest.mark.parametrize("check_one, why", [
+    (ExitsOnLoad(), "exit code 3 before it was ready"),
+    (cannot_import, "ImportError: No module named 'math_verify'"),
+])
+def test_a_pool_that_cannot_start_raises_one_line(check_one, why):
+    v = Verifier(timeout=1, workers=2, check_one=check_one)
+    with pytest.raises(BoundaryError) as err:
+        v.check(["1"], ["1"])
+    assert str(err.value) == f"verifier: its worker processes cannot start ({why})"
+    assert v._workers == []  # nothing left running
+
+
+def test_a_math_verify_timeout_is_unverified(monkeypatch):
+    """math-verify answers [] / False when its own alarm fires: that is no verdict."""
+    import math_verify
+
+    from boundary import verify
+
+    def parse_times_out(text, parsing_timeout):
+        time.sleep(parsing_timeout)
+        return []
+
+    verify._parsed.cache_clear()
+    monkeypatch.setattr(math_verify, "parse", parse_times_out)
+    try:
+        assert verify._check("1", "2", 1) is None
+    finally:
+        verify._parsed.cache_clear()

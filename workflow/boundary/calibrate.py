@@ -54,7 +54,7 @@ def main_gate_draws(argv=None):
             draws = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier)
             epochs.append(draws.rename(columns={"sample_idx": "draw_idx"}).assign(epoch=epoch))
     draws = pd.concat(epochs, ignore_index=True)
-    cols = ["prompt_id", "epoch", "draw_idx", "completion", "answer", "correct", "n_tokens", "entropy"]
+    cols = ["prompt_id", "epoch", "draw_idx", "completion", "answer", "correct", "verified", "n_tokens", "entropy"]
     write_table(draws[cols], args.out)
     print(f"gate draws: {len(split)} prompts x {gate['G0']} draws x {gate['epochs']} epochs")
 

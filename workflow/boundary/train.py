@@ -523,7 +523,11 @@ def make_reward(extractor: str, timeout: int, workers: int = 2):
 
     def correct(prompts, completions, answer, **kwargs):
         found = [extract_answer(c, extractor) for c in completions]
-        return [float(ok) for ok in verifier.check([str(a) for a in answer], found)]
+        verdicts = verifier.verdicts([str(a) for a in answer], found)
+        unverified = sum(v is None for v in verdicts)
+        if unverified:  # no verdict to give: rewarded 0 like a wrong answer, and said so
+            print(f"verify: {unverified} of {len(verdicts)} completions unverified (rewarded 0)", flush=True)
+        return [float(v is True) for v in verdicts]
 
     correct.verifier = verifier
     return correct
@@ -630,7 +634,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     log = log_table(trainer.state.log_history)
     write_table(log, out_dir / "log.parquet")
     stats = {"steps": int(trainer.state.global_step), "resumed_from": resume,
-             "seconds": round(time.time() - start, 1),
+             "seconds": round(time.time() - start, 1), "unverified": reward.verifier.given_up,
              "mean_step_time": float(log["step_time"].mean()) if "step_time" in log else None}
     print("train: " + json.dumps(stats, sort_keys=True), flush=True)
     return stats

@@ -3,7 +3,8 @@
 math-verify's own timeout uses SIGALRM, which only works in a main thread and cannot
 interrupt C-level sympy work, so every check runs in a worker process that is killed when it
 overruns. Checks are deduplicated on (gold, extracted answer) and cached for the process's
-life: RL rewards and n=256 evaluations repeat the same pairs many times.
+life: RL rewards and n=256 evaluations repeat the same pairs many times. A check that ran out
+of time or crashed its worker is unverified (None), never silently False.
 """
 
 from __future__ import annotations
@@ -11,8 +12,13 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import re
-from dataclasses import dataclass
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
 from typing import Callable
+
+from boundary.errors import BoundaryError
 
 EXTRACTORS = ("boxed", "last_number")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
@@ -54,56 +60,149 @@ def normalize_answer(answer: str) -> str:
 @functools.lru_cache(maxsize=200_000)
 def _parsed(text: str, timeout: int):
     """math-verify parse of one string, cached in the worker: parsing is ~40x verify's cost
-    and the same gold or answer string recurs across samples and prompts."""
+    and the same gold or answer string recurs across samples and prompts. None when the parse
+    ran out of time (math-verify then returns [] as for an unparsable string)."""
     from math_verify import parse
 
     # Wrapped so it parses as LaTeX ("1 - \\sqrt{2}" bare parses as 1); timeouts must be
     # ints (a float makes parse() return [] silently).
-    return parse(f"${text}$", parsing_timeout=timeout)
+    start = time.monotonic()
+    found = parse(f"${text}$", parsing_timeout=timeout)
+    # Its SIGALRM fires at `timeout` s: an empty result that took that long timed out.
+    return None if not found and time.monotonic() - start >= timeout else found
 
 
-def _check(gold: str, answer: str, timeout: int) -> bool:
+def _check(gold: str, answer: str, timeout: int) -> bool | None:
+    """math-verify's verdict on one pair; None (unverified) where a parse or the comparison
+    ran out of time, which math-verify itself would report as False."""
     from math_verify import verify
 
     gold_parsed, answer_parsed = _parsed(gold, timeout), _parsed(answer, timeout)
+    if gold_parsed is None or answer_parsed is None:
+        return None
     if not gold_parsed or not answer_parsed:
         return False
-    return bool(verify(gold_parsed, answer_parsed, timeout_seconds=timeout))
+    start = time.monotonic()
+    if verify(gold_parsed, answer_parsed, timeout_seconds=timeout):
+        return True
+    return None if time.monotonic() - start >= timeout else False
 
 
-def _check_many(pairs: list[tuple[str, str]], timeout: int) -> list[bool]:
-    return [_check(g, a, timeout) for g, a in pairs]
+_READY = "ready"
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the process that started it dies, so a
+    killed stage never leaves a worker stuck in sympy behind."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _serve(conn, check_one: Callable, timeout: int) -> None:
+    """A worker: check the pairs of each chunk it is sent, one verdict message per pair, so the
+    parent always knows when the pair in hand began."""
+    _die_with_parent()
+    try:
+        check_one("1", "1", timeout)  # import math-verify and warm up before saying ready
+    except BaseException as err:
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+        raise
+    conn.send(_READY)
+    while True:
+        try:
+            chunk = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if chunk is None:
+            return
+        for gold, answer in chunk:
+            conn.send(check_one(gold, answer, timeout))
+
+
+@dataclass
+class _Worker:
+    process: object
+    conn: object
+    started: float
+    ready: bool = False
+    since: float = 0.0  # when the pair at the head of `queue` began
+    queue: deque = field(default_factory=deque)
+    error: str = ""
 
 
 @dataclass
 class Verifier:
-    """Checks (gold, answer) pairs with math-verify in a pool of worker processes.
+    """Checks (gold, answer) pairs with math-verify in worker processes, each check bounded.
 
-    Pairs go to the workers in chunks (one round trip per chunk, not per pair). A chunk that
-    overruns its deadline gets the pool killed and is retried pair by pair; a single pair
-    that overruns is counted wrong.
+    Idle workers get chunks of pairs and send one verdict per pair, so every check has its own
+    deadline: 2 x timeout + 1 s after it began (math-verify stops itself at `timeout` per
+    parse and comparison, except in C code). A check past its deadline has its worker killed
+    and replaced and is given up on; a worker that dies is noticed at once (its process
+    sentinel) and replaced, and the check it held is retried once, then given up on. A pair
+    given up on is unverified -- `verdicts` gives None, `check` gives False, and `given_up`
+    counts it -- never a verdict nobody computed. Workers that keep dying before they are
+    ready mean the pool cannot start: one BoundaryError, never a column of False.
     """
 
     timeout: int = 5
     workers: int = 2
     chunk: int = 64
-    check_many: Callable = _check_many  # module-level, so spawned workers can import it
+    check_one: Callable = _check  # module-level, so spawned workers can import it
+    start_timeout: float = 120.0  # seconds a new worker may take to import math-verify
 
     def __post_init__(self):
         self.timeout = int(self.timeout)
-        self._cache: dict[tuple[str, str], bool] = {}
-        self._pool = None
+        self._cache: dict[tuple[str, str], bool | None] = {}
+        self._workers: list[_Worker] = []
+        self._failed_starts = 0
+        self.given_up = 0  # distinct pairs left unverified
+        self.replaced = 0  # workers killed or found dead, and replaced
 
-    def _start(self):
-        if self._pool is None:
-            # spawn, not fork: the parent may hold torch threads that fork would copy mid-lock.
-            self._pool = mp.get_context("spawn").Pool(self.workers)
-        return self._pool
+    # ------------------------------------------------------------------ pool
+    def _spawn(self) -> _Worker:
+        # spawn, not fork: the parent may hold torch threads that fork would copy mid-lock.
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        process = ctx.Process(target=_serve, args=(child, self.check_one, self.timeout), daemon=True)
+        try:
+            process.start()
+        except Exception as err:
+            raise BoundaryError(f"verifier: cannot start a worker process ({type(err).__name__}: {err})") from None
+        finally:
+            child.close()
+        return _Worker(process, parent, time.monotonic())
+
+    def _stop(self, worker: _Worker) -> None:
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(5)
+        worker.conn.close()
+
+    def _replace(self, worker: _Worker) -> None:
+        self._stop(worker)
+        self._workers[self._workers.index(worker)] = self._spawn()
+
+    def _start_failed(self, worker: _Worker, why: str) -> None:
+        """A worker died (or hung) before it was ready; enough of those in a row: no pool."""
+        self._failed_starts += 1
+        if self._failed_starts >= max(2, self.workers):
+            self.close()
+            raise BoundaryError(f"verifier: its worker processes cannot start ({worker.error or why})")
+        self._replace(worker)
 
     def close(self):
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool = None
+        for worker in self._workers:
+            try:
+                worker.conn.send(None)
+            except OSError:
+                pass
+            self._stop(worker)
+        self._workers = []
 
     def __del__(self):
         try:
@@ -111,34 +210,103 @@ class Verifier:
         except Exception:  # interpreter shutdown: the pool's modules may already be gone
             pass
 
+    # ------------------------------------------------------------------ checking
     def check(self, golds: list[str], answers: list[str]) -> list[bool]:
-        for g, a in zip(golds, answers):
-            if not a:
-                self._cache[(g, a)] = False
-        pending = sorted({(g, a) for g, a in zip(golds, answers) if (g, a) not in self._cache})
-        chunks = [pending[i:i + self.chunk] for i in range(0, len(pending), self.chunk)]
-        while chunks:
-            pool = self._start()
-            jobs = [(chunk, pool.apply_async(self.check_many, (chunk, self.timeout))) for chunk in chunks]
-            chunks = []
-            for i, (chunk, job) in enumerate(jobs):
-                try:
-                    self._cache.update(zip(chunk, job.get(timeout=2 * self.timeout * len(chunk) + 5)))
-                except mp.TimeoutError:
-                    self.close()  # a check stuck in C code: only killing its process stops it
-                    if len(chunk) == 1:
-                        self._cache[chunk[0]] = False
-                    else:
-                        chunks.extend([pair] for pair in chunk)
-                    chunks.extend(c for c, _ in jobs[i + 1:])
-                    break
-        return [self._cache[(g, a)] for g, a in zip(golds, answers)]
+        """True where math-verify says equal; False otherwise, unverified pairs included
+        (use `verdicts` to tell them apart)."""
+        return [v is True for v in self.verdicts(golds, answers)]
+
+    def verdicts(self, golds: list[str], answers: list[str]) -> list[bool | None]:
+        """True / False per pair, None for a pair the verifier gave up on."""
+        pairs = list(zip(golds, answers))
+        for pair in pairs:
+            if not pair[1]:
+                self._cache[pair] = False
+        pending = deque(sorted({p for p in pairs if p not in self._cache}))
+        if pending:
+            self._run(pending)
+        return [self._cache[p] for p in pairs]
+
+    def _run(self, pending: deque) -> None:
+        limit = 2 * self.timeout + 1
+        crashes: dict[tuple[str, str], int] = {}
+        while len(self._workers) < self.workers:
+            self._workers.append(self._spawn())
+        while pending or any(w.queue for w in self._workers):
+            now = time.monotonic()
+            for w in self._workers:
+                if w.ready and not w.queue and pending:
+                    w.queue.extend(pending.popleft() for _ in range(min(self.chunk, len(pending))))
+                    w.since = now
+                    try:
+                        w.conn.send(list(w.queue))
+                    except OSError:  # died meanwhile: its sentinel says so below
+                        pass
+            deadlines = [w.since + limit if w.ready else w.started + self.start_timeout
+                         for w in self._workers if w.queue or not w.ready]
+            wait([x for w in self._workers for x in (w.conn, w.process.sentinel)],
+                 timeout=max(0.0, min(deadlines) - time.monotonic()) if deadlines else None)
+            for w in list(self._workers):
+                self._collect(w)
+                now = time.monotonic()
+                if not w.process.is_alive():
+                    self._collect(w)  # verdicts it sent just before dying
+                    if not w.ready:
+                        self._start_failed(w, f"exit code {w.process.exitcode} before it was ready")
+                        continue
+                    self.replaced += 1
+                    if w.queue:  # the pair in hand is retried once, then given up on
+                        pair = w.queue.popleft()
+                        crashes[pair] = crashes.get(pair, 0) + 1
+                        if crashes[pair] >= 2:
+                            self._give_up(pair)
+                        else:
+                            w.queue.appendleft(pair)
+                        pending.extendleft(reversed(w.queue))
+                    self._replace(w)
+                elif not w.ready and now > w.started + self.start_timeout:
+                    self._start_failed(w, f"not ready after {self.start_timeout:.0f} s")
+                elif w.queue and now > w.since + limit:  # stuck, likely in C code: only a kill stops it
+                    self.replaced += 1
+                    self._give_up(w.queue.popleft())
+                    pending.extendleft(reversed(w.queue))
+                    self._replace(w)
+
+    def _collect(self, w: _Worker) -> None:
+        """Read every message the worker has sent so far."""
+        try:
+            while w.conn.poll():
+                message = w.conn.recv()
+                if message == _READY:
+                    w.ready, self._failed_starts = True, 0
+                elif isinstance(message, tuple):
+                    w.error = message[1]
+                else:
+                    self._record(w.queue.popleft(), message)
+                    w.since = time.monotonic()
+        except (EOFError, OSError):
+            pass
+
+    def _record(self, pair: tuple[str, str], verdict: bool | None) -> None:
+        self._cache[pair] = verdict
+        self.given_up += verdict is None
+
+    def _give_up(self, pair: tuple[str, str]) -> None:
+        self._record(pair, None)
 
 
 def score_samples(samples, golds_by_prompt: dict[str, str], extractor: str,
-                  verifier: Verifier):
-    """Add `answer` (normalized extraction) and `correct` (math-verify) to a samples frame."""
+                  verifier: Verifier, log=print):
+    """Add `answer` (normalized extraction), `correct` (math-verify) and `verified` to a samples
+    frame; an answer the verifier gave up on has verified False and correct False, and the
+    stage's log counts them."""
     samples["answer"] = [extract_answer(t, extractor) for t in samples["completion"]]
     golds = [golds_by_prompt[p] for p in samples["prompt_id"]]
-    samples["correct"] = verifier.check(golds, samples["answer"].tolist())
+    verdicts = verifier.verdicts(golds, samples["answer"].tolist())
+    samples["correct"] = [v is True for v in verdicts]
+    samples["verified"] = [v is not None for v in verdicts]
+    unverified = len(verdicts) - int(samples["verified"].sum())
+    log(f"verify: {len(verdicts)} answers, {unverified} unverified"
+        + (f" (a check overran {2 * verifier.timeout + 1} s or crashed its worker; counted not correct)"
+           if unverified else ""))
     return samples

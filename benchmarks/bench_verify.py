@@ -1,0 +1,114 @@
+"""Verifier throughput on 20,000 mixed (gold, answer) pairs: this tree's against another commit's.
+
+    PYTHONPATH=workflow python benchmarks/bench_verify.py [--items 20000] [--workers 2]
+                                                          [--against 8c2e985] [--rounds 2]
+
+The pairs mix what RL rollouts and evaluations send: integers (right, wrong, leading zeros),
+fractions against decimals, LaTeX expressions (roots, pi, powers), tuples and intervals, text
+that is no answer, and empty answers; most pairs are distinct (repeats are cache hits for both
+verifiers). Each round times a fresh verifier of each version on the same pairs, pool start
+included, alternating the order; the median items/s of each and their ratio are printed, plus
+the share of pairs the two disagree on (expected 0) and how many the new one left unverified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+from boundary.verify import Verifier  # noqa: E402
+
+
+def mixed_pairs(count: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    rng = random.Random(seed)
+    golds, answers = [], []
+    for _ in range(count):
+        kind = rng.random()
+        if kind < 0.30:  # integers
+            g = rng.randint(0, 99_999)
+            a = rng.choice([g, g, g + rng.randint(1, 9), rng.randint(0, 99_999)])
+            golds.append(str(g))
+            answers.append(rng.choice([str(a), f"0{a}", f"{a}.0"]) if a == g else str(a))
+        elif kind < 0.50:  # fractions and decimals
+            p, q = rng.randint(1, 99), rng.choice([2, 4, 5, 8, 10, 20, 25])
+            golds.append(rf"\frac{{{p}}}{{{q}}}")
+            answers.append(rng.choice([f"{p / q:g}", rf"\frac{{{2 * p}}}{{{2 * q}}}", f"{p}/{q}",
+                                       f"{(p + 1) / q:g}"]))
+        elif kind < 0.70:  # expressions
+            r, s = rng.randint(2, 30), rng.randint(1, 9)
+            golds.append(rng.choice([rf"{s}\sqrt{{{r}}}", rf"{s}\pi", f"{s}^{{{r % 7 + 2}}}",
+                                     rf"\frac{{\sqrt{{{r}}}}}{{{s}}}"]))
+            answers.append(rng.choice([rf"\sqrt{{{s * s * r}}}", rf"{s} \pi", f"{s ** (r % 7 + 2)}",
+                                       rf"{s}\sqrt{{{r + 1}}}", rf"\frac{{{s}}}{{\sqrt{{{r}}}}}"]))
+        elif kind < 0.80:  # tuples and intervals
+            x, y = rng.randint(-9, 9), rng.randint(10, 99)
+            golds.append(rng.choice([f"({x}, {y})", f"[{x}, {y})"]))
+            answers.append(rng.choice([f"({x},{y})", f"[{x},{y})", f"({y}, {x})", f"({x}, {y}]"]))
+        elif kind < 0.90:  # text that is no answer
+            golds.append(str(rng.randint(0, 999)))
+            answers.append(rng.choice(["x", "none", r"\text{no solution}", "a+b", "1,2,3,4,5" * rng.randint(1, 4)]))
+        else:  # empty extraction
+            golds.append(str(rng.randint(0, 999)))
+            answers.append("")
+    return golds, answers
+
+
+def load_before(rev: str, folder: Path):
+    """verify.py as of `rev`, importable by name so that its spawned workers find it."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:workflow/boundary/verify.py"],
+                            check=True, capture_output=True, text=True).stdout
+    (folder / "verify_before.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("verify_before")
+
+
+def timed(make, golds, answers):
+    verifier = make()
+    start = time.perf_counter()
+    got = verifier.verdicts(golds, answers) if hasattr(verifier, "verdicts") else verifier.check(golds, answers)
+    seconds = time.perf_counter() - start
+    verifier.close()
+    return len(golds) / seconds, got
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", type=int, default=20_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=5)
+    ap.add_argument("--against", default="8c2e985", help="commit whose verify.py is the baseline")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    golds, answers = mixed_pairs(args.items)
+    print(f"{args.items} pairs, {len(set(zip(golds, answers)))} distinct, {args.workers} workers, "
+          f"timeout {args.timeout} s")
+    with tempfile.TemporaryDirectory() as tmp:
+        before = load_before(args.against, Path(tmp))
+        makers = {"new": lambda: Verifier(timeout=args.timeout, workers=args.workers),
+                  args.against: lambda: before.Verifier(timeout=args.timeout, workers=args.workers)}
+        rates = {name: [] for name in makers}
+        verdicts = {}
+        for r in range(args.rounds):
+            for name in (list(makers) if r % 2 == 0 else list(makers)[::-1]):
+                rate, verdicts[name] = timed(makers[name], golds, answers)
+                rates[name].append(rate)
+                print(f"round {r}: {name:>8} {rate:7.1f} items/s", flush=True)
+    new, old = (statistics.median(rates[k]) for k in makers)
+    differ = sum((a is True) != b for a, b in zip(verdicts["new"], verdicts[args.against]))
+    unverified = sum(v is None for v in verdicts["new"])
+    print(f"median: new {new:.1f} items/s, {args.against} {old:.1f} items/s, ratio {new / old:.2f}")
+    print(f"verdicts differing: {differ}; unverified by new: {unverified}")
+
+
+if __name__ == "__main__":
+    main()
