@@ -44,6 +44,10 @@ def _default():
     (lambda c: c["methods"]["pba"].update(mask="nope"), "config: methods.pba.mask: no mask named 'nope'"),
     (lambda c: c["evaluate"].update(ks=[1, 512]), "config: evaluate.ks: every k must be <= evaluate.n"),
     (lambda c: c.pop("train"), "config: <top level>: 'train' is a required property"),
+    (lambda c: c.update(run=".."), "config: run: '..' does not match '^[A-Za-z0-9_][A-Za-z0-9_.-]*$'"),
+    (lambda c: c.update(run="a/b"), "config: run: 'a/b' does not match '^[A-Za-z0-9_][A-Za-z0-9_.-]*$'"),
+    (lambda c: c["evaluate"].update(ks=[]), "config: evaluate.ks: [] should be non-empty"),
+    (lambda c: c["evaluate"].update(ks=[4, 4]), "config: evaluate.ks: [4, 4] has non-unique elements"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     config = _default()
@@ -85,3 +89,25 @@ def test_nullable_sections_get_their_defaults():
     assert (train["problem_field"], train["answer_field"], train["answer_format"]) == (
         "problem", "answer", "plain")
     assert all(s["problem_field"] == "problem" for s in filled["data"]["benchmarks"].values())
+
+
+@pytest.mark.parametrize("text, message", [
+    ("run: a\ngate: {tau: 0.1}\ntrain: {}\ngate: {tau: 0.5}\n", "line 4: duplicate key 'gate'"),
+    ("run: a\ngate:\n  tau: 0.1\n  G0: 8\n  tau: 0.5\n", "line 5: duplicate key 'tau'"),
+    ("run: a\ngate: [1, 2\n", "not valid YAML at line 3 (ParserError)"),
+    ("- run\n- a\n", "the config must be a mapping of sections, not a list"),
+])
+def test_config_file_problems_are_one_line(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(BoundaryError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path):
+    from boundary.config import load_yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text("base: &b {tau: 0.1, G0: 8}\ngate:\n  <<: *b\n  tau: 0.5\n")
+    assert load_yaml(path)["gate"] == {"tau": 0.5, "G0": 8}

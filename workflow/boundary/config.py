@@ -99,15 +99,54 @@ def _check_references(config: dict) -> None:
         raise BoundaryError("config: evaluate.ks: every k must be <= evaluate.n")
 
 
-def load_config(path: str | Path) -> dict:
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML silently keeps the last)."""
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key, line: int):
+        super().__init__(f"line {line}: duplicate key {key!r}")
+
+
+def _unique_mapping(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise _DuplicateKey(key, key_node.start_mark.line + 1)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def load_yaml(path: str | Path) -> dict:
+    """A config file's mapping; a missing file, bad YAML or a duplicate key is one line."""
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise BoundaryError(f"{path}: config file not found")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except _DuplicateKey as err:
+        raise BoundaryError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
-        raise BoundaryError(f"{path}: not valid YAML ({err.__class__.__name__})") from None
-    return validate_config(raw)
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise BoundaryError(f"{path}: not valid YAML{line} ({err.__class__.__name__})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BoundaryError(f"{path}: cannot be read ({err.__class__.__name__})") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BoundaryError(f"{path}: the config must be a mapping of sections, not a {type(raw).__name__}")
+    return raw
+
+
+def load_config(path: str | Path) -> dict:
+    return validate_config(load_yaml(path))
 
 
 def dumps(settings) -> str:

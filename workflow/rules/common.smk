@@ -6,11 +6,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from boundary.config import dumps, validate_config
+from boundary.config import dumps, load_yaml, validate_config
 from boundary.errors import BoundaryError
 from boundary.report import figure_names, load_settings, table_names
 
 try:
+    for _configfile in workflow.configfiles:  # Snakemake's loader keeps the last of a duplicate key
+        load_yaml(_configfile)
     config = validate_config(config)
 except BoundaryError as err:
     raise WorkflowError(str(err))
