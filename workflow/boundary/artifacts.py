@@ -205,20 +205,42 @@ def _exchange(a: Path, b: Path) -> bool:
     return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
 
 
+MARKER = ".boundary"  # names the command that wrote a folder: it may replace that folder
+
+
+def output_folder(path: str | os.PathLike, owner: str | None = None) -> Path:
+    """`path` as a folder that `atomic_dir(path, owner)` may replace; otherwise one line.
+
+    With an owner (a user-facing command such as "boundary diagnose"), an existing folder is
+    replaced only if it is empty or that command wrote it, so `--out ~/data` can never wipe
+    a user's files."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BoundaryError(f"{path}: exists and is not a folder")
+    if owner and path.is_dir() and any(path.iterdir()):
+        marker = path / MARKER
+        written_by = marker.read_text().strip() if marker.is_file() else None
+        if written_by != owner:
+            raise BoundaryError(f"{path}: not empty and not written by {owner} (it would be replaced "
+                                "as a whole); give a new or empty folder")
+    return path
+
+
 @contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike, owner: str | None = None) -> Iterator[Path]:
     """Yield an empty temp folder beside `path`; if the block succeeds it replaces `path` as a
     whole, so `path` holds exactly this run's files (nothing of an earlier run).
 
     An existing folder is exchanged with the new one in one rename and then removed; a kill
     before that leaves `path` as it was (and a scratch folder that the next call removes).
-    A file at `path`, or a full disk, is one line naming `path`."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise BoundaryError(f"{path}: exists and is not a folder")
+    A file at `path`, a folder the owner did not write (see `output_folder`), or a full disk
+    is one line naming `path`."""
+    path = output_folder(path, owner)
     with scratch_dir(path) as tmp:
         with storage_errors(path):
             yield tmp
+            if owner:
+                (tmp / MARKER).write_text(owner + "\n")
         if not path.exists():
             os.rename(tmp, path)
         elif not _exchange(tmp, path):  # no renameat2: move the old folder aside first

@@ -27,12 +27,10 @@ CLI:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,11 +38,12 @@ import numpy as np
 import pandas as pd
 
 from boundary import regimes as rg
-from boundary.artifacts import read_table, write_table
+from boundary.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.errors import BoundaryError
 from boundary.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
 from boundary.stats import bootstrap_means, paired, percentile_interval, summarize
 
+OWNER = "boundary diagnose"
 BASE = "base"
 ALL = "all"
 RUN_KEYS = ["method", "seed"]
@@ -419,8 +418,9 @@ def parse_floats(text: str, what: str) -> list[float]:
 
 def main(argv=None) -> None:
     from boundary import figures, tables  # matplotlib only when the CLI draws
+    from boundary.cli import FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
 
-    ap = argparse.ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="base per-prompt counts (parquet, csv or jsonl)")
     ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH")
     ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels")
@@ -428,20 +428,21 @@ def main(argv=None) -> None:
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired gains A - B (e.g. pba grpo)")
     ap.add_argument("--labels", action="append", default=[], metavar="NAME=LABEL",
                     help="display name of a method in tables and figures")
-    ap.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)))
+    ap.add_argument("--ks", type=KS, default=",".join(map(str, DEFAULT_KS)))
     th0 = rg.Thresholds()
-    ap.add_argument("--easy", type=float, default=th0.easy)
-    ap.add_argument("--boundary", type=float, default=th0.boundary)
-    ap.add_argument("--coverage-k", type=int, default=th0.coverage_k)
-    ap.add_argument("--coverage-min", type=float, default=th0.coverage_min)
+    ap.add_argument("--easy", type=FRACTION, default=th0.easy)
+    ap.add_argument("--boundary", type=FRACTION, default=th0.boundary)
+    ap.add_argument("--coverage-k", type=POSITIVE, default=th0.coverage_k)
+    ap.add_argument("--coverage-min", type=FRACTION, default=th0.coverage_min)
     ap.add_argument("--bins", default=",".join(f"{b:g}" for b in rg.DEFAULT_BINS), help="p_base strata edges")
-    ap.add_argument("--resamples", type=int, default=10_000, help="prompt-bootstrap resamples")
-    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ap.add_argument("--resamples", type=POSITIVE, default=10_000, help="prompt-bootstrap resamples")
+    ap.add_argument("--seed", type=NONNEGATIVE, default=0, help="bootstrap seed")
     ap.add_argument("--no-figures", action="store_true", help="skip figures (faster)")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
     args = ap.parse_args(argv)
 
-    ks = [int(k) for k in parse_floats(args.ks, "--ks")]
+    out = output_folder(args.out, OWNER)  # before the analysis: a bad --out fails at once
+    ks = args.ks
     bins = parse_floats(args.bins, "--bins")
     th = rg.Thresholds(args.easy, args.boundary, args.coverage_k, args.coverage_min)
     base = load_counts(args.base)
@@ -482,10 +483,7 @@ def main(argv=None) -> None:
         pairs = [tuple(args.pair)]
     diag = analyse(base, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names)
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out, OWNER) as tmp:  # --out holds exactly this run's files
         for name, table in diag.csv_tables().items():
             write_table(table, tmp / f"{name}.csv")
         view = tables.View.for_diagnose(methods, pair=tuple(args.pair) if args.pair else None)
@@ -493,8 +491,4 @@ def main(argv=None) -> None:
         tables.write_diagnose_tables(diag, view, tmp / "tables")
         if not args.no_figures:
             figures.write_diagnose_figures(diag, view, tmp / "figures")
-        publish(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     print(f"diagnose: {len(runs)} run(s), {len(base)} prompts -> {out}")

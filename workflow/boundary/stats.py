@@ -16,16 +16,15 @@ over the seeds both methods have).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from boundary.artifacts import read_table, write_table
+from boundary.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.errors import BoundaryError
 
+OWNER = "boundary seeds"
 OPTIONAL_KEYS = ("benchmark", "regime", "k")
 SUMMARY_COLUMNS = ["mean", "sd", "ci_low", "ci_high", "n_seeds"]
 
@@ -118,12 +117,15 @@ def seed_keys(df: pd.DataFrame) -> list[str]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="boundary seeds", description=__doc__.splitlines()[0])
+    from boundary.cli import LEVEL, ArgumentParser
+
+    ap = ArgumentParser(prog="boundary seeds", description=__doc__.splitlines()[0])
     ap.add_argument("file", help="long table: method, metric, seed, value [, benchmark, regime, k]")
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired differences A - B")
-    ap.add_argument("--level", type=float, default=0.95)
-    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--level", type=LEVEL, default=0.95)
+    ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
     args = ap.parse_args(argv)
+    out = output_folder(args.out, OWNER)
     df = read_table(args.file, ["method", "metric", "seed", "value"])
     keys = seed_keys(df)
     if df["value"].isna().any() or not pd.api.types.is_numeric_dtype(df["value"]):
@@ -144,8 +146,8 @@ def main(argv=None) -> None:
             raise BoundaryError(f"{args.file}: methods {a} and {b} share no seed")
         pairs.insert(0, "b", b)
         pairs.insert(0, "a", a)
-    out = Path(args.out)
-    write_table(seeds, out / "seeds.csv")
-    if pairs is not None:
-        write_table(pairs, out / "pairs.csv")
+    with atomic_dir(out, OWNER) as tmp:  # --out holds exactly this run's files
+        write_table(seeds, tmp / "seeds.csv")
+        if pairs is not None:
+            write_table(pairs, tmp / "pairs.csv")
     print(f"seeds: {len(seeds)} summaries -> {out / 'seeds.csv'}")
