@@ -17,17 +17,16 @@ two-mode loss (every method's completion weighted by its prior), not on sampled 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from boundary.artifacts import atomic_dir, write_json
 from boundary.errors import BoundaryError
 
 METHODS = "ABCDEF"
@@ -244,24 +243,26 @@ def pretrain(task: TestbedTask, model_cfg: TinyModelConfig, cfg: PretrainConfig,
     # The entropy floor of the exact target: what a perfect fit would reach.
     floor = float(-(priors * np.log(priors)).sum(1).mean())
     model.eval()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
     stats = {"final_loss": float(loss.item()), "final_method_loss": float(method_loss.item()),
              "target_entropy": floor, "seconds": time.time() - start,
              "parameters": sum(p.numel() for p in model.parameters())}
-    (out_dir / "pretrain.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
+    with atomic_dir(out_dir, "boundary pretrain") as tmp:  # never a model folder without weights
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(stats, tmp / "pretrain.json")
     return stats
 
 
 def main(argv=None):
+    from boundary.artifacts import output_folder
+    from boundary.cli import ArgumentParser
     from boundary.config import load_stage_settings
 
-    parser = argparse.ArgumentParser(prog="boundary pretrain", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="boundary pretrain", description=__doc__.splitlines()[0])
     parser.add_argument("--settings", required=True, help="JSON of the testbed settings")
-    parser.add_argument("--out", required=True, help="model folder (save_pretrained)")
+    parser.add_argument("--out", required=True, help="model folder (save_pretrained), replaced as a whole")
     args = parser.parse_args(argv)
+    output_folder(args.out, "boundary pretrain")  # a bad --out fails before pretraining
     settings = load_stage_settings(args.settings)
     task = task_from_settings(settings)
     stats = pretrain(task, TinyModelConfig(**settings["model"]),

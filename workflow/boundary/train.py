@@ -546,22 +546,25 @@ class StepSnapshots(TrainerCallback):
 
 
 def save_atomic(model, tokenizer, path: Path):
-    tmp = path.with_name(f".{path.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+    from boundary.artifacts import atomic_dir
+
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
 
 
 def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str:
     """The identity of a training run: settings, seed, prompts, anchor weights, the base
     model's files and the package's code. A job resumes only checkpoints under its own key, so
-    a changed config, gate, base or code never resumes a stale run."""
+    a changed config, gate, base or code never resumes a stale run. Files that do not shape
+    the weights are left out: pretrain.json (it records wall-clock seconds) and hidden files
+    (download caches, the folder's owner marker)."""
     h = hashlib.sha256(json.dumps([settings, seed, prompts], sort_keys=True).encode())
     if weights is not None:
         h.update(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
-    for path in [*sorted(Path(model_dir).rglob("*")), *sorted(Path(__file__).parent.glob("*.py"))]:
+    model_files = [p for p in sorted(Path(model_dir).rglob("*")) if p.name != "pretrain.json"
+                   and not any(part.startswith(".") for part in p.relative_to(model_dir).parts)]
+    for path in [*model_files, *sorted(Path(__file__).parent.glob("*.py"))]:
         if path.is_file():
             with open(path, "rb") as f:
                 h.update(path.name.encode() + hashlib.file_digest(f, "sha256").digest())
@@ -619,17 +622,17 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     print(f"train: {'resuming from ' + resume if resume else 'starting in ' + str(checkpoint_dir)}; "
           f"{cfg.max_steps} steps x {cfg.generation_batch_size} completions", flush=True)
     start = time.time()
+    from boundary.artifacts import atomic_dir, storage_errors, write_table
+
     try:
-        trainer.train(resume_from_checkpoint=resume)
+        with storage_errors(checkpoint_dir):  # a full disk: one line; the checkpoints so far resume
+            trainer.train(resume_from_checkpoint=resume)
     finally:
         reward.verifier.close()
-    out_dir.mkdir(parents=True, exist_ok=True)
     for step_dir in snapshots.glob("step*"):
-        target = out_dir / step_dir.name
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(step_dir, target)
+        with atomic_dir(out_dir / step_dir.name) as tmp:
+            shutil.copytree(step_dir, tmp, dirs_exist_ok=True)
     save_atomic(trainer.model, tokenizer, out_dir / "final")
-    from boundary.artifacts import write_table
 
     log = log_table(trainer.state.log_history)
     write_table(log, out_dir / "log.parquet")
