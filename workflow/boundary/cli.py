@@ -82,9 +82,32 @@ def main(argv: list[str] | None = None) -> int:
     try:
         entry(rest)
     except BoundaryError as err:  # user-caused: one clear line, no traceback
-        print(f"boundary {name}: error: {err}", file=sys.stderr)
+        _say(f"boundary {name}: error: {err}")
+        return 1
+    except Exception as err:  # a full disk that no writer named: still one line
+        from boundary.artifacts import storage_full
+
+        why = storage_full(err)
+        if why is None:
+            raise
+        where = getattr(err, "filename", None)
+        _say(f"boundary {name}: error: {where + ': ' if where else ''}cannot be written: {why}")
         return 1
     return 0
+
+
+def _say(line: str) -> None:
+    """Print an error line; where stderr is a log on the full disk, the terminal gets it."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+        return
+    except OSError:
+        pass
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write(line + "\n")
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
