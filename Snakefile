@@ -32,7 +32,10 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 
 
+# Everything the run produces, not only the report: an artifact that a failed job's cleanup or
+# a user removed is made again, with everything that depends on it (see run_artifacts).
 rule all:
     input:
         rules.report.output,
+        run_artifacts(),
     default_target: True

@@ -37,14 +37,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from boundary import tables
-from boundary.artifacts import read_table, write_table
+from boundary.artifacts import read_table, scratch_dir, write_table
 from boundary.diagnose import BASE, analyse, check_regimes, load_counts, load_mask, mask_metrics, publish, warn
 from boundary.errors import BoundaryError
 from boundary.passk import DEFAULT_KS
@@ -93,10 +91,22 @@ def figure_names(settings: dict) -> list[str]:
 SEED_DIR = re.compile(r"seed(-?\d+)$")
 
 
-def find_counts(results: Path) -> dict:
+def expected(paths, results: Path, pattern: str) -> list[Path]:
+    """The files the report summarises: `paths` as given (the pipeline lists its inputs, so a
+    stale file of a method no longer configured is never mixed in), each of which must exist,
+    or else every file under `results` that matches `pattern`."""
+    if paths is None:
+        return sorted(results.glob(pattern))
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise BoundaryError(f"{path}: file not found (the report summarises it)")
+    return sorted(map(Path, paths))
+
+
+def find_counts(results: Path, paths=None) -> dict:
     """{split: {(method, seed): path}} from eval/{split}/{method}/seed{seed}/counts.parquet."""
     found = {}
-    for path in sorted(results.glob("eval/*/*/seed*/counts.parquet")):
+    for path in expected(paths, results, "eval/*/*/seed*/counts.parquet"):
         m = SEED_DIR.match(path.parent.name)
         if m:
             split, method = path.parts[-4], path.parts[-3]
@@ -130,16 +140,18 @@ def _placeholder_table(name: str, caption: str, note: str) -> tables.Table:
     return tables.Table(name, caption, ["Note"], [[note]], pd.DataFrame({"note": [note]}), [note])
 
 
-def build(results: Path, settings: dict, out: Path) -> None:
-    """Write the whole report into `out` (a fresh folder)."""
+def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) -> None:
+    """Write the whole report into `out` (a fresh folder). `inputs` ({counts, masks, logs}:
+    lists of paths) names exactly the files to summarise; otherwise every one under results."""
+    inputs = inputs or {}
     from boundary import figures  # matplotlib only when drawing: the Snakefile imports the names above
     view = tables.View.from_settings(settings)
-    found = find_counts(results)
+    found = find_counts(results, inputs.get("counts"))
     diag_split = settings["diagnostic"]
     if diag_split not in found:
         raise BoundaryError(f"{results}/eval/{diag_split}: no counts files (the regime-study evaluation)")
     regimes = read_table(results / "regimes" / "regimes.parquet", ["prompt_id", "p_base", "regime"])
-    masks = {p.stem: load_mask(p) for p in sorted((results / "masks").glob("*.parquet"))}
+    masks = {p.stem: load_mask(p) for p in expected(inputs.get("masks"), results, "masks/*.parquet")}
     mask_table = mask_metrics(masks) if masks else None
     boot, level, ks, bins = settings["bootstrap"], float(settings["level"]), settings["ks"], settings["strata_bins"]
     pairs = [(view.method, view.baseline)]
@@ -215,7 +227,7 @@ def build(results: Path, settings: dict, out: Path) -> None:
     figures.p_base_histogram(diag, fdir)
     figures.strata_delta(diag, view, strata_order(bins), fdir)
     logs = []
-    for path in sorted(results.glob("train/*/seed*/log.parquet")):
+    for path in expected(inputs.get("logs"), results, "train/*/seed*/log.parquet"):
         m = SEED_DIR.match(path.parent.name)
         if m:
             logs.append(pd.read_parquet(path).assign(method=path.parts[-3], seed=int(m.group(1))))
@@ -228,16 +240,14 @@ def main(argv=None) -> None:
     ap.add_argument("--results", required=True, help="results/{run}")
     ap.add_argument("--settings", required=True, help="report settings (JSON file or string)")
     ap.add_argument("--out-dir", help="where tables/, figures/, diagnostics/, eval_counts.parquet go (default --results)")
+    for name in ("counts", "masks", "logs"):
+        ap.add_argument(f"--{name}", nargs="*", metavar="FILE",
+                        help=f"exactly the {name} files to summarise (default: every one under --results)")
     args = ap.parse_args(argv)
     results = Path(args.results)
     out = Path(args.out_dir or args.results)
     settings = load_settings(args.settings)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".report.", dir=out))
-    try:
-        build(results, settings, tmp)
+    with scratch_dir(out / "report") as tmp:  # a killed report leaves nothing the next one keeps
+        build(results, settings, tmp, {"counts": args.counts, "masks": args.masks, "logs": args.logs})
         publish(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     print(f"report: tables, figures and eval_counts.parquet -> {out}")

@@ -158,4 +158,31 @@ def mask_files():
     return [f"{OUT}/masks/{m}.parquet" for m in sorted(used)]
 
 
+def run_artifacts():
+    """Every declared output of the run (temp shards aside). The target `all` asks for each:
+    Snakemake deletes a failed job's outputs and only rebuilds what a target lacks, so with
+    just the report as target a policy or mask lost to a failed rerun would leave "Nothing to
+    be done" beside a report whose inputs are gone. Now it is made again, with all downstream."""
+    masks = mask_files()
+    kinds = {config["masks"][Path(m).stem]["kind"] for m in masks}
+    files = [f"{OUT}/splits/train.parquet", f"{OUT}/splits/diagnostic.parquet",
+             *[f"{OUT}/splits/bench_{b}.parquet" for b in BENCHMARKS],
+             f"{OUT}/rollouts/base_calibration.parquet", f"{OUT}/regimes/regimes.parquet", *masks]
+    if TESTBED:
+        files.append(base_model())
+    if masks:
+        files.append(f"{OUT}/rollouts/base_gate.parquet")
+    if "oracle" in kinds:
+        files += [f"{OUT}/rollouts/base_calibration_train.parquet", f"{OUT}/regimes/train_regimes.parquet"]
+    for method in TRAINED:
+        for seed in seeds_of(method):
+            folder = f"{OUT}/train/{method}/seed{seed}"
+            files += [f"{folder}/final", f"{folder}/log.parquet"]
+            files += [str(d).format(seed=seed) for d in train_outputs(method)]
+    for bench in ["diagnostic"] + BENCHMARKS:
+        for counts in eval_targets(bench):
+            files += [counts, str(Path(counts).with_name("samples.parquet"))]
+    return files
+
+
 REPORT = load_settings(dumps(report_settings()))

@@ -1,4 +1,5 @@
-# The paper's tables and figures, from every per-prompt count file, the regimes and masks.
+# The paper's tables and figures, from every per-prompt count file, the regimes and masks:
+# exactly the files listed as inputs (a stale file of a method no longer configured stays out).
 
 
 rule report:
@@ -21,4 +22,5 @@ rule report:
     conda:
         "../../envs/boundary.yaml"
     shell:
-        "boundary report --results {params.results} --settings {params.settings:q} > {log} 2>&1"
+        "boundary report --results {params.results} --settings {params.settings:q} "
+        "--counts {input.counts} --masks {input.masks} --logs {input.logs} > {log} 2>&1"
