@@ -57,6 +57,11 @@ def _ks(text: str) -> list[int] | None:
     return [_whole(x) for x in parts] if all(x.strip() for x in parts) else None
 
 
+def _numbers(text: str) -> list[float] | None:
+    parts = text.split(",")
+    return [float(x) for x in parts] if all(x.strip() for x in parts) else None
+
+
 # Option types: a value outside its range is "argument --level: '1.5' is not ...".
 LEVEL = _typed(float, lambda x: 0 < x < 1, "a number between 0 and 1 (exclusive)")
 FRACTION = _typed(float, lambda x: 0 <= x <= 1, "a number between 0 and 1")
@@ -64,6 +69,8 @@ POSITIVE = _typed(_whole, lambda x: x >= 1, "a whole number >= 1")
 NONNEGATIVE = _typed(_whole, lambda x: x >= 0, "a whole number >= 0")
 KS = _typed(_ks, lambda ks: all(k >= 1 for k in ks) and len(set(ks)) == len(ks),
             "a comma-separated list of distinct whole numbers >= 1")
+EDGES = _typed(_numbers, lambda xs: len(set(xs)) >= 2 and all(0 <= x <= 1 for x in xs),
+               "at least two distinct comma-separated numbers between 0 and 1")
 
 
 def main(argv: list[str] | None = None) -> int:

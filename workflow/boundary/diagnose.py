@@ -409,16 +409,9 @@ def publish(tmp: Path, out: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def parse_floats(text: str, what: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BoundaryError(f"{what} {text}: expected comma-separated numbers") from None
-
-
 def main(argv=None) -> None:
     from boundary import figures, tables  # matplotlib only when the CLI draws
-    from boundary.cli import FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
+    from boundary.cli import EDGES, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
 
     ap = ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="base per-prompt counts (parquet, csv or jsonl)")
@@ -434,7 +427,8 @@ def main(argv=None) -> None:
     ap.add_argument("--boundary", type=FRACTION, default=th0.boundary)
     ap.add_argument("--coverage-k", type=POSITIVE, default=th0.coverage_k)
     ap.add_argument("--coverage-min", type=FRACTION, default=th0.coverage_min)
-    ap.add_argument("--bins", default=",".join(f"{b:g}" for b in rg.DEFAULT_BINS), help="p_base strata edges")
+    ap.add_argument("--bins", type=EDGES, default=",".join(f"{b:g}" for b in rg.DEFAULT_BINS),
+                    help="p_base strata edges")
     ap.add_argument("--resamples", type=POSITIVE, default=10_000, help="prompt-bootstrap resamples")
     ap.add_argument("--seed", type=NONNEGATIVE, default=0, help="bootstrap seed")
     ap.add_argument("--no-figures", action="store_true", help="skip figures (faster)")
@@ -443,7 +437,7 @@ def main(argv=None) -> None:
 
     out = output_folder(args.out, OWNER)  # before the analysis: a bad --out fails at once
     ks = args.ks
-    bins = parse_floats(args.bins, "--bins")
+    bins = args.bins
     th = rg.Thresholds(args.easy, args.boundary, args.coverage_k, args.coverage_min)
     base = load_counts(args.base)
     runs, names = {}, {(BASE, 0): args.base}
@@ -477,6 +471,8 @@ def main(argv=None) -> None:
     methods = sorted({m for m, _ in runs})
     pairs = []
     if args.pair:
+        if args.pair[0] == args.pair[1]:
+            raise BoundaryError(f"--pair {args.pair[0]} {args.pair[1]}: two different methods, please")
         for m in args.pair:
             if m not in methods:
                 raise BoundaryError(f"--pair {m}: not among the --trained names ({', '.join(methods)})")

@@ -128,8 +128,13 @@ def main(argv=None) -> None:
     out = output_folder(args.out, OWNER)
     df = read_table(args.file, ["method", "metric", "seed", "value"])
     keys = seed_keys(df)
-    if df["value"].isna().any() or not pd.api.types.is_numeric_dtype(df["value"]):
-        raise BoundaryError(f"{args.file}: column value must be numeric with no blanks")
+    if df.empty:
+        raise BoundaryError(f"{args.file}: no rows")
+    if not pd.api.types.is_numeric_dtype(df["value"]) or not np.isfinite(df["value"]).all():
+        raise BoundaryError(f"{args.file}: column value must hold finite numbers, no blanks")
+    seed = pd.to_numeric(df["seed"], errors="coerce")
+    if seed.isna().any() or (seed != np.round(seed)).any():
+        raise BoundaryError(f"{args.file}: column seed must hold whole numbers")
     dup = df.duplicated(keys + ["seed"])
     if dup.any():
         row = df[dup].iloc[0]
@@ -138,6 +143,8 @@ def main(argv=None) -> None:
     pairs = None
     if args.pair:
         a, b = args.pair
+        if a == b:
+            raise BoundaryError(f"--pair {a} {b}: two different methods, please")
         for m in (a, b):
             if m not in set(df["method"]):
                 raise BoundaryError(f"{args.file}: --pair method {m!r} not in column method")

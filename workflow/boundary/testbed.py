@@ -264,9 +264,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     output_folder(args.out, "boundary pretrain")  # a bad --out fails before pretraining
     settings = load_stage_settings(args.settings)
-    task = task_from_settings(settings)
-    stats = pretrain(task, TinyModelConfig(**settings["model"]),
-                     PretrainConfig(**settings["pretrain"]), args.out)
+    try:  # the rule passes the validated testbed section; a hand-written one may not fit
+        task = task_from_settings(settings)
+        model, config = TinyModelConfig(**settings["model"]), PretrainConfig(**settings["pretrain"])
+    except (KeyError, TypeError, AttributeError) as err:
+        raise BoundaryError(f"--settings: not testbed settings {{task, model, pretrain}} "
+                            f"({type(err).__name__}: {err})") from None
+    stats = pretrain(task, model, config, args.out)
     print(json.dumps(stats, sort_keys=True))
 
 
