@@ -7,8 +7,10 @@ The pairs mix what RL rollouts and evaluations send: integers (right, wrong, lea
 fractions against decimals, LaTeX expressions (roots, pi, powers), tuples and intervals, text
 that is no answer, and empty answers; most pairs are distinct (repeats are cache hits for both
 verifiers). Each round times a fresh verifier of each version on the same pairs, pool start
-included, alternating the order; the median items/s of each and their ratio are printed, plus
-the share of pairs the two disagree on (expected 0) and how many the new one left unverified.
+included, alternating the order; the median items/s (wall) and items per CPU second (this
+process and its workers: the steadier figure on a shared machine) of each and their ratios
+are printed, plus how many verdicts the two disagree on (expected 0) and how many the new one
+left unverified.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -72,13 +75,21 @@ def load_before(rev: str, folder: Path):
     return importlib.import_module("verify_before")
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its reaped children (the closed verifiers' workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def timed(make, golds, answers):
-    verifier = make()
+    """(items per wall second, items per CPU second, verdicts) of a fresh verifier."""
+    cpu = cpu_seconds()
     start = time.perf_counter()
+    verifier = make()
     got = verifier.verdicts(golds, answers) if hasattr(verifier, "verdicts") else verifier.check(golds, answers)
     seconds = time.perf_counter() - start
     verifier.close()
-    return len(golds) / seconds, got
+    return len(golds) / seconds, len(golds) / (cpu_seconds() - cpu), got
 
 
 def main():
@@ -97,16 +108,21 @@ def main():
         makers = {"new": lambda: Verifier(timeout=args.timeout, workers=args.workers),
                   args.against: lambda: before.Verifier(timeout=args.timeout, workers=args.workers)}
         rates = {name: [] for name in makers}
+        per_cpu = {name: [] for name in makers}
         verdicts = {}
         for r in range(args.rounds):
             for name in (list(makers) if r % 2 == 0 else list(makers)[::-1]):
-                rate, verdicts[name] = timed(makers[name], golds, answers)
+                rate, cpu_rate, verdicts[name] = timed(makers[name], golds, answers)
                 rates[name].append(rate)
-                print(f"round {r}: {name:>8} {rate:7.1f} items/s", flush=True)
+                per_cpu[name].append(cpu_rate)
+                print(f"round {r}: {name:>8} {rate:7.1f} items/s, {cpu_rate:7.1f} items/CPU-s", flush=True)
     new, old = (statistics.median(rates[k]) for k in makers)
+    new_cpu, old_cpu = (statistics.median(per_cpu[k]) for k in makers)
     differ = sum((a is True) != b for a, b in zip(verdicts["new"], verdicts[args.against]))
     unverified = sum(v is None for v in verdicts["new"])
-    print(f"median: new {new:.1f} items/s, {args.against} {old:.1f} items/s, ratio {new / old:.2f}")
+    print(f"median wall: new {new:.1f} items/s, {args.against} {old:.1f} items/s, ratio {new / old:.2f}")
+    print(f"median CPU: new {new_cpu:.1f} items/CPU-s, {args.against} {old_cpu:.1f} items/CPU-s, "
+          f"ratio {new_cpu / old_cpu:.2f} (steadier on a shared machine)")
     print(f"verdicts differing: {differ}; unverified by new: {unverified}")
 
 
