@@ -127,3 +127,77 @@ def test_touching_code_without_changing_it_reruns_nothing(smoke_run):
     workdir, config = smoke_run
     (ROOT / "workflow" / "boundary" / "evaluate.py").touch()
     assert planned_jobs(workdir, config) == set()
+
+
+def test_an_artifact_lost_to_a_failed_job_is_made_again_with_all_downstream(smoke_run):
+    """Snakemake deletes a failed job's outputs (here: a PBA policy and its mask, as after a
+    rerun on a corrupt mask): the next run rebuilds them and what depends on them, never
+    'Nothing to be done' beside a report whose inputs are gone."""
+    workdir, config = smoke_run
+    out = workdir / "results" / "smoke"
+    lost = [out / "masks" / "pba.parquet", out / "train" / "pba" / "seed0" / "final"]
+    aside = workdir / "aside"
+    aside.mkdir()
+    for i, path in enumerate(lost):
+        path.rename(aside / str(i))
+    try:
+        jobs = planned_jobs(workdir, config)
+    finally:
+        for i, path in enumerate(lost):
+            (aside / str(i)).rename(path)
+        aside.rmdir()
+    assert {rule for rule, _ in jobs} == {"mask", "train_pba", "evaluate", "report"}
+    assert {out.split("/")[4] for rule, out in jobs if rule == "evaluate"} == {"pba"}
+
+
+def test_a_duplicate_config_key_stops_snakemake_with_one_line(tmp_path):
+    config = tmp_path / "dup.yaml"
+    text = (ROOT / "config" / "smoke.yaml").read_text()
+    config.write_text(text + "gate: {G0: 8, tau: 0.5, refresh_steps: 4}\n")
+    run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
+    assert run.returncode != 0
+    line = len(text.splitlines()) + 1
+    assert f"{config}: line {line}: duplicate key 'gate'" in run.stdout.splitlines()
+
+
+def test_kill_9_of_the_controller_then_the_readme_steps(tmp_path):
+    """`kill -9` of Snakemake mid-job: the README's `--unlock` then `--rerun-incomplete` work,
+    and no half-written model folder is ever there."""
+    import os
+    import signal
+    import time
+
+    config = tmp_path / "smoke.yaml"
+    shutil.copy(ROOT / "config" / "smoke.yaml", config)
+    model = tmp_path / "results" / "smoke" / "models" / "base"
+    args = ["--cores", "1", "--configfile", str(config)]
+    target = "results/smoke/models/base"  # targets before --configfile
+    controller = subprocess.Popen(["snakemake", "--snakefile", str(ROOT / "Snakefile"), target, *args],
+                                  cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+    log = tmp_path / "results" / "smoke" / "logs" / "pretrain_base.log"
+    while not log.exists() and controller.poll() is None:
+        time.sleep(0.2)
+    os.kill(controller.pid, signal.SIGKILL)
+    controller.wait()
+    assert not model.exists()  # the job is still running: nothing half-written in its place
+    while True:  # its orphaned job (same process group) finishes the model
+        try:
+            os.killpg(controller.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    assert (model / "model.safetensors").exists()
+    incomplete = snakemake(target, *args, cwd=tmp_path, check=False)  # it distrusts the orphan's model
+    assert incomplete.returncode != 0 and "--rerun-incomplete" in incomplete.stdout
+    locked = snakemake(target, "--rerun-incomplete", *args, cwd=tmp_path, check=False)
+    assert locked.returncode != 0 and "--unlock" in locked.stdout
+    snakemake(target, "--unlock", *args, cwd=tmp_path)  # the README's two steps
+    snakemake(target, "--rerun-incomplete", *args, cwd=tmp_path)
+    assert (model / "model.safetensors").exists() and (model / "pretrain.json").exists()
+    assert planned_jobs_for(tmp_path, target, config) == set()
+
+
+def planned_jobs_for(workdir, target, configfile):
+    out = snakemake(target, "-n", "--cores", "1", "--configfile", str(configfile), cwd=workdir).stdout
+    return {m.group(1) for m in re.finditer(r"^(?:local)?rule (\w+):", out, re.M)}

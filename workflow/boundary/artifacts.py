@@ -83,18 +83,27 @@ def storage_full(err: BaseException, near: str | os.PathLike | None = None) -> s
     return None
 
 
+class StorageFull(BoundaryError):
+    def __init__(self, path, why: str):
+        super().__init__(f"{path}: cannot be written: {why}")
+        self.why = why
+
+
 @contextmanager
 def storage_errors(path: str | os.PathLike) -> Iterator[None]:
-    """Turn a full disk or quota inside the block into one line naming `path`."""
+    """Turn a full disk or quota inside the block into one line naming `path` (the outermost
+    such block names it: the output a user asked for, not a temp file inside it)."""
     try:
         yield
+    except StorageFull as err:
+        raise StorageFull(path, err.why) from None
     except BoundaryError:
         raise
     except Exception as err:
         why = storage_full(err, path)
         if why is None:
             raise
-        raise BoundaryError(f"{path}: cannot be written: {why}") from None
+        raise StorageFull(path, why) from None
 
 
 # ----------------------------------------------------------------------------- atomic files
