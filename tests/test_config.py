@@ -48,6 +48,10 @@ def _default():
     (lambda c: c.update(run="a/b"), "config: run: 'a/b' does not match '^[A-Za-z0-9_][A-Za-z0-9_.-]*$'"),
     (lambda c: c["evaluate"].update(ks=[]), "config: evaluate.ks: [] should be non-empty"),
     (lambda c: c["evaluate"].update(ks=[4, 4]), "config: evaluate.ks: [4, 4] has non-unique elements"),
+    (lambda c: c["train"].update(checkpoints=[10**6]), "config: train.checkpoints: every step must be <= train.steps"),
+    (lambda c: c["regimes"].update(easy=0.05), "config: regimes: boundary must be <= easy"),
+    (lambda c: c["regimes"].update(coverage_min=1.0), "config: regimes.coverage_min: must be < 1"),
+    (lambda c: c.update(prompt={"template": "Solve:"}), "config: prompt.template: must contain {problem}"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     config = _default()
@@ -111,3 +115,9 @@ def test_yaml_merge_keys_may_be_overridden(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("base: &b {tau: 0.1, G0: 8}\ngate:\n  <<: *b\n  tau: 0.5\n")
     assert load_yaml(path)["gate"] == {"tau": 0.5, "G0": 8}
+
+
+def test_a_config_that_is_not_a_mapping():
+    with pytest.raises(BoundaryError) as err:
+        validate_config(["run", "a"])
+    assert str(err.value) == "config: must be a mapping of sections, not a list"

@@ -60,6 +60,8 @@ def validate_config(config: dict) -> dict:
     """Return a validated copy with defaults filled; raise one line naming the bad field."""
     import jsonschema
 
+    if not isinstance(config, dict):
+        raise BoundaryError(f"config: must be a mapping of sections, not a {type(config).__name__}")
     config = copy.deepcopy(config)
     schema = _schema()
     _fill_defaults(config, schema)
@@ -97,6 +99,15 @@ def _check_references(config: dict) -> None:
         raise BoundaryError("config: data: required when there is no testbed section")
     if max(config["evaluate"]["ks"]) > config["evaluate"]["n"]:
         raise BoundaryError("config: evaluate.ks: every k must be <= evaluate.n")
+    if any(step > config["train"]["steps"] for step in config["train"].get("checkpoints", [])):
+        raise BoundaryError("config: train.checkpoints: every step must be <= train.steps")
+    regimes = config["regimes"]
+    if regimes.get("boundary", 0) > regimes.get("easy", 1):
+        raise BoundaryError("config: regimes: boundary must be <= easy")
+    if regimes.get("coverage_min", 0) >= 1:
+        raise BoundaryError("config: regimes.coverage_min: must be < 1")
+    if "{problem}" not in config["prompt"]["template"]:
+        raise BoundaryError("config: prompt.template: must contain {problem}")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

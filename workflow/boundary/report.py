@@ -73,6 +73,9 @@ def load_settings(value) -> dict:
     for e in s["controls"]:
         if "method" not in e:
             raise BoundaryError(f"report settings: control {e} needs method")
+    ks = s["ks"]
+    if not isinstance(ks, list) or not ks or not all(isinstance(k, int) and k >= 1 for k in ks):
+        raise BoundaryError(f"report settings: ks {ks} must be a non-empty list of whole numbers >= 1")
     return s
 
 

@@ -185,4 +185,7 @@ def run_artifacts():
     return files
 
 
-REPORT = load_settings(dumps(report_settings()))
+try:
+    REPORT = load_settings(dumps(report_settings()))
+except BoundaryError as err:  # the config's report: section
+    raise WorkflowError(f"config: {err}")
