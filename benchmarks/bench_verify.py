@@ -2,6 +2,7 @@
 
     PYTHONPATH=workflow python benchmarks/bench_verify.py [--items 20000] [--workers 2]
                                                           [--against 8c2e985] [--rounds 2]
+    PYTHONPATH=workflow python benchmarks/bench_verify.py --kill 3000
 
 The pairs mix what RL rollouts and evaluations send: integers (right, wrong, leading zeros),
 fractions against decimals, LaTeX expressions (roots, pi, powers), tuples and intervals, text
@@ -17,12 +18,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import random
 import resource
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -92,6 +96,24 @@ def timed(make, golds, answers):
     return len(golds) / seconds, len(golds) / (cpu_seconds() - cpu), got
 
 
+def killed_worker(golds, answers, workers: int, timeout: int):
+    """Seconds for one check of the pairs, undisturbed and with a worker SIGKILLed 1 s in (the
+    issue's case: 650 s instead of ~15 s for 3,000 items before the per-check bound)."""
+    seconds = {}
+    for kill in (False, True):
+        verifier = Verifier(timeout=timeout, workers=workers)
+        verifier.check(["0"], ["0"])  # the pool is up
+        if kill:
+            threading.Timer(1.0, os.kill, (verifier._workers[0].process.pid, signal.SIGKILL)).start()
+        start = time.perf_counter()
+        got = verifier.verdicts(golds, answers)
+        seconds[kill] = time.perf_counter() - start
+        replaced, unverified = verifier.replaced, sum(v is None for v in got)
+        verifier.close()
+    print(f"{len(golds)} pairs, {workers} workers: {seconds[False]:.1f} s undisturbed, {seconds[True]:.1f} s "
+          f"with a worker SIGKILLed 1 s in ({replaced} replaced, {unverified} unverified)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=20_000)
@@ -99,8 +121,12 @@ def main():
     ap.add_argument("--timeout", type=int, default=5)
     ap.add_argument("--against", default="8c2e985", help="commit whose verify.py is the baseline")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--kill", type=int, metavar="ITEMS",
+                    help="instead: time a check of ITEMS pairs with and without a worker killed mid-way")
     args = ap.parse_args()
-    golds, answers = mixed_pairs(args.items)
+    golds, answers = mixed_pairs(args.kill or args.items)
+    if args.kill:
+        return killed_worker(golds, answers, args.workers, args.timeout)
     print(f"{args.items} pairs, {len(set(zip(golds, answers)))} distinct, {args.workers} workers, "
           f"timeout {args.timeout} s")
     with tempfile.TemporaryDirectory() as tmp:
