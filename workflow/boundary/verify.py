@@ -91,9 +91,14 @@ def _check(gold: str, answer: str, timeout: int) -> bool | None:
 _READY = "ready"
 
 
+def _one_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
 def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker when the process that started it dies, so a
-    killed stage never leaves a worker stuck in sympy behind."""
+    """Linux: the kernel kills this worker when the thread that started it ends (in practice the
+    stage's process), so a killed stage never leaves a worker stuck in sympy behind. A worker
+    lost any other way is replaced like a dead one."""
     try:
         import ctypes
         import signal
@@ -110,7 +115,7 @@ def _serve(conn, check_one: Callable, timeout: int) -> None:
     try:
         check_one("1", "1", timeout)  # import math-verify and warm up before saying ready
     except BaseException as err:
-        conn.send(("error", f"{type(err).__name__}: {err}"))
+        conn.send(("error", _one_line(err)))
         raise
     conn.send(_READY)
     while True:
@@ -172,7 +177,7 @@ class Verifier:
         try:
             process.start()
         except Exception as err:
-            raise BoundaryError(f"verifier: cannot start a worker process ({type(err).__name__}: {err})") from None
+            raise BoundaryError(f"verifier: cannot start a worker process ({_one_line(err)})") from None
         finally:
             child.close()
         return _Worker(process, parent, time.monotonic())
