@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
+import pickle
 import re
 import time
 from collections import deque
@@ -89,6 +90,7 @@ def _check(gold: str, answer: str, timeout: int) -> bool | None:
 
 
 _READY = "ready"
+_PIPE_SAFE = 16_384  # bytes: well under a pipe's buffer (64 KiB on Linux)
 
 
 def _one_line(err: BaseException) -> str:
@@ -108,9 +110,11 @@ def _die_with_parent() -> None:
         pass
 
 
-def _serve(conn, check_one: Callable, timeout: int) -> None:
-    """A worker: check the pairs of each chunk it is sent, one verdict message per pair, so the
-    parent always knows when the pair in hand began."""
+def _serve(conn, progress, check_one: Callable, timeout: int) -> None:
+    """A worker: check the pairs of each chunk it is sent and send back their verdicts.
+
+    Before each pair it writes the time and its count of pairs begun into `progress` (shared
+    memory): the parent knows when the pair in hand began without a message per pair."""
     _die_with_parent()
     try:
         check_one("1", "1", timeout)  # import math-verify and warm up before saying ready
@@ -118,6 +122,7 @@ def _serve(conn, check_one: Callable, timeout: int) -> None:
         conn.send(("error", _one_line(err)))
         raise
     conn.send(_READY)
+    begun = 0
     while True:
         try:
             chunk = conn.recv()
@@ -125,33 +130,47 @@ def _serve(conn, check_one: Callable, timeout: int) -> None:
             return
         if chunk is None:
             return
+        verdicts = []
         for gold, answer in chunk:
-            conn.send(check_one(gold, answer, timeout))
+            progress[1] = time.monotonic()  # the time first: a count read later matches it
+            begun += 1
+            progress[0] = begun
+            verdicts.append(check_one(gold, answer, timeout))
+        conn.send(verdicts)
 
 
 @dataclass
 class _Worker:
     process: object
     conn: object
+    progress: object  # shared [pairs begun, time the last one began]
     started: float
     ready: bool = False
-    since: float = 0.0  # when the pair at the head of `queue` began
-    queue: deque = field(default_factory=deque)
+    sent: deque = field(default_factory=deque)  # pairs sent and not yet answered, in order
+    chunks: deque = field(default_factory=deque)  # sizes of the chunks in flight
+    answered: int = 0
+    since: float = 0.0  # the last dispatch to an idle worker or answer: a floor for "began"
     error: str = ""
+
+    def in_hand(self) -> tuple[int, float] | None:
+        """(index in `sent`, start time) of the pair being checked, None if none has begun."""
+        begun, began = int(self.progress[0]) - self.answered, self.progress[1]
+        return (begun - 1, max(began, self.since)) if begun > 0 else None
 
 
 @dataclass
 class Verifier:
     """Checks (gold, answer) pairs with math-verify in worker processes, each check bounded.
 
-    Idle workers get chunks of pairs and send one verdict per pair, so every check has its own
-    deadline: 2 x timeout + 1 s after it began (math-verify stops itself at `timeout` per
-    parse and comparison, except in C code). A check past its deadline has its worker killed
-    and replaced and is given up on; a worker that dies is noticed at once (its process
-    sentinel) and replaced, and the check it held is retried once, then given up on. A pair
-    given up on is unverified -- `verdicts` gives None, `check` gives False, and `given_up`
-    counts it -- never a verdict nobody computed. Workers that keep dying before they are
-    ready mean the pool cannot start: one BoundaryError, never a column of False.
+    Workers get chunks of pairs (the next one queued while they work) and record in shared
+    memory when each pair began, so every check has its own deadline: 2 x timeout + 1 s after
+    it began (math-verify stops itself at `timeout` per parse and comparison, except in C
+    code). A check past its deadline has its worker killed and replaced and is given up on; a
+    worker that dies is noticed at once (its process sentinel) and replaced, and the check it
+    held is retried once, then given up on. A pair given up on is unverified -- `verdicts`
+    gives None, `check` gives False, and `given_up` counts it -- never a verdict nobody
+    computed. Workers that keep dying before they are ready mean the pool cannot start: one
+    BoundaryError, never a column of False.
     """
 
     timeout: int = 5
@@ -173,14 +192,15 @@ class Verifier:
         # spawn, not fork: the parent may hold torch threads that fork would copy mid-lock.
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        process = ctx.Process(target=_serve, args=(child, self.check_one, self.timeout), daemon=True)
+        progress = ctx.RawArray("d", 2)
+        process = ctx.Process(target=_serve, args=(child, progress, self.check_one, self.timeout), daemon=True)
         try:
             process.start()
         except Exception as err:
             raise BoundaryError(f"verifier: cannot start a worker process ({_one_line(err)})") from None
         finally:
             child.close()
-        return _Worker(process, parent, time.monotonic())
+        return _Worker(process, parent, progress, time.monotonic())
 
     def _stop(self, worker: _Worker) -> None:
         if worker.process.is_alive():
@@ -237,45 +257,66 @@ class Verifier:
         crashes: dict[tuple[str, str], int] = {}
         while len(self._workers) < self.workers:
             self._workers.append(self._spawn())
-        while pending or any(w.queue for w in self._workers):
-            now = time.monotonic()
+        while pending or any(w.sent for w in self._workers):
             for w in self._workers:
-                if w.ready and not w.queue and pending:
-                    w.queue.extend(pending.popleft() for _ in range(min(self.chunk, len(pending))))
-                    w.since = now
-                    try:
-                        w.conn.send(list(w.queue))
-                    except OSError:  # died meanwhile: its sentinel says so below
-                        pass
-            deadlines = [w.since + limit if w.ready else w.started + self.start_timeout
-                         for w in self._workers if w.queue or not w.ready]
+                self._dispatch(w, pending)
+            deadlines = [self._deadline(w, limit) for w in self._workers if w.sent or not w.ready]
             wait([x for w in self._workers for x in (w.conn, w.process.sentinel)],
                  timeout=max(0.0, min(deadlines) - time.monotonic()) if deadlines else None)
             for w in list(self._workers):
                 self._collect(w)
-                now = time.monotonic()
                 if not w.process.is_alive():
                     self._collect(w)  # verdicts it sent just before dying
                     if not w.ready:
                         self._start_failed(w, f"exit code {w.process.exitcode} before it was ready")
                         continue
-                    self.replaced += 1
-                    if w.queue:  # the pair in hand is retried once, then given up on
-                        pair = w.queue.popleft()
+                    hand = w.in_hand()
+                    if hand is not None:  # the pair in hand is retried once, then given up on
+                        pair = w.sent[hand[0]]
                         crashes[pair] = crashes.get(pair, 0) + 1
                         if crashes[pair] >= 2:
+                            del w.sent[hand[0]]
                             self._give_up(pair)
-                        else:
-                            w.queue.appendleft(pair)
-                        pending.extendleft(reversed(w.queue))
-                    self._replace(w)
-                elif not w.ready and now > w.started + self.start_timeout:
+                    self._lose(w, pending)
+                elif not w.ready and time.monotonic() > w.started + self.start_timeout:
                     self._start_failed(w, f"not ready after {self.start_timeout:.0f} s")
-                elif w.queue and now > w.since + limit:  # stuck, likely in C code: only a kill stops it
-                    self.replaced += 1
-                    self._give_up(w.queue.popleft())
-                    pending.extendleft(reversed(w.queue))
-                    self._replace(w)
+                elif w.sent and time.monotonic() > self._deadline(w, limit):
+                    hand = w.in_hand()  # stuck, likely in C code: only a kill stops it
+                    if hand is not None:
+                        self._give_up(w.sent[hand[0]])
+                        del w.sent[hand[0]]
+                    self._lose(w, pending)
+
+    def _dispatch(self, w: _Worker, pending: deque) -> None:
+        """Keep a ready worker at two chunks in flight; the second waits in its pipe, so it never
+        idles for a reply. Only a small chunk is queued behind a running one: a send that fills
+        the pipe would block until the worker reads, and it could be stuck."""
+        while w.ready and pending and len(w.chunks) < 2:
+            chunk = [pending.popleft() for _ in range(min(self.chunk, len(pending)))]
+            payload = pickle.dumps(chunk, pickle.HIGHEST_PROTOCOL)
+            if w.chunks and len(payload) > _PIPE_SAFE:
+                pending.extendleft(reversed(chunk))
+                return
+            if not w.chunks:
+                w.since = time.monotonic()
+            w.sent.extend(chunk)
+            w.chunks.append(len(chunk))
+            try:
+                w.conn.send_bytes(payload)
+            except OSError:  # died meanwhile: its sentinel says so
+                return
+
+    def _deadline(self, w: _Worker, limit: float) -> float:
+        if not w.ready:
+            return w.started + self.start_timeout
+        hand = w.in_hand()
+        return (hand[1] if hand else w.since) + limit
+
+    def _lose(self, w: _Worker, pending: deque) -> None:
+        """Replace a dead or killed worker; its unanswered pairs go back to the queue."""
+        self.replaced += 1
+        pending.extendleft(reversed(w.sent))
+        self._replace(w)
 
     def _collect(self, w: _Worker) -> None:
         """Read every message the worker has sent so far."""
@@ -287,7 +328,10 @@ class Verifier:
                 elif isinstance(message, tuple):
                     w.error = message[1]
                 else:
-                    self._record(w.queue.popleft(), message)
+                    for verdict in message:
+                        self._record(w.sent.popleft(), verdict)
+                    w.answered += len(message)
+                    w.chunks.popleft()
                     w.since = time.monotonic()
         except (EOFError, OSError):
             pass
