@@ -83,8 +83,9 @@ def write_json(obj, path: str | os.PathLike) -> None:
     write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", path)
 
 
-def read_table(path: str | os.PathLike, columns: Iterable[str] = ()) -> pd.DataFrame:
-    """Read parquet, CSV or JSONL; a missing file, unknown type or missing column is one line."""
+def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: bool = False) -> pd.DataFrame:
+    """Read parquet, CSV or JSONL; a missing file, unknown type, missing column or (with
+    `nonempty`) a file without rows is one line."""
     path = Path(path)
     if not path.exists():
         raise BoundaryError(f"{path}: file not found")
@@ -98,6 +99,8 @@ def read_table(path: str | os.PathLike, columns: Iterable[str] = ()) -> pd.DataF
         df = reader(path)
     except Exception as err:  # corrupt or unreadable file
         raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+    if nonempty and df.empty:
+        raise BoundaryError(f"{path}: no rows")
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise BoundaryError(f"{path}: missing column(s) {', '.join(missing)}")

@@ -28,9 +28,8 @@ def load_dataset_file(spec: dict, name: str) -> pd.DataFrame:
     """One split from a local file, mapped to prompt_id, problem, answer, source."""
     path = Path(spec["path"])
     id_field = spec.get("id_field")
-    df = read_table(path, [spec["problem_field"], spec["answer_field"]] + ([id_field] if id_field else []))
-    if df.empty:
-        raise BoundaryError(f"{path}: no rows")
+    df = read_table(path, [spec["problem_field"], spec["answer_field"]] + ([id_field] if id_field else []),
+                    nonempty=True)
     if spec.get("limit"):
         df = df.head(spec["limit"])
     answers = df[spec["answer_field"]]
