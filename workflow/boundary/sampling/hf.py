@@ -5,9 +5,10 @@ Why not `generate`: entropy needs every step's logits, which `generate` can only
 stacked as [B, T, V] (62 GiB for 256 SmolLM2 completions of 256 tokens), and a row that stops
 keeps its seat until the longest row of its batch ends. Here each step samples from the last
 logits only (`nucleus.sample_step`, entropy accumulated per row), a row that emits a stop id
-or reaches max_new_tokens leaves the batch at once, and when a quarter of the seats are free,
+or reaches max_new_tokens stops at once and gives up its seat, and when a quarter of the seats are free,
 queued rows are prefilled and merged into the KV cache: left-padded to a common length, each
-row with its own position ids, exactly as `generate` handles a left-padded batch.
+row with its own position ids, exactly as `generate` handles a left-padded batch. Finished
+rows are dropped from the cache in batches (see `generate`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from tqdm import tqdm
 from boundary.models import load_model, stop_ids
 from boundary.sampling.nucleus import sample_step
 
-REFILL_BELOW = 0.75  # refill when fewer than this share of the seats are busy
+REFILL_BELOW = 0.75  # refill when fewer than this share of the seats hold live rows
+COMPACT_AT = 0.25  # drop finished rows from the batch once they are this share of it
+CHECK_EVERY = 8  # steps between looks at how many rows finished (each look syncs the GPU)
 CPU_BATCH = 64  # completions in flight on a CPU: larger batches are no faster there
 
 
@@ -37,6 +40,8 @@ class Active:
     tokens: torch.Tensor  # [B, max_new]
     count: torch.Tensor  # [B]
     entropy: torch.Tensor  # [B], summed over generated tokens
+    live: torch.Tensor  # [B] bool: still generating
+    stopped: torch.Tensor  # [B] bool: ended on a stop id
 
     def select(self, keep: torch.Tensor) -> "Active":
         self.cache.batch_select_indices(keep)
@@ -48,7 +53,8 @@ class Active:
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
         return Active(self.rows[keep], self.cache, mask, self.pos[keep], self.logits[keep],
-                      self.tokens[keep], self.count[keep], self.entropy[keep])
+                      self.tokens[keep], self.count[keep], self.entropy[keep], self.live[keep],
+                      self.stopped[keep])
 
 
 def _left_pad(x: torch.Tensor, length: int, dim: int) -> torch.Tensor:
@@ -71,7 +77,8 @@ def merge(a: Active | None, b: Active) -> Active:
                   torch.cat([_left_pad(a.mask, length, 1), _left_pad(b.mask, length, 1)]),
                   *(torch.cat([x, y]) for x, y in [(a.pos, b.pos), (a.logits, b.logits),
                                                     (a.tokens, b.tokens), (a.count, b.count),
-                                                    (a.entropy, b.entropy)]))
+                                                    (a.entropy, b.entropy), (a.live, b.live),
+                                                    (a.stopped, b.stopped)]))
 
 
 def prefill(model, prompts: list[list[int]], rows: list[int], pad_id: int, max_new: int) -> Active:
@@ -93,7 +100,9 @@ def prefill(model, prompts: list[list[int]], rows: list[int], pad_id: int, max_n
     return Active(torch.tensor(rows, device=device), out.past_key_values, mask, pos[:, -1] + 1,
                   out.logits[:, -1], torch.zeros((n, max_new), dtype=torch.long, device=device),
                   torch.zeros(n, dtype=torch.long, device=device),
-                  torch.zeros(n, dtype=torch.float32, device=device))
+                  torch.zeros(n, dtype=torch.float32, device=device),
+                  torch.ones(n, dtype=torch.bool, device=device),
+                  torch.zeros(n, dtype=torch.bool, device=device))
 
 
 def default_batch_size(model, prompt_len: int, max_new: int) -> int:
@@ -110,42 +119,59 @@ def default_batch_size(model, prompt_len: int, max_new: int) -> int:
     return max(1, min(16384, int(0.7 * free / per_row)))
 
 
+def harvest(active: Active, rows: torch.Tensor, results: list) -> None:
+    """Record the finished `rows` (a bool mask over the batch) into `results`."""
+    index = rows.nonzero().view(-1)
+    for row, toks, n, s, h in zip(active.rows[index].tolist(), active.tokens[index].tolist(),
+                                  active.count[index].tolist(), active.stopped[index].tolist(),
+                                  active.entropy[index].tolist()):
+        results[row] = (toks[:n], "stop" if s else "length", h / n)
+
+
 @torch.inference_mode()
 def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, max_new: int,
              temperature: float, top_p: float, batch_size: int, seed: int, progress=False):
     """Sample one completion per prompt (repeat a prompt for n samples). Returns, per prompt,
-    (token ids incl. the stop id, 'stop' or 'length', mean entropy over its tokens)."""
+    (token ids incl. the stop id, 'stop' or 'length', mean entropy over its tokens).
+
+    A finished row stops counting at once but keeps its seat until the batch is compacted:
+    every CHECK_EVERY steps, when a quarter of the rows are finished or seats are needed for
+    queued rows. Compacting copies the whole KV cache, so doing it per step would cost more
+    than the rows it removes."""
     device = model.device
     generator = torch.Generator(device=device).manual_seed(seed)
-    stop_t = torch.tensor(stop, device=device)
+    stop_t = torch.tensor(stop, device=device, dtype=torch.long)
     queue = list(range(len(prompts)))
     results: list = [None] * len(prompts)
-    active = None
+    active, step = None, 0
     bar = tqdm(total=len(prompts), desc="sampling", disable=not progress)
-    while queue or active is not None:
-        busy = 0 if active is None else len(active.rows)
-        if queue and busy < REFILL_BELOW * batch_size:
-            take, queue = queue[:batch_size - busy], queue[batch_size - busy:]
-            active = merge(active, prefill(model, [prompts[i] for i in take], take, pad_id, max_new))
+    while True:
+        if active is None or step % CHECK_EVERY == 0:
+            if active is not None:
+                live = int(active.live.sum())
+                dead = len(active.rows) - live
+                short = queue and live < REFILL_BELOW * batch_size
+                if dead and (not live or short or dead >= COMPACT_AT * len(active.rows)):
+                    harvest(active, ~active.live, results)
+                    bar.update(dead)
+                    active = active.select(active.live.nonzero().view(-1)) if live else None
+            busy = 0 if active is None else len(active.rows)
+            if queue and busy < REFILL_BELOW * batch_size:
+                take, queue = queue[:batch_size - busy], queue[batch_size - busy:]
+                active = merge(active, prefill(model, [prompts[i] for i in take], take, pad_id, max_new))
+            if active is None:
+                break
+        step += 1
         token, entropy = sample_step(active.logits, temperature, top_p, generator)
+        live = active.live
         at = torch.arange(len(token), device=device)
-        active.tokens[at, active.count] = token
-        active.count += 1
-        active.entropy += entropy
-        stopped = torch.isin(token, stop_t)
-        done = stopped | (active.count >= max_new)
-        if done.any():
-            finished = done.nonzero().view(-1)
-            for row, toks, n, s, h in zip(active.rows[finished].tolist(), active.tokens[finished].tolist(),
-                                          active.count[finished].tolist(), stopped[finished].tolist(),
-                                          active.entropy[finished].tolist()):
-                results[row] = (toks[:n], "stop" if s else "length", h / n)
-            bar.update(len(finished))
-            if len(finished) == len(token):
-                active = None
-                continue
-            active = active.select((~done).nonzero().view(-1))
-            token = token[~done]
+        slot = active.count.clamp(max=max_new - 1)
+        active.tokens[at, slot] = torch.where(live, token, active.tokens[at, slot])
+        active.count += live
+        active.entropy += entropy * live
+        stopped = torch.isin(token, stop_t) & live
+        active.stopped |= stopped
+        active.live = live & ~stopped & (active.count < max_new)
         active.mask = torch.cat([active.mask, active.mask.new_ones((len(token), 1))], 1)
         out = model(input_ids=token[:, None], attention_mask=active.mask,
                     position_ids=active.pos[:, None], past_key_values=active.cache, use_cache=True)
