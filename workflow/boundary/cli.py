@@ -22,7 +22,7 @@ COMMANDS = {
     "gate-draws": ("boundary.calibrate", "frozen-base gate draws per refresh epoch"),
     "regimes": ("boundary.regimes", "label regimes from the calibration cache"),
     "masks": ("boundary.gate", "build a per-prompt action mask"),
-    "train": ("boundary.train", "GRPO / PBA / controls through one TRL trainer"),
+    "train": ("boundary.launch", "GRPO / PBA / controls through one TRL trainer (a process per GPU)"),
     "evaluate": ("boundary.evaluate", "n-sample evaluation -> samples + per-prompt counts"),
     "report": ("boundary.report", "the paper's tables and figures"),
     "diagnose": ("boundary.diagnose", "regimes, transitions, tables, figures from counts files"),
