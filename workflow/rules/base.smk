@@ -10,7 +10,9 @@ if TESTBED:
             settings=as_param(
                 {k: config["testbed"][k] for k in ("task", "model", "pretrain")}
             ),
-        threads: 2
+        threads: job_threads("base")
+        resources:
+            **job_resources("base"),
         log:
             f"{OUT}/logs/pretrain_base.log",
         benchmark:

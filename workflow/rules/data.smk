@@ -15,6 +15,9 @@ rule splits:
             }
         ),
         out_dir=lambda wc, output: Path(output.train).parent,
+    threads: job_threads("cpu")
+    resources:
+        **job_resources("cpu"),
     log:
         f"{OUT}/logs/splits.log",
     benchmark:
