@@ -27,6 +27,7 @@ COMMANDS = {
     "report": ("boundary.report", "the paper's tables and figures"),
     "diagnose": ("boundary.diagnose", "regimes, transitions, tables, figures from counts files"),
     "seeds": ("boundary.stats", "seed means, SDs, t intervals and paired gains"),
+    "cluster-check": ("boundary.cluster", "name the rules a SLURM cluster can never schedule"),
 }
 
 
