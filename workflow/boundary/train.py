@@ -241,12 +241,12 @@ class PBATrainer(GRPOTrainer):
     def actions(self) -> pd.DataFrame:
         """Every step's prompts and their actions, as training takes them (step counts from 1,
         like the log): weight is the anchor weight in the loss, source where rollouts come from."""
-        rows = []
+        rows, prompt_ids = [], self.train_dataset["prompt_id"]
         for step, batch in enumerate(self._batches):
             w = self._weights_at(step, batch) if self.anchoring else np.zeros(len(batch))
             for r, wi in zip(batch, w):
                 rows.append({"step": step + 1, "epoch": step // self.args.refresh_steps,
-                             "prompt_id": self.train_dataset[r]["prompt_id"], "weight": float(wi),
+                             "prompt_id": prompt_ids[r], "weight": float(wi),
                              "action": "anchor" if wi > 0 else "sharpen",
                              "source": "base" if wi > 0 and self.args.anchor in BASE_SAMPLED else "policy"})
         return pd.DataFrame(rows)
