@@ -161,12 +161,14 @@ def planned_actions(smoke, settings) -> pd.DataFrame:
     return trainer.actions()
 
 
-@pytest.mark.parametrize("method", ["drop", "policy_global_kl"])
+@pytest.mark.parametrize("method", ["drop", "policy_global_kl", "base"])
 def test_every_method_runs_in_two_processes(smoke, method):
-    """The drop sampler, and the policy anchor with a global KL (base scoring of each process's
-    rows), in 2 processes, steps 1-4 (the base-sampled anchors: the PBA runs above)."""
+    """The drop sampler, the policy anchor with a global KL (base scoring of each process's
+    rows) and the base anchor (bulk draws without log-probs), in 2 processes, steps 1-4 (the
+    support anchor: the PBA runs above)."""
     extra = {"drop": dict(mask="pba", masked_action="drop"),
-             "policy_global_kl": dict(mask="pba", anchor="policy", kl_estimator="k2", beta_kl=0.05)}[method]
+             "policy_global_kl": dict(mask="pba", anchor="policy", kl_estimator="k2", beta_kl=0.05),
+             "base": dict(mask="pba", anchor="base", beta_a=10.0)}[method]
     settings = smoke_settings("grpo", steps=4, checkpoints=[4], **extra)
     out, _, _ = train(smoke, f"{method}_2proc", settings, 2)
     actions = pd.read_parquet(out / "actions.parquet")
@@ -181,6 +183,9 @@ def test_every_method_runs_in_two_processes(smoke, method):
         assert (actions["action"] == "anchor").equals(actions["prompt_id"].isin(anchored))
     if method == "policy_global_kl":
         assert log["kl"].notna().all() and (actions["source"] == "policy").all()
+    if method == "base":
+        assert log["base_rollouts_on_demand"].fillna(0).eq(0).all()
+        assert (actions["source"] == "base").equals(actions["action"] == "anchor")
 
 
 @pytest.mark.parametrize("anchor", ["policy", "support"])
