@@ -67,6 +67,7 @@ def test_paper_jobs_ask_for_what_the_config_says(paper_jobs):
     res = PAPER["resources"]
     kinds = {"train": {r for r in {j["rule"] for j in paper_jobs} if r.startswith("train_")},
              "sample": {"calibrate_base", "gate_draws", "evaluate_shard"},
+             "base": {"import_base"},
              "cpu": {"splits", "regimes", "mask", "evaluate", "report"}}
     for job in paper_jobs:
         if job["rule"] == "all":
@@ -75,7 +76,7 @@ def test_paper_jobs_ask_for_what_the_config_says(paper_jobs):
         r = job["resources"]
         assert int(r["cpus_per_task"]) == res[kind]["cpus"], job
         assert int(r["mem_mb"]) == res[kind]["mem_mb"] and int(r["runtime"]) == res[kind]["runtime"], job
-        gpus = {"train": PAPER["train"]["gpus"], "sample": 1, "cpu": 0}[kind]
+        gpus = {"train": PAPER["train"]["gpus"], "sample": 1, "base": 0, "cpu": 0}[kind]
         assert int(r.get("gpu", 0)) == gpus, job
         assert r["slurm_partition"] == ("gpu" if gpus else "cpu"), job
         assert r["slurm_account"] == "proj42", job
