@@ -11,7 +11,9 @@ if TESTBED:
             settings=as_param(
                 {k: config["testbed"][k] for k in ("task", "model", "pretrain")}
             ),
-        threads: 2
+        threads: job_threads("base")
+        resources:
+            **job_resources("base"),
         log:
             f"{OUT}/logs/pretrain_base.log",
         benchmark:
@@ -32,7 +34,9 @@ else:
             code=code("models"),
         params:
             source=config["base_model"],
-        threads: 2
+        threads: job_threads("base")
+        resources:
+            **job_resources("base"),
         log:
             f"{OUT}/logs/import_base.log",
         benchmark:

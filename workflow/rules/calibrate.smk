@@ -16,9 +16,9 @@ rule calibrate_base:
         settings=lambda wc: dumps(
             {"calibration": config["calibration"], **sampling_settings(CALIBRATION_SPLIT[wc.part])}
         ),
-    threads: 1
+    threads: job_threads("sample")
     resources:
-        gpu=1 if config["train"]["gpus"] else 0,
+        **job_resources("sample", SAMPLE_GPUS),
     log:
         f"{OUT}/logs/calibrate_base{{part}}.log",
     benchmark:
@@ -26,7 +26,7 @@ rule calibrate_base:
     conda:
         "../../envs/boundary.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} boundary calibrate --model {input.model} --split {input.split} "
+        "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} calibrate --model {input.model} --split {input.split} "
         "--settings {params.settings:q} --out {output} > {log} 2>&1"
 
 
@@ -39,9 +39,9 @@ rule gate_draws:
         code=code("calibrate", "rollouts", "sampling", "models", "verify"),
     params:
         settings=as_param(gate_draw_settings()),
-    threads: 1
+    threads: job_threads("sample")
     resources:
-        gpu=1 if config["train"]["gpus"] else 0,
+        **job_resources("sample", SAMPLE_GPUS),
     log:
         f"{OUT}/logs/gate_draws.log",
     benchmark:
@@ -49,5 +49,5 @@ rule gate_draws:
     conda:
         "../../envs/boundary.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} boundary gate-draws --model {input.model} --split {input.split} "
+        "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} gate-draws --model {input.model} --split {input.split} "
         "--settings {params.settings:q} --out {output} > {log} 2>&1"

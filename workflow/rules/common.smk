@@ -23,6 +23,28 @@ BENCHMARKS = (
     ["testbed"] if TESTBED else sorted(config["data"]["benchmarks"])
 )
 TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
+SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
+
+
+def job_resources(kind, gpus=None):
+    """What a job of this kind asks for (config `resources:`), on the SLURM partition for
+    CPU or GPU jobs (config `slurm:`, set by the SLURM profile). `gpu` is set for the stages
+    that claim GPUs (`boundary --gpus {resources.gpu}`). CPUs are asked for explicitly:
+    Snakemake caps `threads` at the controller's --cores, even for SLURM jobs."""
+    spec, slurm = config["resources"][kind], config["slurm"]
+    res = {"mem_mb": spec["mem_mb"], "runtime": spec["runtime"], "cpus_per_task": spec["cpus"]}
+    if gpus is not None:
+        res["gpu"] = gpus
+    partition = slurm["gpu_partition"] if gpus else slurm["cpu_partition"]
+    if partition:
+        res["slurm_partition"] = partition
+    if slurm["account"]:
+        res["slurm_account"] = slurm["account"]
+    return res
+
+
+def job_threads(kind):
+    return config["resources"][kind]["cpus"]
 
 
 def as_param(settings):
@@ -36,7 +58,7 @@ def as_param(settings):
 
 def code(*modules):
     """Package sources a stage runs: content changes rerun it, mere touches do not."""
-    base = ["cli", "config", "errors", "artifacts"]
+    base = ["cli", "config", "errors", "artifacts", "gpus"]
     files = []
     for m in base + list(modules):
         package = PKG / m  # a package (sampling/) counts with every module in it

@@ -13,6 +13,9 @@ rule splits:
         ),
         out_dir=lambda wc, output: Path(output.train).parent,
         model_arg=lambda wc, input: f"--model {input.model}" if input.model else "",
+    threads: job_threads("cpu")
+    resources:
+        **job_resources("cpu"),
     log:
         f"{OUT}/logs/splits.log",
     benchmark:

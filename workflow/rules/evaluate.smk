@@ -12,9 +12,9 @@ if config["sampling"]["shards"] == 1:
             code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
         params:
             settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
-        threads: 1
+        threads: job_threads("sample")
         resources:
-            gpu=1 if config["train"]["gpus"] else 0,
+            **job_resources("sample", SAMPLE_GPUS),
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
         benchmark:
@@ -22,7 +22,7 @@ if config["sampling"]["shards"] == 1:
         conda:
             "../../envs/boundary.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} boundary evaluate --model {input.model} --split {input.split} "
+            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} --split {input.split} "
             "--settings {params.settings:q} --samples {output.samples} --counts {output.counts} "
             "> {log} 2>&1"
 
@@ -38,9 +38,9 @@ else:
         params:
             settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
-        threads: 1
+        threads: job_threads("sample")
         resources:
-            gpu=1 if config["train"]["gpus"] else 0,
+            **job_resources("sample", SAMPLE_GPUS),
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}/shard{{shard}}.log",
         benchmark:
@@ -48,7 +48,7 @@ else:
         conda:
             "../../envs/boundary.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} boundary evaluate --model {input.model} --split {input.split} "
+            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} --split {input.split} "
             "--settings {params.settings:q} --shard {params.shard} --samples {output} > {log} 2>&1"
 
     rule evaluate:
@@ -63,6 +63,9 @@ else:
             code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
         params:
             settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
+        threads: job_threads("cpu")
+        resources:
+            **job_resources("cpu"),
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
         benchmark:
