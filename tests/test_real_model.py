@@ -54,14 +54,14 @@ def test_every_stage_ran_on_the_real_model(real_run):
             seed = "seed0"
             samples = pd.read_parquet(real_run / "eval" / bench / method / seed / "samples.parquet")
             assert set(samples["finish_reason"]) <= {"stop", "length"}
-            assert (samples["n_tokens"] <= 32).all() and (samples["entropy"] >= 0).all()
+            assert (samples["n_tokens"] <= 24).all() and (samples["entropy"] >= 0).all()
             assert (real_run / "eval" / bench / method / seed / "counts.parquet").exists()
     for rel in ["rollouts/base_calibration.parquet", "rollouts/base_gate.parquet", "regimes/regimes.parquet",
                 "masks/pba.parquet", "train/pba/seed0/log.parquet", "tables/benchmark_curves.md",
                 "figures/passk_gsm8k.png", "figures/passk_math500.png"]:
         assert (real_run / rel).exists(), rel
     calibration = pd.read_parquet(real_run / "rollouts" / "base_calibration.parquet")
-    # Most of 32-token GSM8K answers are cut off, but last_number still reads a number.
+    # Most of 24-token GSM8K answers are cut off, but last_number still reads a number.
     assert (calibration["answer"] != "").mean() > 0.5
 
 
