@@ -13,7 +13,8 @@ memory (torch.cuda.max_memory_allocated; ru_maxrss on a CPU), ratio to stock at 
 top-p and, on a GPU, to the KV-read bound: every step reads the weights and each row's KV
 cache once, at the device-to-device copy bandwidth measured here. With --real, the imported
 model samples real prompts with its real stop ids and a 512-token cap (rows end early: the
-case where finished rows freeing their seats pays), ours against stock `generate`.
+case where finished rows freeing their seats pays), ours against stock `generate`; with
+--vllm also the vllm backend end to end (engine start and entropy pass included).
 """
 
 from __future__ import annotations
@@ -142,6 +143,8 @@ def main():
     ap.add_argument("--new", type=int)
     ap.add_argument("--batch", type=int, help="completions in flight, both samplers")
     ap.add_argument("--real", help="an imported model folder: real weights, prompts and stop ids")
+    ap.add_argument("--vllm", action="store_true", help="with --real: the vllm backend too (its "
+                    "time includes the engine start and the teacher-forced entropy pass)")
     args = ap.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu
     device = torch.device("cuda" if cuda else "cpu")
@@ -199,6 +202,18 @@ def main():
             rows.append(dict(shape="real " + model.config.model_type, sampler=f"{label} b{batch} cap{cap}",
                              top_p=0.95, tok_s=tokens / secs, compl_s=len(prompts) / secs, peak=peak,
                              vs_stock=out[label] / out["stock"]))
+        if args.vllm:
+            from boundary.sampling import SamplingParams, sample
+
+            params = SamplingParams(n=n, temperature=0.6, top_p=0.95, max_new_tokens=cap, seed=0,
+                                    batch_size=batch, backend="vllm")
+            texts = real * (prompts_n // 2 or 1)
+            start = time.perf_counter()
+            drawn = sample(args.real, [f"p{i}" for i in range(len(texts))], texts, params)
+            secs = time.perf_counter() - start
+            rows.append(dict(shape="real " + model.config.model_type, sampler=f"vllm cap{cap} (all-in)",
+                             top_p=0.95, tok_s=drawn["n_tokens"].sum() / secs, compl_s=len(drawn) / secs,
+                             peak=peak_gib(device), vs_stock=drawn["n_tokens"].sum() / secs / out["stock"]))
     table(rows)
 
 

@@ -135,3 +135,13 @@ def test_memory_stays_flat_as_max_new_tokens_grows_4x():
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         peaks[max_new] = json.loads(run.stdout.strip().splitlines()[-1]) / 1024  # MiB
     assert peaks[128] - peaks[32] < 64, peaks
+
+
+def test_the_sampling_benchmark_runs_at_toy_scale():
+    """benchmarks/bench_sampling.py (the GPU benchmark) on CPU, tiny, so it cannot rot."""
+    run = subprocess.run([sys.executable, "benchmarks/bench_sampling.py", "--cpu", "--shapes", "smollm2-135m",
+                          "--n", "2", "--prompt-len", "4", "--new", "3", "--batch", "4"],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    lines = run.stdout.splitlines()
+    assert any(line.startswith("smollm2-135m  hf backend b4") for line in lines), run.stdout
+    assert any(line.startswith("smollm2-135m  stock generate b4") for line in lines)
