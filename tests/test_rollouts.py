@@ -89,3 +89,20 @@ def test_missing_split_is_one_line(tiny_model_dir, tmp_path):
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [
         f"boundary evaluate: error: {tmp_path / 'nope.parquet'}: file not found"]
+
+
+def test_an_extractor_that_finds_nothing_is_named_in_a_warning(tiny_model_dir):
+    """The testbed model never writes \\boxed{}: the boxed extractor finds no answer, and the
+    warning names the split."""
+    from boundary.rollouts import scored_samples
+    from boundary.verify import Verifier
+
+    split = pd.DataFrame({"prompt_id": ["p0"], "prompt": ["12+34="], "answer": ["1234"]})
+    said = []
+    verifier = Verifier(timeout=5, workers=1)
+    try:
+        scored_samples(str(tiny_model_dir), split, SamplingParams(n=4, max_new_tokens=4), "boxed",
+                       verifier, log=said.append, label="splits/bench_x.parquet")
+    finally:
+        verifier.close()
+    assert said == ["warning: splits/bench_x.parquet: extractor 'boxed' found no answer in 100% of 4 completions"]

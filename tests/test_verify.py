@@ -164,3 +164,14 @@ def test_a_math_verify_timeout_is_unverified(monkeypatch):
         assert verify._check("1", "2", 1) is None
     finally:
         verify._parsed.cache_clear()
+
+
+def test_extractors_for_models_that_do_not_box():
+    from boundary.verify import extract_answer
+
+    text = "She has 1,234 apples, then 18 more. \\boxed{\\frac{1}{2}}"
+    assert extract_answer(text, "boxed") == "\\frac{1}{2}"
+    assert extract_answer("So she pays $1,250.50 in total.", "last_number") == "1250.50"
+    assert extract_answer("The answer is 18.", "boxed_or_last_number") == "18"
+    assert extract_answer(text, "boxed_or_last_number") == "\\frac{1}{2}"
+    assert extract_answer("no digits here", "boxed_or_last_number") == ""

@@ -201,3 +201,29 @@ def test_kill_9_of_the_controller_then_the_readme_steps(tmp_path):
 def planned_jobs_for(workdir, target, configfile):
     out = snakemake(target, "-n", "--cores", "1", "--configfile", str(configfile), cwd=workdir).stdout
     return {m.group(1) for m in re.finditer(r"^(?:local)?rule (\w+):", out, re.M)}
+
+
+@pytest.mark.parametrize("name", ["smoke", "paper"])
+def test_the_target_asks_for_every_artifact(tmp_path, name):
+    """`all` lists every declared output of the run (temp shards aside): what a failed job's
+    cleanup deletes is always rebuilt (see run_artifacts in common.smk)."""
+    if name == "paper":
+        (tmp_path / "models" / "Qwen2.5-7B").mkdir(parents=True)
+        paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+        for spec in [paper["data"]["train"], paper["data"]["diagnostic"], *paper["data"]["benchmarks"].values()]:
+            (tmp_path / spec["path"]).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / spec["path"]).write_text("")
+    out = snakemake("-n", "--cores", "1", "--configfile", str(ROOT / "config" / f"{name}.yaml"),
+                    cwd=tmp_path).stdout
+    outputs, wanted, rule = set(), set(), None
+    for line in out.splitlines():
+        if m := re.match(r"^(?:local)?rule (\w+):", line.strip()):
+            rule = m.group(1)
+        elif line.strip().startswith(("output:", "input:")):
+            kind, files = line.strip().split(":", 1)
+            files = {f.strip() for f in files.split(",") if f.strip().startswith("results/")}
+            if kind == "output" and rule != "evaluate_shard":  # temp() shards are deleted by design
+                outputs |= files
+            elif kind == "input" and rule == "all":
+                wanted |= files
+    assert outputs and outputs <= wanted, sorted(outputs - wanted)[:5]

@@ -56,6 +56,13 @@ def _as_created(path: Path, folder: bool) -> None:
     os.chmod(path, (0o777 if folder else 0o666) & ~umask())
 
 
+def _as_created_tree(folder: Path) -> None:
+    """The same for a whole tree: some writers (temp-file downloads) create 0600 files too."""
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            _as_created(path, folder=path.is_dir())
+
+
 # ----------------------------------------------------------------------------- full disk
 
 def storage_full(err: BaseException, near: str | os.PathLike | None = None) -> str | None:
@@ -250,6 +257,7 @@ def atomic_dir(path: str | os.PathLike, owner: str | None = None) -> Iterator[Pa
             yield tmp
             if owner:
                 (tmp / MARKER).write_text(owner + "\n")
+        _as_created_tree(tmp)
         if not path.exists():
             os.rename(tmp, path)
         elif not _exchange(tmp, path):  # no renameat2: move the old folder aside first
@@ -270,9 +278,10 @@ def _read_csv(path: Path, ids: Iterable[str]) -> pd.DataFrame:
     return df
 
 
-def read_table(path: str | os.PathLike, columns: Iterable[str] = (),
+def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: bool = False,
                ids: Iterable[str] = ID_COLUMNS) -> pd.DataFrame:
-    """Read parquet, CSV or JSONL; a missing file, unknown type or missing column is one line.
+    """Read parquet, CSV or JSONL; a missing file, unknown type, missing column or (with
+    `nonempty`) a file without rows is one line.
 
     Columns in `ids` are read from CSV and JSONL as text, verbatim; a blank one is an error."""
     path = Path(path)
@@ -292,6 +301,8 @@ def read_table(path: str | os.PathLike, columns: Iterable[str] = (),
     except Exception as err:  # corrupt or unreadable file
         detail = " ".join(str(err).split())  # one line, whatever the reader's message
         raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {detail})") from None
+    if nonempty and df.empty:
+        raise BoundaryError(f"{path}: no rows")
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise BoundaryError(f"{path}: missing column(s) {', '.join(missing)}")

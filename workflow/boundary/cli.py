@@ -2,28 +2,34 @@
 
 Each subcommand lives in the module that does the work, as a `main(argv)` with its own
 argparse; this file only dispatches, so importing one stage never pulls in torch for another.
+`boundary --gpus N <command>` first claims N GPUs no other job holds (see gpus.py); the
+rules of GPU stages call it with their `resources: gpu`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
 from boundary.errors import BoundaryError
+from boundary.gpus import claim
 
 COMMANDS = {
     "pretrain": ("boundary.testbed", "pretrain the synthetic testbed's base model"),
+    "import-base": ("boundary.models", "a base model (folder, hub id or GGUF) as a plain folder"),
     "data": ("boundary.data", "write the train, diagnostic and benchmark splits"),
     "calibrate": ("boundary.calibrate", "frozen-base calibration samples (regime labels)"),
     "gate-draws": ("boundary.calibrate", "frozen-base gate draws per refresh epoch"),
     "regimes": ("boundary.regimes", "label regimes from the calibration cache"),
     "masks": ("boundary.gate", "build a per-prompt action mask"),
-    "train": ("boundary.train", "GRPO / PBA / controls through one TRL trainer"),
+    "train": ("boundary.launch", "GRPO / PBA / controls through one TRL trainer (a process per GPU)"),
     "evaluate": ("boundary.evaluate", "n-sample evaluation -> samples + per-prompt counts"),
     "report": ("boundary.report", "the paper's tables and figures"),
     "diagnose": ("boundary.diagnose", "regimes, transitions, tables, figures from counts files"),
     "seeds": ("boundary.stats", "seed means, SDs, t intervals and paired gains"),
+    "cluster-check": ("boundary.cluster", "name the rules a SLURM cluster can never schedule"),
 }
 
 
@@ -75,19 +81,27 @@ EDGES = _typed(_numbers, lambda xs: len(set(xs)) >= 2 and all(0 <= x <= 1 for x 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    gpus = None
+    if argv and argv[0] == "--gpus":
+        if len(argv) < 2 or not argv[1].isdigit():
+            print("boundary: --gpus takes a GPU count: boundary --gpus N <command> ...", file=sys.stderr)
+            return 2
+        gpus, argv = int(argv[1]), argv[2:]
     if not argv or argv[0] in {"-h", "--help"}:
-        print("usage: boundary <command> [options]\n\ncommands:")
+        print("usage: boundary [--gpus N] <command> [options]\n\ncommands:")
         for name, (_, help_text) in COMMANDS.items():
-            print(f"  {name:<11} {help_text}")
+            print(f"  {name:<13} {help_text}")
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"boundary: unknown command {name!r} (see boundary --help)", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    entry = getattr(module, "main_" + name.replace("-", "_"), None) or module.main
     try:
-        entry(rest)
+        # Devices are claimed before the stage imports torch, so CUDA only ever sees them.
+        with contextlib.nullcontext() if gpus is None else claim(gpus):
+            module = importlib.import_module(COMMANDS[name][0])
+            entry = getattr(module, "main_" + name.replace("-", "_"), None) or module.main
+            entry(rest)
     except BoundaryError as err:  # user-caused: one clear line, no traceback
         _say(f"boundary {name}: error: {err}")
         return 1

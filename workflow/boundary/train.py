@@ -26,6 +26,12 @@ rollouts of a whole refresh epoch are drawn in a few large generate calls at its
 (seeded by the epoch, so a resumed run draws the same ones) rather than in a second, small
 generate call every step; a row the bulk draw does not cover is drawn on the spot.
 
+Several processes (one per GPU, see launch.py) each generate a contiguous slice of every
+step's batch, as accelerate shards the sampler. Each knows its slices in advance, so it draws
+only its own rows' base rollouts in bulk, seeded by (epoch, process): no two processes share a
+random stream. Per-prompt actions are a function of (seed, step, prompt), so every process
+agrees on them; metrics are sums and counts gathered from every process; one process writes.
+
 TRL's loop is used as is: actions enter through `_generate_and_score_completions` (rollout
 source, anchor weights, frozen-base log-probs only for the rows that need them), the loss
 through `_compute_loss` (the surrogate with advantages scaled by 1 - w, plus the anchor on the
@@ -60,6 +66,10 @@ from boundary.anchors import (ANCHORS, BASE_SAMPLED, BASE_SCORED, ESTIMATORS, ba
 from boundary.errors import BoundaryError
 
 MASKED_ACTIONS = ("anchor", "drop")
+# Metrics of a generation batch, as (sum, count) over every process's rows; summed ones are totals.
+GENERATION_METRICS = ("protected_fraction", "reward_policy", "base_rollouts_on_demand",
+                      "base_draw_seconds", "generate_seconds")
+SUMMED = {"base_rollouts_on_demand"}
 
 
 @dataclass
@@ -187,6 +197,7 @@ class PBATrainer(GRPOTrainer):
         self._batches: list[list[int]] | None = None
         self._surrogate_logps = None
         self._rewards = None
+        self._stats: dict[str, list[float]] = {}  # this generation batch's (sum, count) metrics
 
     # --- sampling: drop removes prompts from the sampler -----------------------------------
 
@@ -218,7 +229,51 @@ class PBATrainer(GRPOTrainer):
             w = (np.asarray(u) < w).astype(float)
         return w
 
+    def _local_rows(self, step: int) -> list[int]:
+        """The prompt row of each completion of `step`'s batch that this process generates:
+        its contiguous slice of the batch (accelerate hands process i the sampler's i-th run
+        of per-process batch size)."""
+        flat = [r for r in self._batches[step] for _ in range(self.num_generations)]
+        size = len(flat) // self.accelerator.num_processes
+        start = self.accelerator.process_index * size
+        return flat[start:start + size]
+
+    def actions(self) -> pd.DataFrame:
+        """Every step's prompts and their actions, as training takes them (step counts from 1,
+        like the log): weight is the anchor weight in the loss, source where rollouts come from."""
+        rows, prompt_ids = [], self.train_dataset["prompt_id"]
+        for step, batch in enumerate(self._batches):
+            w = self._weights_at(step, batch) if self.anchoring else np.zeros(len(batch))
+            for r, wi in zip(batch, w):
+                rows.append({"step": step + 1, "epoch": step // self.args.refresh_steps,
+                             "prompt_id": prompt_ids[r], "weight": float(wi),
+                             "action": "anchor" if wi > 0 else "sharpen",
+                             "source": "base" if wi > 0 and self.args.anchor in BASE_SAMPLED else "policy"})
+        return pd.DataFrame(rows)
+
+    def _add_stat(self, name: str, total: float, count: float = 1.0):
+        self._stats[name][0] += total
+        self._stats[name][1] += count
+
+    def _log_means(self, mode: str, stats: dict):
+        """Append each metric's mean over every process's rows. The sums and counts travel in
+        one gather that every process makes with the same names, zeros included: a metric only
+        some processes held would leave the others waiting."""
+        names = sorted(stats)
+        local = torch.tensor([stats[n] for n in names], dtype=torch.float64,
+                             device=self.accelerator.device)
+        totals = self.accelerator.gather(local[None]).sum(0).tolist()
+        for name, (total, count) in zip(names, totals):
+            if count > 0:
+                self._metrics[mode][name].append(total if name in SUMMED else total / count)
+
     def _generate_and_score_completions(self, inputs):
+        if self._batches is not None and self.model.training:
+            rows = [self._row[x["prompt_id"]] for x in inputs]
+            if rows != self._local_rows(self.state.global_step):  # bulk draws and actions rely on it
+                raise RuntimeError(f"step {self.state.global_step}: process "
+                                   f"{self.accelerator.process_index} got prompts off the sampler's schedule")
+        self._stats = {name: [0.0, 0.0] for name in GENERATION_METRICS}
         w = self._row_weights(inputs)
         base_rows = [bool(wi > 0) and self.args.anchor in BASE_SAMPLED for wi in w]
         # read by _generate_single_turn: the prompt row of each rollout drawn from the base
@@ -243,11 +298,11 @@ class PBATrainer(GRPOTrainer):
             out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
             out["base_scored"] = need
         mode = "train" if self.model.training else "eval"
-        self._metrics[mode]["protected_fraction"].append(float(np.mean(w > 0)))
+        self._add_stat("protected_fraction", float(np.sum(w > 0)), len(w))
         if self._rewards is not None:
             policy_rows = ~from_base.cpu()
-            if policy_rows.any():
-                self._metrics[mode]["reward_policy"].append(self._rewards[policy_rows].mean().item())
+            self._add_stat("reward_policy", self._rewards[policy_rows].sum().item(), int(policy_rows.sum()))
+        self._log_means(mode, self._stats)
         return out
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
@@ -261,8 +316,7 @@ class PBATrainer(GRPOTrainer):
         completions: list = [None] * len(prompt_ids)
         start = time.perf_counter()
         drawn = self._drawn_base_rollouts(self.state.global_step)
-        mode = "train" if self.model.training else "eval"
-        self._metrics[mode]["base_draw_seconds"].append(time.perf_counter() - start)
+        self._add_stat("base_draw_seconds", time.perf_counter() - start)
         for i, r in enumerate(from_base):
             stock = drawn.get((self.state.global_step, r)) if r is not None else None
             if stock:
@@ -270,7 +324,7 @@ class PBATrainer(GRPOTrainer):
                 completions[i] = ids.tolist()
         policy = [i for i, r in enumerate(from_base) if r is None]
         missing = [i for i, r in enumerate(from_base) if r is not None and completions[i] is None]
-        self._metrics[mode]["base_rollouts_on_demand"].append(len(missing))
+        self._add_stat("base_rollouts_on_demand", len(missing))
         if policy:
             ids, _ = super()._generate_single_turn([prompt_ids[i] for i in policy], None, {},
                                                    num_generations)
@@ -279,31 +333,30 @@ class PBATrainer(GRPOTrainer):
         if missing:
             for i, (c, lp) in zip(missing, self._generate_with_base([prompt_ids[i] for i in missing])):
                 completions[i], self._drawn_logps[i] = c.tolist(), lp
-        self._metrics[mode]["generate_seconds"].append(time.perf_counter() - start)
+        self._add_stat("generate_seconds", time.perf_counter() - start)
         return completions, None
 
     def _drawn_base_rollouts(self, step: int) -> dict:
-        """The base-anchor rollouts of `step`'s refresh epoch, {(step, prompt row): [(ids,
-        base log-probs or None)]}, drawn in bulk the first time the epoch is reached. With
-        several processes each one holds a slice of every batch, so rollouts are drawn per step
-        instead (empty dict)."""
+        """The base-anchor rollouts of this process's rows in `step`'s refresh epoch,
+        {(step, prompt row): [(ids, base log-probs or None)]}, drawn in bulk the first time the
+        epoch is reached (empty off the sampler's schedule)."""
         epoch = step // self.args.refresh_steps
         if self._base_rollouts is not None and self._base_rollouts[0] == epoch:
             return self._base_rollouts[1]
-        if self._batches is None or self.accelerator.num_processes > 1:
+        if self._batches is None:
             return {}
         first = epoch * self.args.refresh_steps
         last = min(first + self.args.refresh_steps, self.args.max_steps)
         keys = [(s, r) for s in range(first, last)
-                for r, w in zip(self._batches[s], self._weights_at(s, self._batches[s])) if w > 0
-                for _ in range(self.num_generations)]
+                for r, w in zip(self._local_rows(s), self._weights_at(s, self._local_rows(s))) if w > 0]
         drawn: dict = {}
         if keys:
             prompt_ids, _, _ = self._tokenize_prompts([self.train_dataset[r]["prompt"] for _, r in keys])
             size = self.args.base_generation_batch_size or self.args.generation_batch_size
             devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
             with torch.random.fork_rng(devices=devices):
-                torch.manual_seed(self.args.seed * 100_003 + epoch)
+                # One stream per (seed, epoch, process); process 0's is the single-process one.
+                torch.manual_seed(self.args.seed * 100_003 + epoch + (self.accelerator.process_index << 40))
                 for start in range(0, len(keys), size):
                     rollouts = self._generate_with_base(prompt_ids[start:start + size])
                     for key, rollout in zip(keys[start:start + size], rollouts):
@@ -352,7 +405,8 @@ class PBATrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._rewards = rewards.nansum(1).cpu()
+        start = self.accelerator.process_index * len(prompts)  # gathered: keep this process's rows
+        self._rewards = rewards[start:start + len(prompts)].nansum(1).cpu()
         return rewards
 
     # --- loss: the surrogate and the anchor on one forward pass ----------------------------
@@ -377,6 +431,7 @@ class PBATrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         extra = logps.new_zeros(())
         anchored = w > 0
+        stats = {"anchor_loss": [0.0, 0.0], "kl": [0.0, 0.0]}  # (sum, count) on this process
         if anchored.any():
             if self.args.anchor == "base":
                 a = base_cross_entropy(logps[anchored], mask[anchored])
@@ -387,18 +442,18 @@ class PBATrainer(GRPOTrainer):
                 a = policy_kl(logps[anchored], inputs["base_per_token_logps"][anchored],
                               mask[anchored], self.args.kl_estimator)
             extra = extra + self.args.beta_a * (w[anchored] * a).sum() / B
-            self._metrics[mode]["anchor_loss"].append(a.mean().item())
+            stats["anchor_loss"] = [a.sum().item(), int(anchored.sum())]
         if "base_per_token_logps" in inputs:
             # Logged KL(pi || pi_base): the token log-ratio (k1 value) on the scored policy rows.
             rows = inputs["base_scored"] & ~from_base
             if rows.any():
                 log_ratio = (logps[rows] - inputs["base_per_token_logps"][rows]).detach()
-                self._metrics[mode]["kl"].append(
-                    ((log_ratio * mask[rows]).sum() / mask[rows].sum().clamp(min=1)).item())
+                stats["kl"] = [(log_ratio * mask[rows]).sum().item(), mask[rows].sum().item()]
             if self.args.beta_kl > 0:
                 kl = policy_kl(logps[~from_base], inputs["base_per_token_logps"][~from_base],
                                mask[~from_base], self.args.kl_estimator)
                 extra = extra + self.args.beta_kl * kl.sum() / B
+        self._log_means(mode, stats)
         if mode == "train":
             extra = extra / self.current_gradient_accumulation_steps
         return loss + extra
@@ -499,6 +554,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         save_strategy="steps", save_steps=int(s.get("save_steps", max(1, min(50, steps // 4)))),
         save_total_limit=2, logging_steps=1, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0,
+        use_cpu=not torch.cuda.is_available(),  # several CPU processes then meet over gloo
     )
 
 
@@ -619,8 +675,11 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
                          callbacks=[StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots),
                                     *callbacks])
     resume = last_checkpoint(checkpoint_dir)
-    print(f"train: {'resuming from ' + resume if resume else 'starting in ' + str(checkpoint_dir)}; "
-          f"{cfg.max_steps} steps x {cfg.generation_batch_size} completions", flush=True)
+    main_process = trainer.accelerator.is_main_process
+    if main_process:
+        print(f"train: {'resuming from ' + resume if resume else 'starting in ' + str(checkpoint_dir)}; "
+              f"{cfg.max_steps} steps x {cfg.generation_batch_size} completions in "
+              f"{trainer.accelerator.num_processes} process(es)", flush=True)
     start = time.time()
     from boundary.artifacts import atomic_dir, storage_errors, write_table
 
@@ -629,17 +688,20 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
             trainer.train(resume_from_checkpoint=resume)
     finally:
         reward.verifier.close()
-    for step_dir in snapshots.glob("step*"):
-        with atomic_dir(out_dir / step_dir.name) as tmp:
-            shutil.copytree(step_dir, tmp, dirs_exist_ok=True)
-    save_atomic(trainer.model, tokenizer, out_dir / "final")
-
-    log = log_table(trainer.state.log_history)
-    write_table(log, out_dir / "log.parquet")
     stats = {"steps": int(trainer.state.global_step), "resumed_from": resume,
-             "seconds": round(time.time() - start, 1), "unverified": reward.verifier.given_up,
-             "mean_step_time": float(log["step_time"].mean()) if "step_time" in log else None}
-    print("train: " + json.dumps(stats, sort_keys=True), flush=True)
+             "seconds": round(time.time() - start, 1)}
+    if main_process:  # the outputs, once
+        for step_dir in snapshots.glob("step*"):
+            with atomic_dir(out_dir / step_dir.name) as tmp:
+                shutil.copytree(step_dir, tmp, dirs_exist_ok=True)
+        save_atomic(trainer.model, tokenizer, out_dir / "final")
+        log = log_table(trainer.state.log_history)
+        write_table(trainer.actions(), out_dir / "actions.parquet")
+        write_table(log, out_dir / "log.parquet")
+        stats["mean_step_time"] = float(log["step_time"].mean()) if "step_time" in log else None
+        print("train: " + json.dumps(stats, sort_keys=True), flush=True)
+    trainer.accelerator.wait_for_everyone()  # no process exits while the outputs are written
+    trainer.accelerator.end_training()
     return stats
 
 
@@ -658,6 +720,9 @@ def main(argv=None):
     parser.add_argument("--checkpoint-dir", required=True,
                         help="resumable checkpoints, outside Snakemake's declared outputs "
                              "(in a subfolder named by the run's key)")
+    parser.add_argument("--processes", type=int,
+                        help="CPU processes (gloo) when train.gpus is 0 (default 1); with GPUs "
+                             "training runs one process per GPU (read by launch.py)")
     args = parser.parse_args(argv)
     if not Path(args.model).is_dir():
         raise BoundaryError(f"--model: {args.model}: no such model folder")

@@ -9,14 +9,16 @@ rule calibrate_base:
     input:
         model=base_model(),
         split=lambda wc: f"{OUT}/splits/{CALIBRATION_SPLIT[wc.part]}.parquet",
-        code=code("calibrate", "rollouts", "sampling", "verify"),
+        code=code("calibrate", "rollouts", "sampling", "models", "verify"),
     wildcard_constraints:
         part="|_train",
     params:
-        settings=as_param({"calibration": config["calibration"], **sampling_settings()}),
-    threads: 1
+        settings=lambda wc: dumps(
+            {"calibration": config["calibration"], **sampling_settings(CALIBRATION_SPLIT[wc.part])}
+        ),
+    threads: job_threads("sample")
     resources:
-        gpu=1 if config["train"]["gpus"] else 0,
+        **job_resources("sample", SAMPLE_GPUS),
     log:
         f"{OUT}/logs/calibrate_base{{part}}.log",
     benchmark:
@@ -24,7 +26,7 @@ rule calibrate_base:
     conda:
         "../../envs/boundary.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} boundary calibrate --model {input.model} --split {input.split} "
+        "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} calibrate --model {input.model} --split {input.split} "
         "--settings {params.settings:q} --out {output} > {log} 2>&1"
 
 
@@ -34,12 +36,12 @@ rule gate_draws:
     input:
         model=base_model(),
         split=f"{OUT}/splits/train.parquet",
-        code=code("calibrate", "rollouts", "sampling", "verify"),
+        code=code("calibrate", "rollouts", "sampling", "models", "verify"),
     params:
         settings=as_param(gate_draw_settings()),
-    threads: 1
+    threads: job_threads("sample")
     resources:
-        gpu=1 if config["train"]["gpus"] else 0,
+        **job_resources("sample", SAMPLE_GPUS),
     log:
         f"{OUT}/logs/gate_draws.log",
     benchmark:
@@ -47,5 +49,5 @@ rule gate_draws:
     conda:
         "../../envs/boundary.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} boundary gate-draws --model {input.model} --split {input.split} "
+        "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} gate-draws --model {input.model} --split {input.split} "
         "--settings {params.settings:q} --out {output} > {log} 2>&1"

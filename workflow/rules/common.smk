@@ -25,6 +25,28 @@ BENCHMARKS = (
     ["testbed"] if TESTBED else sorted(config["data"]["benchmarks"])
 )
 TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
+SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
+
+
+def job_resources(kind, gpus=None):
+    """What a job of this kind asks for (config `resources:`), on the SLURM partition for
+    CPU or GPU jobs (config `slurm:`, set by the SLURM profile). `gpu` is set for the stages
+    that claim GPUs (`boundary --gpus {resources.gpu}`). CPUs are asked for explicitly:
+    Snakemake caps `threads` at the controller's --cores, even for SLURM jobs."""
+    spec, slurm = config["resources"][kind], config["slurm"]
+    res = {"mem_mb": spec["mem_mb"], "runtime": spec["runtime"], "cpus_per_task": spec["cpus"]}
+    if gpus is not None:
+        res["gpu"] = gpus
+    partition = slurm["gpu_partition"] if gpus else slurm["cpu_partition"]
+    if partition:
+        res["slurm_partition"] = partition
+    if slurm["account"]:
+        res["slurm_account"] = slurm["account"]
+    return res
+
+
+def job_threads(kind):
+    return config["resources"][kind]["cpus"]
 
 
 def as_param(settings):
@@ -38,12 +60,27 @@ def as_param(settings):
 
 def code(*modules):
     """Package sources a stage runs: content changes rerun it, mere touches do not."""
-    base = ["cli", "config", "errors", "artifacts"]
-    return [str(PKG / f"{m}.py") for m in base + list(modules)]
+    base = ["cli", "config", "errors", "artifacts", "gpus"]
+    files = []
+    for m in base + list(modules):
+        package = PKG / m  # a package (sampling/) counts with every module in it
+        files += sorted(map(str, package.glob("*.py"))) if package.is_dir() else [str(PKG / f"{m}.py")]
+    return files
 
 
 def base_model():
-    return f"{OUT}/models/base" if TESTBED else config["base_model"]
+    """The base model folder every stage loads: pretrained (testbed) or imported here."""
+    return f"{OUT}/models/base"
+
+
+def extractor_of(split):
+    """The answer extractor for a split ("train", "diagnostic" or a benchmark name): the
+    dataset's own `extractor`, else verify.extractor."""
+    if TESTBED:
+        return config["verify"]["extractor"]
+    data = config["data"]
+    spec = data[split] if split in ("train", "diagnostic") else data["benchmarks"][split]
+    return spec["extractor"] or config["verify"]["extractor"]
 
 
 def seeds_of(method):
@@ -52,8 +89,10 @@ def seeds_of(method):
     return spec.get("seeds") or config["methods"][source].get("seeds") or config["train"]["seeds"]
 
 
-def sampling_settings():
-    return {"sampling": config["sampling"], "verify": config["verify"]}
+def sampling_settings(split):
+    """Sampling and verification settings of a stage that samples `split`."""
+    return {"sampling": config["sampling"],
+            "verify": {**config["verify"], "extractor": extractor_of(split)}}
 
 
 def refresh_epochs():
@@ -74,7 +113,7 @@ def train_settings(method):
     spec = {k: v for k, v in config["methods"][method].items()
             if k not in ("label", "seeds", "setting", "checkpoint_of", "step")}
     return {**config["train"], "refresh_steps": config["gate"]["refresh_steps"],
-            "extractor": config["verify"]["extractor"],
+            "extractor": extractor_of("train"),
             "verify_timeout": config["verify"]["timeout"], **spec}
 
 
@@ -100,7 +139,7 @@ def gate_draw_settings():
     sizes = [mask_settings(m)["G0"] for m, s in config["masks"].items() if s["kind"] in ("gate", "soft")]
     gate = {k: config["gate"][k] for k in ("seed", "temperature", "top_p")}
     return {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": refresh_epochs()},
-            **sampling_settings()}
+            **sampling_settings("train")}
 
 
 def eval_split(wc):
@@ -167,9 +206,8 @@ def run_artifacts():
     kinds = {config["masks"][Path(m).stem]["kind"] for m in masks}
     files = [f"{OUT}/splits/train.parquet", f"{OUT}/splits/diagnostic.parquet",
              *[f"{OUT}/splits/bench_{b}.parquet" for b in BENCHMARKS],
-             f"{OUT}/rollouts/base_calibration.parquet", f"{OUT}/regimes/regimes.parquet", *masks]
-    if TESTBED:
-        files.append(base_model())
+             f"{OUT}/rollouts/base_calibration.parquet", f"{OUT}/regimes/regimes.parquet", *masks,
+             base_model()]
     if masks:
         files.append(f"{OUT}/rollouts/base_gate.parquet")
     if "oracle" in kinds:
@@ -177,7 +215,7 @@ def run_artifacts():
     for method in TRAINED:
         for seed in seeds_of(method):
             folder = f"{OUT}/train/{method}/seed{seed}"
-            files += [f"{folder}/final", f"{folder}/log.parquet"]
+            files += [f"{folder}/final", f"{folder}/log.parquet", f"{folder}/actions.parquet"]
             files += [str(d).format(seed=seed) for d in train_outputs(method)]
     for bench in ["diagnostic"] + BENCHMARKS:
         for counts in eval_targets(bench):

@@ -9,12 +9,12 @@ if config["sampling"]["shards"] == 1:
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
             split=eval_split,
-            code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
+            code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
         params:
-            settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
-        threads: 1
+            settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
+        threads: job_threads("sample")
         resources:
-            gpu=1 if config["train"]["gpus"] else 0,
+            **job_resources("sample", SAMPLE_GPUS),
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
         benchmark:
@@ -22,7 +22,7 @@ if config["sampling"]["shards"] == 1:
         conda:
             "../../envs/boundary.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} boundary evaluate --model {input.model} --split {input.split} "
+            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} --split {input.split} "
             "--settings {params.settings:q} --samples {output.samples} --counts {output.counts} "
             "> {log} 2>&1"
 
@@ -34,13 +34,13 @@ else:
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
             split=eval_split,
-            code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
+            code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
         params:
-            settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
+            settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
-        threads: 1
+        threads: job_threads("sample")
         resources:
-            gpu=1 if config["train"]["gpus"] else 0,
+            **job_resources("sample", SAMPLE_GPUS),
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}/shard{{shard}}.log",
         benchmark:
@@ -48,7 +48,7 @@ else:
         conda:
             "../../envs/boundary.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} boundary evaluate --model {input.model} --split {input.split} "
+            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} --split {input.split} "
             "--settings {params.settings:q} --shard {params.shard} --samples {output} > {log} 2>&1"
 
     rule evaluate:
@@ -60,9 +60,12 @@ else:
                 f"{OUT}/eval/{wc.bench}/{wc.method}/seed{wc.seed}/shards/{{i}}.parquet",
                 i=range(config["sampling"]["shards"]),
             ),
-            code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
+            code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
         params:
-            settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
+            settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
+        threads: job_threads("cpu")
+        resources:
+            **job_resources("cpu"),
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
         benchmark:

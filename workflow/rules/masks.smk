@@ -16,6 +16,9 @@ rule mask:
         regimes_arg=lambda wc, input: (
             f"--train-regimes {input.train_regimes}" if input.train_regimes else ""
         ),
+    threads: job_threads("cpu")
+    resources:
+        **job_resources("cpu"),
     log:
         f"{OUT}/logs/masks/{{mask}}.log",
     benchmark:

@@ -8,6 +8,9 @@ rule regimes:
         prefix="|train_",
     params:
         settings=as_param(config["regimes"]),
+    threads: job_threads("cpu")
+    resources:
+        **job_resources("cpu"),
     log:
         f"{OUT}/logs/{{prefix}}regimes.log",
     benchmark:

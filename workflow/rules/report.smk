@@ -15,6 +15,9 @@ rule report:
     params:
         settings=as_param(REPORT),
         results=lambda wc, input: Path(input.regimes).parent.parent,
+    threads: job_threads("cpu")
+    resources:
+        **job_resources("cpu"),
     log:
         f"{OUT}/logs/report.log",
     benchmark:

@@ -10,6 +10,7 @@ for _method in TRAINED:
         output:
             final=directory(f"{OUT}/train/{_method}/seed{{seed}}/final"),
             log=f"{OUT}/train/{_method}/seed{{seed}}/log.parquet",
+            actions=f"{OUT}/train/{_method}/seed{{seed}}/actions.parquet",
             checkpoints=train_outputs(_method),
         input:
             model=base_model(),
@@ -19,15 +20,15 @@ for _method in TRAINED:
                 if TRAINED[_method]["mask"]
                 else []
             ),
-            code=code("train", "anchors", "verify", "gate"),
+            code=code("train", "anchors", "verify", "gate", "launch"),
         params:
             settings=as_param(train_settings(_method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
             checkpoint_dir=lambda wc, _m=_method: f"checkpoints/{RUN}/{_m}/seed{wc.seed}",
             out_dir=lambda wc, _m=_method: f"{OUT}/train/{_m}/seed{wc.seed}",
-        threads: 1
+        threads: job_threads("train")
         resources:
-            gpu=config["train"]["gpus"],
+            **job_resources("train", config["train"]["gpus"]),
         log:
             f"{OUT}/logs/train/{_method}/seed{{seed}}.log",
         benchmark:
@@ -35,7 +36,7 @@ for _method in TRAINED:
         conda:
             "../../envs/boundary.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} boundary train --model {input.model} "
+            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} train --model {input.model} "
             "--train-split {input.split} "
             "{params.mask_arg} --settings {params.settings:q} --seed {wildcards.seed} "
             "--out {params.out_dir} --checkpoint-dir {params.checkpoint_dir} > {log} 2>&1"

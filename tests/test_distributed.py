@@ -1,0 +1,206 @@
+"""Training in several processes (torchrun, gloo on CPU) trains as one process does: the same
+per-prompt actions, every anchor and the drop sampler, metrics over every process, outputs
+written once, and a resumed run that repeats the uninterrupted one.
+
+What must agree between 2 processes and 1, exactly: the per-prompt actions (actions.parquet:
+each step's prompts, anchor weights and rollout source are functions of (seed, step, prompt)),
+and the log columns that follow from them (step, learning_rate, protected_fraction), and no
+base rollout drawn outside the bulk draws. What cannot agree value by value: every number
+computed from sampled rollouts (reward, loss, anchor_loss, kl, grad_norm, lengths). Each
+process samples its slice of the batch from its own random stream (TRL seeds process r with
+seed + r; the bulk base draws are seeded by (seed, epoch, r)), so the runs see different
+rollouts: they agree in distribution only, and the test asks them to be finite and to train.
+The arithmetic that turns one batch into one update is checked exactly instead, in process:
+a batch's loss is the mean of its halves' losses, which is what DDP's gradient average needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from boundary.config import validate_config
+from boundary.testbed import TestbedTask, make_prompts
+from conftest import ROOT
+from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
+
+SMOKE = validate_config(yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text()))
+TIMING = ("step_time", "base_draw_seconds", "generate_seconds")
+
+
+def smoke_settings(method: str, **override) -> dict:
+    """A smoke method's `--settings`, as the train rule builds them (common.smk train_settings)."""
+    spec = {k: v for k, v in SMOKE["methods"][method].items()
+            if k not in ("label", "seeds", "setting", "checkpoint_of", "step")}
+    return {**SMOKE["train"], "refresh_steps": SMOKE["gate"]["refresh_steps"],
+            "extractor": SMOKE["verify"]["extractor"], "verify_timeout": SMOKE["verify"]["timeout"],
+            **spec, **override}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """The smoke config's pretrained testbed base, train split and a mask anchoring every
+    third prompt in both refresh epochs."""
+    root = tmp_path_factory.mktemp("smoke_train")
+    testbed = SMOKE["testbed"]
+    pretrain = {k: testbed[k] for k in ("task", "model", "pretrain")}
+    subprocess.run([sys.executable, "-m", "boundary.cli", "pretrain", "--settings", json.dumps(pretrain),
+                    "--out", str(root / "base")], env=env(), check=True, capture_output=True)
+    split = make_prompts(TestbedTask(**testbed["task"]), {"train": testbed["splits"]["train"]})["train"]
+    split.to_parquet(root / "train.parquet")
+    epochs = -(-SMOKE["train"]["steps"] // SMOKE["gate"]["refresh_steps"])
+    pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": float(i % 3 == 0),
+                   "action": "anchor" if i % 3 == 0 else "sharpen"}
+                  for i, p in enumerate(split["prompt_id"]) for e in range(epochs)]
+                 ).to_parquet(root / "mask.parquet")
+    return root
+
+
+def env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "workflow"), "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "2", "PYTHONWARNINGS": "ignore"}
+
+
+def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0):
+    out, ck = smoke / name, smoke / f"{name}_ck"
+    args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
+            "--settings", json.dumps(settings), "--seed", str(seed), "--out", str(out),
+            "--checkpoint-dir", str(ck), *(["--processes", str(processes)] if processes > 1 else [])]
+    if settings.get("mask"):
+        args += ["--mask", str(smoke / "mask.parquet")]
+    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert run.returncode == 0, run.stdout[-6000:]
+    return out, ck, run.stdout
+
+
+@pytest.fixture(scope="module")
+def pba_runs(smoke):
+    """The smoke config's PBA (support anchor, bulk base draws) in 1 process and in 2."""
+    settings = smoke_settings("pba")
+    return {n: train(smoke, f"pba_{n}proc", settings, n) for n in (1, 2)}
+
+
+def test_two_processes_train_like_one(pba_runs):
+    (one, _, _), (two, _, text) = pba_runs[1], pba_runs[2]
+    assert "2 processes on CPU (gloo)" in text and "in 2 process(es)" in text
+    assert text.count("train: {") == 1  # one process reports and writes
+    actions = pd.read_parquet(one / "actions.parquet")
+    pd.testing.assert_frame_equal(actions, pd.read_parquet(two / "actions.parquet"))
+    steps = SMOKE["train"]["steps"]
+    assert len(actions) == steps * SMOKE["train"]["prompts_per_step"]
+    assert set(actions["action"]) == {"anchor", "sharpen"}
+    assert (actions["source"] == "base").equals(actions["action"] == "anchor")  # support anchor
+    log1, log2 = pd.read_parquet(one / "log.parquet"), pd.read_parquet(two / "log.parquet")
+    assert list(log1.columns) == list(log2.columns)
+    assert log1["step"].tolist() == log2["step"].tolist() == list(range(1, steps + 1))
+    for column in ("learning_rate", "protected_fraction"):
+        assert log1[column].tolist() == log2[column].tolist(), column
+    # protected_fraction is the anchored share of each step's prompts, over both processes.
+    assert log2["protected_fraction"].tolist() == (
+        actions.groupby("step")["action"].apply(lambda a: (a == "anchor").mean()).tolist())
+    for log in (log1, log2):
+        assert log["base_rollouts_on_demand"].fillna(0).eq(0).all()  # each process's bulk draw held its rows
+        assert np.isfinite(log[["loss", "reward", "grad_norm"]].to_numpy()).all()
+        assert log["anchor_loss"].notna().any() and log["grad_norm"].gt(0).any()  # it trains
+    for n, (out, _, _) in pba_runs.items():
+        assert (out / "final" / "model.safetensors").exists() and (out / "step4" / "config.json").exists()
+
+
+def test_a_resumed_two_process_run_repeats_the_uninterrupted_one(smoke, pba_runs):
+    """Kill after checkpoint 6 of 8 (here: delete what came after it): the resumed run trains
+    steps 7-8 on the same rollouts, per process, as the uninterrupted run did."""
+    out, ck, _ = pba_runs[2]
+    copy = smoke / "resumed"
+    shutil.copytree(ck, copy / "ck")
+    (key,) = [p for p in (copy / "ck").iterdir()]
+    last = max(key.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    shutil.rmtree(last)
+    settings = smoke_settings("pba")
+    args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
+            "--mask", str(smoke / "mask.parquet"), "--settings", json.dumps(settings), "--seed", "0",
+            "--out", str(copy / "out"), "--checkpoint-dir", str(copy / "ck"), "--processes", "2"]
+    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert run.returncode == 0, run.stdout[-6000:]
+    assert f"resuming from {key}/checkpoint-6" in run.stdout
+    full, resumed = (pd.read_parquet(p / "log.parquet").drop(columns=list(TIMING)).sort_index(axis=1)
+                     for p in (out, copy / "out"))
+    pd.testing.assert_frame_equal(full, resumed)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "actions.parquet"),
+                                  pd.read_parquet(copy / "out" / "actions.parquet"))
+
+
+def planned_actions(smoke, settings) -> pd.DataFrame:
+    """The actions a single process plans for these settings (its sampler and weights)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from boundary.gate import read_mask
+    from boundary.train import PBATrainer, anchor_weights_for, make_config
+
+    split = pd.read_parquet(smoke / "train.parquet")
+    cfg = make_config(settings, 0, str(smoke / "plan_ck"))
+    weights = anchor_weights_for(read_mask(smoke / "mask.parquet"), split["prompt_id"].tolist(),
+                                 -(-cfg.max_steps // cfg.refresh_steps), "mask")
+    data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),
+                              "prompt_id": split["prompt_id"].tolist()})
+    trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(smoke / "base"), reward_funcs=lambda **k: [],
+                         args=cfg, train_dataset=data, anchor_weights=weights,
+                         processing_class=AutoTokenizer.from_pretrained(smoke / "base"))
+    trainer._get_train_sampler()
+    return trainer.actions()
+
+
+@pytest.mark.parametrize("method", ["drop", "policy_global_kl", "base"])
+def test_every_method_runs_in_two_processes(smoke, method):
+    """The drop sampler, the policy anchor with a global KL (base scoring of each process's
+    rows) and the base anchor (bulk draws without log-probs), in 2 processes, steps 1-4 (the
+    support anchor: the PBA runs above)."""
+    extra = {"drop": dict(mask="pba", masked_action="drop"),
+             "policy_global_kl": dict(mask="pba", anchor="policy", kl_estimator="k2", beta_kl=0.05),
+             "base": dict(mask="pba", anchor="base", beta_a=10.0)}[method]
+    settings = smoke_settings("grpo", steps=4, checkpoints=[4], **extra)
+    out, _, _ = train(smoke, f"{method}_2proc", settings, 2)
+    actions = pd.read_parquet(out / "actions.parquet")
+    pd.testing.assert_frame_equal(actions, planned_actions(smoke, settings))
+    log = pd.read_parquet(out / "log.parquet")
+    assert log["step"].tolist() == [1, 2, 3, 4]
+    assert np.isfinite(log[["loss", "reward", "grad_norm"]].to_numpy()).all()
+    anchored = set(pd.read_parquet(smoke / "mask.parquet").query("weight > 0")["prompt_id"])
+    if method == "drop":  # protected prompts are never sampled
+        assert not anchored & set(actions["prompt_id"]) and (actions["action"] == "sharpen").all()
+    else:
+        assert (actions["action"] == "anchor").equals(actions["prompt_id"].isin(anchored))
+    if method == "policy_global_kl":
+        assert log["kl"].notna().all() and (actions["source"] == "policy").all()
+    if method == "base":
+        assert log["base_rollouts_on_demand"].fillna(0).eq(0).all()
+        assert (actions["source"] == "base").equals(actions["action"] == "anchor")
+
+
+@pytest.mark.parametrize("anchor", ["policy", "support"])
+def test_a_batch_loss_is_the_mean_of_its_halves(model_dir, split, tmp_path, anchor):
+    """Two processes each take the loss of half the batch and DDP averages their gradients:
+    equal to one process's gradient only if a batch's loss is the mean of its halves' losses
+    (every term normalised per process, by its own rows), global KL and anchors included."""
+    trainer = make_trainer(model_dir, split, tmp_path, alternate(split), mask="m", anchor=anchor,
+                           kl_estimator="k2", beta_a=2.0, beta_kl=0.1, support_floor=1.0)
+    out = trainer._generate_and_score_completions(first_batch(trainer, split))
+    out["advantages"] = torch.linspace(-1, 1, P * G)
+    perturb(trainer.model)
+    whole = trainer._compute_loss(trainer.model, out)
+    half = P * G // 2
+    parts = [trainer._compute_loss(trainer.model, {k: v[s] if torch.is_tensor(v) and v.dim() else v
+                                                   for k, v in out.items()})
+             for s in (slice(0, half), slice(half, None))]
+    assert torch.allclose(whole, (parts[0] + parts[1]) / 2, atol=1e-6)

@@ -1,0 +1,115 @@
+"""GPU slots on a workstation: concurrent jobs get disjoint CUDA_VISIBLE_DEVICES (file locks),
+tested without a GPU by faking the device count torch reports."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+
+import pytest
+import torch
+
+from boundary import gpus
+from boundary.errors import BoundaryError
+
+FAKE_DEVICES = 4
+
+
+@pytest.fixture(autouse=True)
+def fake_machine(monkeypatch, tmp_path):
+    """A machine with FAKE_DEVICES GPUs, nothing restricting them, and its own lock folder."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: FAKE_DEVICES)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv(gpus.LOCK_DIR_ENV, str(tmp_path / "locks"))
+
+
+def job(n, has, release, devices):
+    """A GPU job (forked, so it sees the fake machine): claim n GPUs, report them, hold them
+    until told to finish."""
+    with gpus.claim(n, poll_seconds=0.05) as chosen:
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(chosen)
+        devices.extend(chosen)
+        has.set()
+        release.wait(60)
+
+
+def start(n, manager):
+    has, release, devices = manager.Event(), manager.Event(), manager.list()
+    proc = mp.get_context("fork").Process(target=job, args=(n, has, release, devices))
+    proc.start()
+    return proc, has, release, devices
+
+
+def test_concurrent_jobs_get_disjoint_gpus_and_a_job_waits_for_a_free_one():
+    with mp.Manager() as manager:
+        a, a_has, a_release, a_dev = start(2, manager)
+        b, b_has, b_release, b_dev = start(2, manager)
+        assert a_has.wait(60) and b_has.wait(60)
+        assert set(a_dev).isdisjoint(b_dev) and set(a_dev) | set(b_dev) == {"0", "1", "2", "3"}
+        # Every device is held: a third job can only get one that a finished job gave back.
+        c, c_has, c_release, c_dev = start(1, manager)
+        a_release.set()
+        a.join(60)
+        assert c_has.wait(60)
+        assert set(c_dev) <= set(a_dev)  # never one B still holds
+        for event in (b_release, c_release):
+            event.set()
+        for proc in (b, c):
+            proc.join(60)
+        assert all(p.exitcode == 0 for p in (a, b, c))
+
+
+def test_a_killed_job_gives_its_gpus_back():
+    with mp.Manager() as manager:
+        everything, has, _, held = start(FAKE_DEVICES, manager)
+        assert has.wait(60)
+        os.kill(everything.pid, signal.SIGKILL)  # no cleanup code runs: the kernel drops the locks
+        everything.join(60)
+        nxt, nxt_has, nxt_release, nxt_dev = start(FAKE_DEVICES, manager)
+        assert nxt_has.wait(60) and sorted(nxt_dev) == sorted(held)
+        nxt_release.set()
+        nxt.join(60)
+
+
+def test_zero_gpus_hides_every_device():
+    with gpus.claim(0) as chosen:
+        assert chosen == [] and os.environ["CUDA_VISIBLE_DEVICES"] == ""
+        assert gpus.visible() == []
+
+
+def test_only_the_visible_devices_are_handed_out(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5,7")
+    with gpus.claim(2) as chosen:
+        assert chosen == ["2", "5"] and os.environ["CUDA_VISIBLE_DEVICES"] == "2,5"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5,7")
+    with pytest.raises(BoundaryError, match=r"--gpus 4: this job sees 3 GPU\(s\) \(CUDA_VISIBLE_DEVICES=2,5,7\)"):
+        with gpus.claim(4):
+            pass
+
+
+def test_under_slurm_the_allocation_is_used_as_given(monkeypatch, tmp_path):
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    with gpus.claim(2) as chosen:
+        assert chosen == ["1", "3"]
+    assert not (tmp_path / "locks").exists()  # SLURM owns the devices: no workstation locks
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with pytest.raises(BoundaryError, match="--gpus 2: this job sees 1 GPU"):
+        with gpus.claim(2):
+            pass
+
+
+def test_cli_claims_before_the_stage_runs(monkeypatch, capsys):
+    """`boundary --gpus N <stage>`: the stage sees its devices; a bad count is one line."""
+    from boundary import cli
+
+    seen = {}
+    monkeypatch.setitem(cli.COMMANDS, "probe", ("test_gpus", "test stage"))
+    monkeypatch.setattr("test_gpus.main", lambda argv: seen.update(env=os.environ["CUDA_VISIBLE_DEVICES"]),
+                        raising=False)
+    assert cli.main(["--gpus", "3", "probe"]) == 0 and seen["env"] == "0,1,2"
+    assert cli.main(["--gpus", "5", "probe"]) == 1
+    assert "boundary probe: error: --gpus 5: this job sees 4 GPU(s)" in capsys.readouterr().err
+    assert cli.main(["--gpus", "x", "probe"]) == 2
