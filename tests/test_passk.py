@@ -58,3 +58,18 @@ def test_population_curve_and_columns():
     curve = passk_curve(df["n"], df["c"], (1, 4))
     assert curve[1] == pytest.approx((0 + 1 / 8 + 1) / 3)
     assert curve[4] == pytest.approx((0 + direct(8, 1, 4) + 1) / 3)
+
+
+def test_every_k_at_once_matches_the_combinatorial_form():
+    from math import comb
+
+    from boundary.passk import pass_at_k_all
+
+    n = np.array([40, 40, 40, 64, 7])
+    c = np.array([0, 1, 39, 17, 7])
+    table = pass_at_k_all(n, c, 7)
+    for i in range(len(n)):
+        for k in range(1, 8):
+            assert table[i, k - 1] == pytest.approx(1 - comb(n[i] - c[i], k) / comb(n[i], k), abs=1e-12)
+    with pytest.raises(ValueError):
+        pass_at_k_all(n, c, 8)

@@ -98,7 +98,8 @@ def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
             what = (f"{len(extra)} prompt_id(s) not in the base file (e.g. {extra[0]})" if extra
                     else f"{len(missing)} base prompt_id(s) missing (e.g. {missing[0]})")
             raise BoundaryError(f"{where}: {what}")
-        frames.append(counts.assign(method=method, seed=int(seed)))
+        optional = {c: np.nan for c in ("entropy", "unique_positives") if c not in counts}  # library callers
+        frames.append(counts.assign(method=method, seed=int(seed), **optional))
     f = pd.concat(frames, ignore_index=True)
     for k in ks:
         f[pass_at_k_column(k)] = pass_at_k(f["n"].to_numpy(), f["c"].to_numpy(), k)
