@@ -178,7 +178,7 @@ def worst_lost(diag, view, samples: dict, problems: dict) -> str:
                 mine = run_s[run_s["prompt_id"] == pid]
                 body += [f"<p class='bad'>{esc(view.label(m))} seed {s}, none correct ({len(mine)} samples):</p>"] + [
                     f"<pre>{esc(clip(t))}</pre>" for t in mine["completion"].head(SHOWN)]
-        parts.append(f"<details><summary>{head}</summary>{''.join(body)}</details>")
+        parts.append(f"<details{' open' if len(parts) < 3 else ''}><summary>{head}</summary>{''.join(body)}</details>")
     note = (f"<p class='note'>Lost = solved by the base (c &gt; 0) and unsolved after training (0 of n). "
             f"Significant: one-sided Fisher exact test against the base's counts at level {diag.level:g}. "
             f"{len(rank)} prompt(s) lost in some run; the {min(WORST, len(rank))} with the strongest evidence:</p>")
@@ -213,7 +213,7 @@ def write_page(diag, view, figures_dir: Path, path: Path, samples: dict | None =
     script = ("<script>addEventListener('load',function(){var n=0;for(var i of document.images)"
               "{if(i.complete&&i.naturalWidth>0)n++}document.body.setAttribute('data-figures-rendered',n)})</script>")
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>pass@k diagnosis</title>"
-            f"<style>{STYLE}</style></head><body data-figures='{figs.count('<figure>')}'>"
+            f"<style>{STYLE}</style></head><body data-figures=\"{figs.count('<figure>')}\">"
             + "".join(sections) + script + "</body></html>\n")
     write_text(page, path)
     return Path(path)
