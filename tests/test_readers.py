@@ -196,3 +196,40 @@ def test_diagnose_cli_on_tool_formats(tmp_path):
     assert p1["base"] == pytest.approx(4 / 12) and p1["le"] == pytest.approx(4 / 12) and p1["orl"] == pytest.approx(4 / 12)
     prompts = pd.read_csv(tmp_path / "out" / "prompts.csv")
     assert set(prompts["prompt_id"]) == {"add", "mul", "frac"}
+
+
+HEAVY = ("torch", "transformers", "trl", "snakemake", "accelerate", "datasets", "tokenizers", "yaml", "jsonschema",
+         "tqdm", "vllm")
+
+
+def test_diagnose_imports_nothing_of_the_pipeline(tmp_path):
+    """`boundary diagnose` (re-grading, figures and page included) runs with the pipeline's
+    packages made unimportable: a base + analysis install is enough."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import importlib.abc, sys
+        HEAVY = {HEAVY!r}
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in HEAVY:
+                    raise ImportError("blocked: " + name)
+        sys.meta_path.insert(0, Block())
+        from boundary.cli import main
+        if __name__ == "__main__":
+            code = main(["diagnose", "--base", {str(FIX / 'verl_dumps')!r}, "--trained", "le:0={LIGHTEVAL}",
+                         "--gold", {str(FIX / 'gold.jsonl')!r}, "--verify-workers", "1", "--ks", "1,4",
+                         "--coverage-k", "4", "--resamples", "100", "--out", {str(tmp_path / 'out')!r}])
+            loaded = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)
+            print("LOADED", loaded)
+            sys.exit(code)
+    """)
+    (tmp_path / "run.py").write_text(script)
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1] / "workflow")}
+    run = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "LOADED []" in run.stdout
+    assert (tmp_path / "out" / "report.html").exists()

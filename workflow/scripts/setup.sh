@@ -10,7 +10,7 @@ want="$(cat pyproject.toml | sha256sum | cut -c1-16)"
 if [ "$(cat "$VENV/.boundary-installed" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip show torch >/dev/null 2>&1 || "$VENV/bin/python" -m pip install -q torch==2.13.0
-  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  "$VENV/bin/python" -m pip install -q -e ".[pipeline,test]"
   echo "$want" > "$VENV/.boundary-installed"
 fi
 export PATH="$VENV/bin:$PATH"
