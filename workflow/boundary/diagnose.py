@@ -13,16 +13,26 @@ defined in docs/diagnostics.md; in short, per (method, seed, regime):
     entropy_retained mean trained entropy / mean base entropy over the regime's prompts
     unique_positives mean over prompts of the number of distinct verifier-positive
                      normalized answers (empty answers excluded)
+    lost_significant lost prompts whose one-sided Fisher exact p < 1 - level; lost_null the
+                     lost count expected if nothing changed; lost_floor the 0/n bound on p
 
-`boundary diagnose` runs this on files from any trainer (verl, OpenRLHF, TRL); the pipeline's
-`boundary report` calls the same `analyse` on its own eval artifacts.
+plus the attribution of Δpass@k to regimes and transition cells, the crossover k* and the
+area between the curves over log k (attribution.py), with per-prompt Beta-Binomial intervals.
+
+`boundary diagnose` runs this on what any trainer or evaluator writes (verl, OpenRLHF, TRL,
+lighteval, vLLM: see `boundary.readers`); the pipeline's `boundary report` calls the same
+`analyse` on its own eval artifacts.
 
 CLI:
     boundary diagnose --base BASE --trained NAME:SEED=PATH [...] [--calibration CAL]
                       [--mask NAME=PATH ...] [--pair A B] [--labels NAME=LABEL ...]
                       [--ks 1,4,16,64,256]
                       [--easy 0.6 --boundary 0.1 --coverage-k 256 --coverage-min 0.4]
-                      [--bins 0,0.01,...,1] [--resamples 10000] [--seed 0] --out DIR
+                      [--bins 0,0.01,...,1] [--resamples 10000] [--seed 0] [--no-figures]
+                      [--format auto|counts|samples|verl|lighteval|openrlhf] [--gold FILE
+                      [--keep-scores] [--extractor boxed] [--verify-timeout 5] [--verify-workers 2]]
+                      [--reward-threshold 0.5] [--step N] [--level 0.95] [--prior fit|jeffreys]
+                      --out DIR
 """
 
 from __future__ import annotations
