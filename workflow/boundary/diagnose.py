@@ -151,7 +151,12 @@ def add_evidence(frame: pd.DataFrame, level: float = 0.95, prior: str = "fit") -
         for _, idx in f.groupby(RUN_KEYS, sort=False).groups.items():
             a, b = fit_beta_binomial(f.loc[idx, "n"], f.loc[idx, "c"])
             f.loc[idx, "prior_a"], f.loc[idx, "prior_b"] = a, b
-    f["p_low"], f["p_high"] = credible_interval(f["n"], f["c"], f["prior_a"].to_numpy(), f["prior_b"].to_numpy(), level)
+    keys = f[["n", "c", "prior_a", "prior_b"]]
+    distinct = keys.drop_duplicates()  # a few hundred (n, c, prior) combinations, not every row
+    lo, hi = credible_interval(distinct["n"], distinct["c"], distinct["prior_a"].to_numpy(),
+                               distinct["prior_b"].to_numpy(), level)
+    bounds = keys.merge(distinct.assign(p_low=lo, p_high=hi), on=list(keys.columns), how="left")
+    f["p_low"], f["p_high"] = bounds["p_low"].to_numpy(), bounds["p_high"].to_numpy()
     trained = (f["method"] != BASE).to_numpy()
     base_solved = (f["base_c"] > 0).to_numpy() & trained
     p_zero = np.where(base_solved, lost_p_value(f["base_n"], f["base_c"], f["n"]), np.nan)
