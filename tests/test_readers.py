@@ -233,3 +233,10 @@ def test_diagnose_imports_nothing_of_the_pipeline(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "LOADED []" in run.stdout
     assert (tmp_path / "out" / "report.html").exists()
+
+
+def test_boolean_verdicts_ignore_the_reward_threshold(tmp_path):
+    pd.DataFrame({"prompt_id": ["a", "a", "a"], "completion": ["x", "y", "z"], "correct": [1, 0, 1]}).to_csv(
+        tmp_path / "s.csv", index=False)
+    run = readers.read(tmp_path / "s.csv", options=readers.Options(reward_threshold=1.0))
+    assert run.counts["c"].tolist() == [2]

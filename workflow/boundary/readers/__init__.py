@@ -85,8 +85,8 @@ def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:
         fmt = detect(path)
     if fmt not in FORMATS:
         raise BoundaryError(f"--format {fmt}: expected auto or one of {', '.join(FORMATS)}")
-    if not path.is_dir():
-        warn_biased([c for c in columns_of(path) if fmt != "counts"], path)  # counts: load_counts warns
+    if fmt != "counts" and not path.is_dir():  # counts: load_counts warns
+        warn_biased(columns_of(path), path)
     if fmt == "counts":
         counts = counts_format.load_counts(path)
         problems = {}

@@ -67,5 +67,6 @@ def read(path: Path, threshold: float = 0.5) -> pd.DataFrame:
                         ("prompt_id", "prompt", "completion", "answer", "entropy")})
     if pick["prompt_id"]:
         out["prompt_id"] = df[pick["prompt_id"]].astype(str).to_numpy()
-    out["correct"] = verdicts(df[verdict], path, verdict, threshold).to_numpy() if verdict else None
+    cut = 0.5 if verdict == pick["bool"] else threshold  # 0/1 verdicts are not rewards
+    out["correct"] = verdicts(df[verdict], path, verdict, cut).to_numpy() if verdict else None
     return out[SAMPLE_COLUMNS]
