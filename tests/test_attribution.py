@@ -188,7 +188,9 @@ def test_lost_evidence_against_fisher_and_the_floor(setup):
         metrics = d.metrics[(d.metrics["method"] == m) & (d.metrics["seed"] == s) & (d.metrics["regime"] == "all")]
         val = metrics.set_index("metric")["value"]
         assert val["lost"] == len(lost) and val["lost_significant"] == sum(v < 0.1 for v in fisher.values())
-        null = sum(sps.fisher_exact([[b[i], N - b[i]], [0, N]], alternative="greater")[1] for i in b.index if b[i] > 0)
+        base_rows = p[p["method"] == "base"]
+        a0, b0 = base_rows["prior_a"].iloc[0], base_rows["prior_b"].iloc[0]  # the base's fitted prior
+        null = sum(sps.betabinom.pmf(0, N, b[i] + a0, N - b[i] + b0) for i in b.index if b[i] > 0)
         assert val["lost_null"] == pytest.approx(null)
         assert val["lost_floor"] == pytest.approx(1 - 0.1 ** (1 / N))
         assert sps.binom.pmf(0, N, val["lost_floor"]) == pytest.approx(0.1)

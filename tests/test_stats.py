@@ -151,3 +151,10 @@ def test_beta_binomial_fit_maximises_the_marginal_likelihood():
     assert lo[0] == pytest.approx(sps.beta.ppf(0.05, a, 10 + b)) and hi[0] == pytest.approx(sps.beta.ppf(0.95, a, 10 + b))
     a0, b0 = stats.fit_beta_binomial(np.full(20, 16), np.zeros(20))  # degenerate: bounded, still proper
     assert a0 > 0 and b0 > 0 and np.isfinite(a0 + b0)
+
+
+def test_zero_predictive_is_the_beta_binomial_pmf_at_zero():
+    for n, n0, c0, a, b in [(256, 256, 1, 0.5, 0.5), (32, 64, 5, 0.2, 1.7), (8, 8, 8, 1.0, 1.0)]:
+        assert stats.zero_predictive(n, n0, c0, a, b) == pytest.approx(sps.betabinom.pmf(0, n, c0 + a, n0 - c0 + b))
+    # uniform prior, one success in 256: E[(1-p)^256] under Beta(2, 256) = 257*256 / (513*512)
+    assert stats.zero_predictive(256, 256, 1, 1, 1) == pytest.approx(257 * 256 / (513 * 512))

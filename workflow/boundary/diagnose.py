@@ -57,7 +57,7 @@ from boundary.attribution import Attribution, cells
 from boundary.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
 from boundary.readers.counts import load_counts
 from boundary.stats import (bootstrap_blocks, bootstrap_means, credible_interval, fit_beta_binomial, lost_p_value, paired,
-                            percentile_interval, summarize, zero_upper_bound)
+                            percentile_interval, summarize, zero_predictive, zero_upper_bound)
 
 BASE = "base"
 ALL = "all"
@@ -140,9 +140,10 @@ def add_evidence(frame: pd.DataFrame, level: float = 0.95, prior: str = "fit") -
     """Per-prompt evidence beside the counts: a Beta-Binomial credible interval of p (prior
     fitted per run by marginal likelihood, or Jeffreys'), and for "lost" the one-sided Fisher
     exact p-value against the base's evaluation counts (lost_p), whether it is below 1 - level
-    (lost_significant), its expectation over base-solved prompts if nothing had changed
-    (lost_null: summed, the lost count that sampling alone produces), and the detection floor
-    of a 0/n prompt (lost_floor: p up to this is consistent with 0 of n at `level`)."""
+    (lost_significant), the chance that a base-solved prompt shows 0 of n if nothing changed
+    (lost_null, summed into the lost count that sampling alone produces: the Beta-Binomial
+    predictive of 0 in n draws from the base's posterior of p), and the detection floor of a
+    0/n prompt (lost_floor: p up to this is consistent with 0 of n at `level`)."""
     if prior not in PRIORS:
         raise BoundaryError(f"--prior {prior}: expected one of {', '.join(PRIORS)}")
     f = frame.copy()
@@ -159,11 +160,11 @@ def add_evidence(frame: pd.DataFrame, level: float = 0.95, prior: str = "fit") -
     f["p_low"], f["p_high"] = bounds["p_low"].to_numpy(), bounds["p_high"].to_numpy()
     trained = (f["method"] != BASE).to_numpy()
     base_solved = (f["base_c"] > 0).to_numpy() & trained
-    p_zero = np.where(base_solved, lost_p_value(f["base_n"], f["base_c"], f["n"]), np.nan)
     lost = base_solved & (f["c"] == 0).to_numpy()
-    f["lost_p"] = np.where(lost, p_zero, np.nan)
+    f["lost_p"] = np.where(lost, lost_p_value(f["base_n"], f["base_c"], f["n"]), np.nan)
     f["lost_significant"] = lost & (f["lost_p"].to_numpy() < 1 - level)
-    f["lost_null"] = np.nan_to_num(p_zero)
+    base_prior = f.loc[~trained, ["prior_a", "prior_b"]].iloc[0] if (~trained).any() else pd.Series([0.5, 0.5])
+    f["lost_null"] = np.where(base_solved, zero_predictive(f["n"], f["base_n"], f["base_c"], *base_prior), 0.0)
     f["lost_floor"] = zero_upper_bound(f["n"], level)
     return f
 

@@ -202,8 +202,8 @@ def write_page(diag, view, figures_dir: Path, path: Path, samples: dict | None =
         f". Intervals: {100 * diag.level:g}% paired prompt bootstrap, nested over seeds.</p>",
         "<h2>Headline</h2>" + (headline(diag, view, methods) if diag.attribution is not None else "<p>n/a</p>"),
         "<p class='note'>k*: smallest k where trained pass@k falls below base. Area: ∫ Δpass@k d(ln k) "
-        "from 1 to K; ÷ ln K is the log-k average. Lost if unchanged: the lost count sampling alone gives "
-        "when nothing changed. 0/n floor: a prompt with 0 of n correct is consistent with any p up to this.</p>",
+        "from 1 to K; ÷ ln K is the log-k average. Lost if unchanged: the lost count that n fresh samples "
+        "of the base itself would show (Beta-Binomial predictive). 0/n floor: a prompt with 0 of n correct is consistent with any p up to this.</p>",
         "<h2>Figures</h2>" + figs,
         f"<h2>Attribution of Δpass@{max(diag.ks)} (points, seed mean, interval below)</h2>"
         + (attribution_table(diag, view, methods) if diag.attribution is not None else "<p>n/a</p>"),

@@ -185,6 +185,15 @@ def zero_upper_bound(n, level: float = 0.95) -> np.ndarray:
     return 1.0 - (1.0 - level) ** (1.0 / np.asarray(n, float))
 
 
+def zero_predictive(n, base_n, base_c, a: float = 0.5, b: float = 0.5) -> np.ndarray:
+    """Chance of 0 successes in n fresh draws from a prompt whose base showed base_c of base_n,
+    p drawn from its Beta(base_c + a, base_n - base_c + b) posterior (Beta-Binomial
+    predictive): how often "lost" appears with nothing changed."""
+    n, base_n, base_c = (np.asarray(x, float) for x in (n, base_n, base_c))
+    a1, b1 = base_c + a, base_n - base_c + b
+    return np.exp(betaln(a1, b1 + n) - betaln(a1, b1))
+
+
 def fit_beta_binomial(n, c, bounds=(1e-2, 1e4)) -> tuple[float, float]:
     """Maximum marginal likelihood (a, b) of the Beta-Binomial model c ~ Bin(n, p),
     p ~ Beta(a, b) over a run's prompts (empirical Bayes). Bounded, so a degenerate run (every
