@@ -56,7 +56,8 @@ def clip(text, limit: int = CLIP) -> str:
 def pts(x, digits: int = 1, sign: bool = True) -> str:
     if x is None or not np.isfinite(x):
         return "n/a"
-    return f"{100 * x:+.{digits}f}" if sign else f"{100 * x:.{digits}f}"
+    x = 0.0 if round(100 * x, digits) == 0 else 100 * x  # no "-0.0"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
 
 
 def interval(lo, hi, digits: int = 1) -> str:
