@@ -28,7 +28,7 @@ FIGURES = [("passk_curves", "pass@k curves (seed mean, one-SD band; dashed: base
            ("p_base_hist", "Base success rate and regime thresholds"),
            ("strata_delta", "Δpass@k by p_base stratum")]
 WORST = 12     # lost prompts listed
-SHOWN = 3      # sampled answers shown per side
+SHOWN = 3      # distinct sampled answers shown per side (most frequent first)
 CLIP = 1200    # characters of problem or answer text shown
 
 STYLE = """
@@ -143,6 +143,13 @@ def attribution_table(diag, view, methods) -> str:
     return "".join(out)
 
 
+def shown(completions: pd.Series) -> list[str]:
+    """The most frequent distinct completions, with how often each was sampled."""
+    counts = completions.astype(str).value_counts()
+    return [f"<pre>{esc(clip(t))}</pre><p class='note'>× {int(c)}</p>" if c > 1 else f"<pre>{esc(clip(t))}</pre>"
+            for t, c in counts.head(SHOWN).items()]
+
+
 def worst_lost(diag, view, samples: dict, problems: dict) -> str:
     """Lost prompts ranked by how many runs lost them significantly, then by the Fisher p."""
     p = diag.prompts
@@ -170,15 +177,14 @@ def worst_lost(diag, view, samples: dict, problems: dict) -> str:
         if base_s is not None:
             pos = base_s[(base_s["prompt_id"] == pid) & base_s["correct"].astype(bool)]
             body += [f"<p class='ok'>Base, verified correct ({len(pos)} of "
-                     f"{int((base_s['prompt_id'] == pid).sum())}):</p>"] + [
-                f"<pre>{esc(clip(t))}</pre>" for t in pos["completion"].head(SHOWN)]
+                     f"{int((base_s['prompt_id'] == pid).sum())}):</p>"] + shown(pos["completion"])
         lost_runs = lost[lost["prompt_id"] == pid].sort_values("lost_p")
         for m, s in lost_runs[["method", "seed"]].head(1).itertuples(index=False):
             run_s = samples.get((m, int(s)))
             if run_s is not None:
                 mine = run_s[run_s["prompt_id"] == pid]
-                body += [f"<p class='bad'>{esc(view.label(m))} seed {s}, none correct ({len(mine)} samples):</p>"] + [
-                    f"<pre>{esc(clip(t))}</pre>" for t in mine["completion"].head(SHOWN)]
+                body += [f"<p class='bad'>{esc(view.label(m))} seed {s}, none correct ({len(mine)} samples):</p>"
+                         ] + shown(mine["completion"])
         parts.append(f"<details{' open' if len(parts) < 3 else ''}><summary>{head}</summary>{''.join(body)}</details>")
     note = (f"<p class='note'>Lost = solved by the base (c &gt; 0) and unsolved after training (0 of n). "
             f"Significant: one-sided Fisher exact test against the base's counts at level {diag.level:g}. "
