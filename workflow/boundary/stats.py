@@ -87,41 +87,45 @@ def bootstrap_blocks(blocks, resamples: int = 10_000, seed: int = 0, strata=None
 
     `blocks` is a list of (values, by_stratum); returns one (overall, {stratum: means}) per
     block, each an array (resamples x series); per-stratum means only where by_stratum (they
-    cost memory). The count matrix W of a chunk of resamples times a block gives every
-    series' resampled sum in one BLAS call; all series share each resample, so differences
-    of series are paired.
+    cost memory). The count matrix W of a chunk of resamples times the blocks side by side
+    gives every series' resampled sum in one BLAS call per stratum; all series share each
+    resample, so differences of series are paired.
     """
     arrays = []
     for values, _ in blocks:
         v = np.asarray(values, dtype=np.float64)
         arrays.append(v[:, None] if v.ndim == 1 else v)
     n_prompts = arrays[0].shape[0] if arrays else 0
+    widths = np.cumsum([0] + [v.shape[1] for v in arrays])
+    values = np.hstack(arrays) if arrays else np.zeros((0, 0))
     labels = np.zeros(n_prompts, dtype=object) if strata is None else np.asarray(strata, dtype=object)
     codes, names = pd.factorize(labels)  # first-seen order
-    members = [np.flatnonzero(codes == g) for g in range(len(names))]
-    prepared = []
-    for v in arrays:
+    parts = []
+    for g in range(len(names)):
         # float32 BLAS on deviations from the stratum mean: the mean itself stays exact.
-        centres = [v[rows].mean(axis=0) for rows in members]
-        prepared.append([((v[rows] - c).astype(np.float32), c) for rows, c in zip(members, centres)])
-    out = []
-    for (_, by_stratum), v in zip(blocks, arrays):
-        per = [np.empty((resamples, v.shape[1])) for _ in names] if by_stratum and strata is not None else None
-        out.append((np.zeros((resamples, v.shape[1])), per))
+        block = values[codes == g]
+        centre = block.mean(axis=0)
+        parts.append(((block - centre).astype(np.float32), centre))
+    total = np.zeros((resamples, values.shape[1]))
+    keep = [by_stratum and strata is not None for _, by_stratum in blocks]
+    kept = np.concatenate([np.arange(widths[i], widths[i + 1]) for i, k in enumerate(keep) if k] or [[]]).astype(int)
+    per = [np.empty((resamples, len(kept))) for _ in names]
     for start, m, ws in resample_counts(codes, len(names), resamples, seed, chunk):
-        for (overall, per), parts in zip(out, prepared):
-            for g, (w, (block, centre)) in enumerate(zip(ws, parts)):
-                size = len(block)
-                sums = (w @ block).astype(np.float64) + size * centre  # rows of w sum to size
-                overall[start:start + m] += sums
-                if per is not None:
-                    per[g][start:start + m] = sums / size
-    result = []
-    for overall, per in out:
-        overall /= max(n_prompts, 1)
-        if n_prompts == 0:
-            overall[:] = np.nan
-        result.append((overall, {} if per is None else dict(zip(names, per))))
+        for g, (w, (block, centre)) in enumerate(zip(ws, parts)):
+            size = len(block)
+            sums = (w @ block).astype(np.float64) + size * centre  # rows of w sum to size
+            total[start:start + m] += sums
+            if len(kept):
+                per[g][start:start + m] = sums[:, kept] / size
+    total /= max(n_prompts, 1)
+    if n_prompts == 0:
+        total[:] = np.nan
+    result, at = [], 0
+    for i, k in enumerate(keep):
+        width = widths[i + 1] - widths[i]
+        stratum = {name: p[:, at:at + width] for name, p in zip(names, per)} if k else {}
+        at += width if k else 0
+        result.append((total[:, widths[i]:widths[i + 1]], stratum))
     return result
 
 
