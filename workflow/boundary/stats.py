@@ -26,6 +26,7 @@ import pandas as pd
 from scipy import optimize
 from scipy import stats as sps
 from scipy.special import betaln, digamma, gammaln
+from threadpoolctl import threadpool_limits
 
 from boundary.artifacts import read_table, write_table
 from boundary.errors import BoundaryError
@@ -110,13 +111,16 @@ def bootstrap_blocks(blocks, resamples: int = 10_000, seed: int = 0, strata=None
     keep = [by_stratum and strata is not None for _, by_stratum in blocks]
     kept = np.concatenate([np.arange(widths[i], widths[i + 1]) for i, k in enumerate(keep) if k] or [[]]).astype(int)
     per = [np.empty((resamples, len(kept))) for _ in names]
-    for start, m, ws in resample_counts(codes, len(names), resamples, seed, chunk):
-        for g, (w, (block, centre)) in enumerate(zip(ws, parts)):
-            size = len(block)
-            sums = (w @ block).astype(np.float64) + size * centre  # rows of w sum to size
-            total[start:start + m] += sums
-            if len(kept):
-                per[g][start:start + m] = sums[:, kept] / size
+    # One BLAS thread: these products are too small for threads to pay, and on a shared
+    # machine OpenBLAS's spinning threads made them 2-5x slower (benchmarks/bench_diagnose.py).
+    with threadpool_limits(1, "blas"):
+        for start, m, ws in resample_counts(codes, len(names), resamples, seed, chunk):
+            for g, (w, (block, centre)) in enumerate(zip(ws, parts)):
+                size = len(block)
+                sums = (w @ block).astype(np.float64) + size * centre  # rows of w sum to size
+                total[start:start + m] += sums
+                if len(kept):
+                    per[g][start:start + m] = sums[:, kept] / size
     total /= max(n_prompts, 1)
     if n_prompts == 0:
         total[:] = np.nan
