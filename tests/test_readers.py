@@ -240,3 +240,17 @@ def test_boolean_verdicts_ignore_the_reward_threshold(tmp_path):
         tmp_path / "s.csv", index=False)
     run = readers.read(tmp_path / "s.csv", options=readers.Options(reward_threshold=1.0))
     assert run.counts["c"].tolist() == [2]
+
+
+def test_bad_uncertainty_and_verifier_options_are_one_line(tmp_path):
+    from boundary import diagnose as dg
+
+    args = ["--base", str(FIX / "samples.jsonl"), "--trained", f"x:0={FIX / 'samples_wide.parquet'}",
+            "--ks", "1", "--resamples", "10", "--no-figures", "--out", str(tmp_path / "o")]
+    with pytest.raises(BoundaryError, match="--level 95"):
+        dg.main(args + ["--level", "95"])
+    with pytest.raises(BoundaryError, match="--verify-workers 0"):
+        dg.main(args + ["--gold", str(FIX / "gold.jsonl"), "--verify-workers", "0"])
+    with pytest.raises(BoundaryError, match="--extractor"):
+        dg.main(args + ["--gold", str(FIX / "gold.jsonl"), "--extractor", "first_word"])
+    assert not (tmp_path / "o").exists()

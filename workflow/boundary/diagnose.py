@@ -394,6 +394,8 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
             masks: dict | None = None, names: dict | None = None, level: float = 0.95,
             prior: str = "fit", attribution: bool = True) -> Diagnosis:
     """Diagnose trained runs against the base on one split (regimes None: no regime split)."""
+    if not 0 < level < 1:
+        raise BoundaryError(f"--level {level}: must be between 0 and 1 (e.g. 0.95)")
     all_n = np.concatenate([base["n"].to_numpy()] + [r["n"].to_numpy() for r in runs.values()])
     ks_ok = usable_ks(all_n, ks)
     if not ks_ok:
@@ -464,7 +466,7 @@ def main(argv=None) -> None:
     from boundary import figures, page, tables  # matplotlib only when the CLI draws
 
     ap = argparse.ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
-    ap.add_argument("--base", required=True, help="base per-prompt counts (parquet, csv or jsonl)")
+    ap.add_argument("--base", required=True, help="base counts or samples, any --format (parquet, csv or jsonl)")
     ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH")
     ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels")
     ap.add_argument("--mask", action="append", default=[], metavar="NAME=PATH", help="a PBA-style mask parquet")

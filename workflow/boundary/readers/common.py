@@ -196,6 +196,8 @@ class Grader:
 
         if extractor not in EXTRACTORS:
             raise BoundaryError(f"--extractor {extractor}: expected one of {', '.join(EXTRACTORS)}")
+        if int(timeout) < 1 or int(workers) < 1:
+            raise BoundaryError(f"--verify-timeout {timeout} / --verify-workers {workers}: both must be >= 1")
         gold = gold_table(path)
         texts = [c for c in ("problem", "prompt") if c in gold.columns]
         if "prompt_id" not in gold.columns and not texts:
