@@ -61,3 +61,14 @@ def test_a_stuck_check_is_killed_and_counted_wrong():
         assert time.perf_counter() - start < 40  # killed, not waited out
     finally:
         v.close()
+
+
+def test_extractors_for_models_that_do_not_box():
+    from boundary.verify import extract_answer
+
+    text = "She has 1,234 apples, then 18 more. \\boxed{\\frac{1}{2}}"
+    assert extract_answer(text, "boxed") == "\\frac{1}{2}"
+    assert extract_answer("So she pays $1,250.50 in total.", "last_number") == "1250.50"
+    assert extract_answer("The answer is 18.", "boxed_or_last_number") == "18"
+    assert extract_answer(text, "boxed_or_last_number") == "\\frac{1}{2}"
+    assert extract_answer("no digits here", "boxed_or_last_number") == ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,32 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.unlink(tmp)
 
 
+def _apply_umask(folder: Path) -> None:
+    """mkdtemp and some writers create 0700/0600: give the tree the modes the user's umask
+    would, so collaborators on a shared filesystem can read results."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temp folder beside `path`; it replaces `path` as a whole only if the block
+    succeeds, so a killed job never leaves a folder that looks complete."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        _apply_umask(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_table(df: pd.DataFrame, path: str | os.PathLike) -> None:
     """Write a table atomically; the format follows the suffix (.parquet, .csv, .md, .tex)."""
     path = Path(path)
@@ -56,8 +83,9 @@ def write_json(obj, path: str | os.PathLike) -> None:
     write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", path)
 
 
-def read_table(path: str | os.PathLike, columns: Iterable[str] = ()) -> pd.DataFrame:
-    """Read parquet, CSV or JSONL; a missing file, unknown type or missing column is one line."""
+def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: bool = False) -> pd.DataFrame:
+    """Read parquet, CSV or JSONL; a missing file, unknown type, missing column or (with
+    `nonempty`) a file without rows is one line."""
     path = Path(path)
     if not path.exists():
         raise BoundaryError(f"{path}: file not found")
@@ -71,6 +99,8 @@ def read_table(path: str | os.PathLike, columns: Iterable[str] = ()) -> pd.DataF
         df = reader(path)
     except Exception as err:  # corrupt or unreadable file
         raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+    if nonempty and df.empty:
+        raise BoundaryError(f"{path}: no rows")
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise BoundaryError(f"{path}: missing column(s) {', '.join(missing)}")

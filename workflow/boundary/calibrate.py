@@ -34,7 +34,7 @@ def main_calibrate(argv=None):
     split = read_table(args.split, ["prompt_id", "answer"])
     with verifier_for(s) as verifier:
         samples = scored_samples(args.model, split, sampling_params(cal, s["sampling"], cal["seed"], cal["n"]),
-                                 s["verify"]["extractor"], verifier)
+                                 s["verify"]["extractor"], verifier, label=args.split)
     write_table(samples, args.out)
     per_prompt = samples.groupby("prompt_id")["correct"].mean()
     print(f"calibration: {len(split)} prompts x {cal['n']} samples, mean p_base {per_prompt.mean():.3f}")
@@ -51,10 +51,12 @@ def main_gate_draws(argv=None):
     with verifier_for(s) as verifier:  # one pool (and its parse cache) for every epoch
         for epoch in range(gate["epochs"]):
             params = sampling_params(gate, s["sampling"], gate["seed"] + epoch, gate["G0"])
-            draws = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier)
+            draws = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier,
+                                   label=args.split)
             epochs.append(draws.rename(columns={"sample_idx": "draw_idx"}).assign(epoch=epoch))
     draws = pd.concat(epochs, ignore_index=True)
-    cols = ["prompt_id", "epoch", "draw_idx", "completion", "answer", "correct", "n_tokens", "entropy"]
+    cols = ["prompt_id", "epoch", "draw_idx", "completion", "answer", "correct", "n_tokens",
+            "finish_reason", "entropy"]
     write_table(draws[cols], args.out)
     print(f"gate draws: {len(split)} prompts x {gate['G0']} draws x {gate['epochs']} epochs")
 

@@ -13,6 +13,7 @@ from boundary.errors import BoundaryError
 
 COMMANDS = {
     "pretrain": ("boundary.testbed", "pretrain the synthetic testbed's base model"),
+    "import-base": ("boundary.models", "a base model (folder, hub id or GGUF) as a plain folder"),
     "data": ("boundary.data", "write the train, diagnostic and benchmark splits"),
     "calibrate": ("boundary.calibrate", "frozen-base calibration samples (regime labels)"),
     "gate-draws": ("boundary.calibrate", "frozen-base gate draws per refresh epoch"),

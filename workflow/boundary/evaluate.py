@@ -57,7 +57,8 @@ def main(argv=None):
         split, offset = shard_of(read_table(args.split, ["prompt_id", "answer"]), args.shard)
         params = sampling_params(ev, s["sampling"], ev["seed"] + offset, ev["n"])
         with verifier_for(s) as verifier:
-            samples = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier)
+            samples = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier,
+                                     label=args.split)
     write_table(samples, args.samples)
     if args.counts:
         counts = counts_from_samples(samples, ev["ks"])

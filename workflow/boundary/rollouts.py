@@ -29,11 +29,17 @@ def shard_of(split: pd.DataFrame, shard: str | None) -> tuple[pd.DataFrame, int]
 
 
 def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
-                   extractor: str, verifier: Verifier, log=print) -> pd.DataFrame:
-    """n samples per prompt of the split, with extracted answer and math-verify verdict."""
+                   extractor: str, verifier: Verifier, log=print, label: str = "split") -> pd.DataFrame:
+    """n samples per prompt of the split, with extracted answer and math-verify verdict; a
+    warning naming the split (`label`) when most completions have no extractable answer."""
     prompts = split["prompt"] if "prompt" in split else split["problem"]
     samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log)
-    return score_samples(samples, dict(zip(split["prompt_id"], split["answer"])), extractor, verifier)
+    samples = score_samples(samples, dict(zip(split["prompt_id"], split["answer"])), extractor, verifier)
+    missing = (samples["answer"] == "").mean() if len(samples) else 0.0
+    if missing > 0.5:  # most likely the wrong extractor (or prompt) for this benchmark
+        log(f"warning: {label}: extractor {extractor!r} found no answer in {missing:.0%} of "
+            f"{len(samples)} completions")
+    return samples
 
 
 @contextmanager

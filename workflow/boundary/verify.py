@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-EXTRACTORS = ("boxed", "last_number")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
+EXTRACTORS = ("boxed", "last_number", "boxed_or_last_number")
+_NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:/\d+)?")
 
 
 def last_boxed(text: str) -> str:
@@ -34,12 +34,19 @@ def last_boxed(text: str) -> str:
     return ""
 
 
+def last_number(text: str) -> str:
+    """The last number in the text, thousands separators dropped ('1,234.5' -> '1234.5')."""
+    found = _NUMBER.findall(text)
+    return found[-1].replace(",", "") if found else ""
+
+
 def extract_answer(completion: str, style: str) -> str:
     if style == "boxed":
         return normalize_answer(last_boxed(completion))
     if style == "last_number":
-        found = _NUMBER.findall(completion)
-        return found[-1] if found else ""
+        return last_number(completion)
+    if style == "boxed_or_last_number":
+        return normalize_answer(last_boxed(completion)) or last_number(completion)
     raise ValueError(f"unknown answer extractor {style!r} (one of {EXTRACTORS})")
 
 

@@ -1,4 +1,5 @@
-# The testbed's base model is pretrained here; real configs point base_model at a folder.
+# The base model folder every stage loads: the testbed's is pretrained here; a real config's
+# base_model (a folder, hub id or GGUF file) is imported into a plain folder once.
 if TESTBED:
 
     rule pretrain_base:
@@ -19,4 +20,25 @@ if TESTBED:
             "../../envs/boundary.yaml"
         shell:
             "OMP_NUM_THREADS={threads} boundary pretrain --settings {params.settings:q} "
+            "--out {output} > {log} 2>&1"
+
+else:
+
+    rule import_base:
+        output:
+            directory(f"{OUT}/models/base"),
+        input:
+            source=[config["base_model"]] if Path(config["base_model"]).exists() else [],
+            code=code("models"),
+        params:
+            source=config["base_model"],
+        threads: 2
+        log:
+            f"{OUT}/logs/import_base.log",
+        benchmark:
+            f"{OUT}/benchmarks/import_base.tsv"
+        conda:
+            "../../envs/boundary.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} boundary import-base --source {params.source:q} "
             "--out {output} > {log} 2>&1"

@@ -9,11 +9,13 @@ rule calibrate_base:
     input:
         model=base_model(),
         split=lambda wc: f"{OUT}/splits/{CALIBRATION_SPLIT[wc.part]}.parquet",
-        code=code("calibrate", "rollouts", "sampling", "verify"),
+        code=code("calibrate", "rollouts", "sampling", "models", "verify"),
     wildcard_constraints:
         part="|_train",
     params:
-        settings=as_param({"calibration": config["calibration"], **sampling_settings()}),
+        settings=lambda wc: dumps(
+            {"calibration": config["calibration"], **sampling_settings(CALIBRATION_SPLIT[wc.part])}
+        ),
     threads: 1
     resources:
         gpu=1 if config["train"]["gpus"] else 0,
@@ -34,7 +36,7 @@ rule gate_draws:
     input:
         model=base_model(),
         split=f"{OUT}/splits/train.parquet",
-        code=code("calibrate", "rollouts", "sampling", "verify"),
+        code=code("calibrate", "rollouts", "sampling", "models", "verify"),
     params:
         settings=as_param(gate_draw_settings()),
     threads: 1

@@ -37,11 +37,26 @@ def as_param(settings):
 def code(*modules):
     """Package sources a stage runs: content changes rerun it, mere touches do not."""
     base = ["cli", "config", "errors", "artifacts"]
-    return [str(PKG / f"{m}.py") for m in base + list(modules)]
+    files = []
+    for m in base + list(modules):
+        package = PKG / m  # a package (sampling/) counts with every module in it
+        files += sorted(map(str, package.glob("*.py"))) if package.is_dir() else [str(PKG / f"{m}.py")]
+    return files
 
 
 def base_model():
-    return f"{OUT}/models/base" if TESTBED else config["base_model"]
+    """The base model folder every stage loads: pretrained (testbed) or imported here."""
+    return f"{OUT}/models/base"
+
+
+def extractor_of(split):
+    """The answer extractor for a split ("train", "diagnostic" or a benchmark name): the
+    dataset's own `extractor`, else verify.extractor."""
+    if TESTBED:
+        return config["verify"]["extractor"]
+    data = config["data"]
+    spec = data[split] if split in ("train", "diagnostic") else data["benchmarks"][split]
+    return spec["extractor"] or config["verify"]["extractor"]
 
 
 def seeds_of(method):
@@ -50,8 +65,10 @@ def seeds_of(method):
     return spec.get("seeds") or config["methods"][source].get("seeds") or config["train"]["seeds"]
 
 
-def sampling_settings():
-    return {"sampling": config["sampling"], "verify": config["verify"]}
+def sampling_settings(split):
+    """Sampling and verification settings of a stage that samples `split`."""
+    return {"sampling": config["sampling"],
+            "verify": {**config["verify"], "extractor": extractor_of(split)}}
 
 
 def refresh_epochs():
@@ -72,7 +89,7 @@ def train_settings(method):
     spec = {k: v for k, v in config["methods"][method].items()
             if k not in ("label", "seeds", "setting", "checkpoint_of", "step")}
     return {**config["train"], "refresh_steps": config["gate"]["refresh_steps"],
-            "extractor": config["verify"]["extractor"],
+            "extractor": extractor_of("train"),
             "verify_timeout": config["verify"]["timeout"], **spec}
 
 
@@ -98,7 +115,7 @@ def gate_draw_settings():
     sizes = [mask_settings(m)["G0"] for m, s in config["masks"].items() if s["kind"] in ("gate", "soft")]
     gate = {k: config["gate"][k] for k in ("seed", "temperature", "top_p")}
     return {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": refresh_epochs()},
-            **sampling_settings()}
+            **sampling_settings("train")}
 
 
 def eval_split(wc):

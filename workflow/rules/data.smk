@@ -4,17 +4,15 @@ rule splits:
         diagnostic=f"{OUT}/splits/diagnostic.parquet",
         benchmarks=expand(f"{OUT}/splits/bench_{{b}}.parquet", b=BENCHMARKS),
     input:
+        # The chat template is the imported base model's tokenizer's.
+        model=[base_model()] if config["prompt"]["chat"] else [],
         code=code("data", "testbed"),
     params:
         settings=as_param(
-            {
-                "testbed": config["testbed"],
-                "data": config["data"],
-                "prompt": config["prompt"],
-                "base_model": config["base_model"],
-            }
+            {"testbed": config["testbed"], "data": config["data"], "prompt": config["prompt"]}
         ),
         out_dir=lambda wc, output: Path(output.train).parent,
+        model_arg=lambda wc, input: f"--model {input.model}" if input.model else "",
     log:
         f"{OUT}/logs/splits.log",
     benchmark:
@@ -22,4 +20,5 @@ rule splits:
     conda:
         "../../envs/boundary.yaml"
     shell:
-        "boundary data --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "boundary data --settings {params.settings:q} --out-dir {params.out_dir} "
+        "{params.model_arg} > {log} 2>&1"

@@ -9,9 +9,9 @@ if config["sampling"]["shards"] == 1:
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
             split=eval_split,
-            code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
+            code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
         params:
-            settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
+            settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
         threads: 1
         resources:
             gpu=1 if config["train"]["gpus"] else 0,
@@ -34,9 +34,9 @@ else:
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
             split=eval_split,
-            code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
+            code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
         params:
-            settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
+            settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
         threads: 1
         resources:
@@ -60,9 +60,9 @@ else:
                 f"{OUT}/eval/{wc.bench}/{wc.method}/seed{wc.seed}/shards/{{i}}.parquet",
                 i=range(config["sampling"]["shards"]),
             ),
-            code=code("evaluate", "rollouts", "sampling", "verify", "passk"),
+            code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
         params:
-            settings=as_param({"evaluate": config["evaluate"], **sampling_settings()}),
+            settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
         benchmark:

@@ -1,0 +1,41 @@
+"""Sampling n completions per prompt: one interface, one module per backend (`hf`, `vllm`).
+
+Every backend returns the same samples frame: prompt_id, sample_idx, completion, n_tokens
+(generated tokens, the stop token included), finish_reason (`stop`: a stop id of the model's
+generation config; `length`: max_new_tokens reached) and entropy: the mean over the
+completion's tokens of the entropy (nats) of softmax(logits / temperature) at that step,
+before top-p truncation. `hf` accumulates it while decoding; `vllm` exposes only top-k
+log-probs, so its entropy comes from one teacher-forced pass of the same model over the
+drawn tokens (`hf.completion_entropy`). Same seed, same backend and batch size: same samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+BACKENDS = ("hf", "vllm")
+SAMPLE_COLUMNS = ["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: int = 0
+    batch_size: int | str = "auto"  # completions in flight (hf); "auto": what fits the device
+    backend: str = "hf"
+
+
+def sample(model_path: str, prompt_ids: list[str], prompts: list[str],
+           params: SamplingParams, log=None) -> pd.DataFrame:
+    if params.backend == "hf":
+        from boundary.sampling import hf as backend
+    elif params.backend == "vllm":
+        from boundary.sampling import vllm as backend
+    else:
+        raise ValueError(f"unknown sampling backend {params.backend!r} (one of {BACKENDS})")
+    return backend.sample(model_path, prompt_ids, prompts, params, log)
