@@ -8,6 +8,7 @@ import pytest
 
 from boundary import diagnose as dg
 from boundary.errors import BoundaryError
+from boundary.readers.counts import _unique_positives as unique_positives
 from boundary.regimes import Thresholds, label_counts
 
 
@@ -77,9 +78,9 @@ def test_summary_and_pairs(data):
 
 
 def test_unique_positives_from_answers():
-    assert dg._unique_positives(["1", "2", "2", ""], "f") == 2
-    assert dg._unique_positives('["1", "x"]', "f") == 2
-    assert dg._unique_positives([], "f") == 0
+    assert unique_positives(["1", "2", "2", ""], "f") == 2
+    assert unique_positives('["1", "x"]', "f") == 2
+    assert unique_positives([], "f") == 0
 
 
 def test_mask_metrics():

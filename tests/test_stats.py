@@ -100,3 +100,61 @@ def test_seeds_cli_bad_input(tmp_path):
     with pytest.raises(BoundaryError, match="not in column method"):
         stats.main([str(tmp_path / "g.csv"), "--pair", "a", "zz", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+def test_resample_counts_are_shared_by_every_block():
+    rng = np.random.default_rng(3)
+    strata = rng.choice(["a", "b", "c"], 200)
+    codes, names = pd.factorize(strata)
+    for _, m, ws in stats.resample_counts(codes, len(names), 50, seed=1, chunk=20):
+        for g, w in enumerate(ws):
+            assert w.shape == (m, (codes == g).sum()) and (w.sum(axis=1) == (codes == g).sum()).all()
+    x, y = rng.random((200, 3)), rng.random((200, 2))
+    (ox, px), (oy, _) = stats.bootstrap_blocks([(x, True), (y, False)], 300, 9, strata)
+    alone_x, per_x = stats.bootstrap_means(x, 300, 9, strata)
+    alone_y, _ = stats.bootstrap_means(y, 300, 9, strata)
+    np.testing.assert_allclose(ox, alone_x)
+    np.testing.assert_allclose(oy, alone_y)
+    np.testing.assert_allclose(px["b"], per_x["b"])
+
+
+def test_seed_weights_and_nesting():
+    w = stats.seed_weights(3, 4000, seed=2)
+    assert w.shape == (4000, 3) and np.allclose(w.sum(axis=1), 1) and set(np.unique(w * 3)) <= {0, 1, 2, 3}
+    assert w.mean(axis=0) == pytest.approx([1 / 3] * 3, abs=0.02)
+    draws = np.random.default_rng(0).random((3, 4000, 2))
+    direct = np.stack([sum(w[b, s] * draws[s, b] for s in range(3)) for b in range(4000)])
+    np.testing.assert_allclose(stats.nested_over_seeds(draws, w), direct)
+    assert (stats.seed_weights(1, 10) == 1).all()
+
+
+def test_lost_p_value_is_fishers_exact_test():
+    for n0, c0, n in [(256, 5, 256), (32, 1, 32), (64, 10, 128), (8, 8, 8)]:
+        fisher = sps.fisher_exact([[c0, n0 - c0], [0, n]], alternative="greater")[1]
+        assert stats.lost_p_value(n0, c0, n) == pytest.approx(fisher)
+        assert stats.lost_p_value(n0, c0, n) == pytest.approx(math.comb(n0, c0) / math.comb(n0 + n, c0))
+    b = stats.zero_upper_bound(256, 0.95)
+    assert (1 - b) ** 256 == pytest.approx(0.05) and b == pytest.approx(3 / 256, rel=0.05)  # the rule of three
+
+
+def test_beta_binomial_fit_maximises_the_marginal_likelihood():
+    rng = np.random.default_rng(4)
+    n = rng.integers(8, 40, 400)
+    c = rng.binomial(n, rng.beta(0.4, 1.2, 400))
+    a, b = stats.fit_beta_binomial(n, c)
+    ll = lambda a, b: sps.betabinom.logpmf(c, n, a, b).sum()
+    grid = np.exp(np.linspace(-3, 2, 60))
+    best = max((ll(x, y), x, y) for x in grid for y in grid)
+    assert ll(a, b) >= best[0] - 1e-6  # at least as good as the best grid point
+    assert a == pytest.approx(0.4, rel=0.3) and b == pytest.approx(1.2, rel=0.3)
+    lo, hi = stats.credible_interval(np.array([10]), np.array([0]), a, b, 0.9)
+    assert lo[0] == pytest.approx(sps.beta.ppf(0.05, a, 10 + b)) and hi[0] == pytest.approx(sps.beta.ppf(0.95, a, 10 + b))
+    a0, b0 = stats.fit_beta_binomial(np.full(20, 16), np.zeros(20))  # degenerate: bounded, still proper
+    assert a0 > 0 and b0 > 0 and np.isfinite(a0 + b0)
+
+
+def test_zero_predictive_is_the_beta_binomial_pmf_at_zero():
+    for n, n0, c0, a, b in [(256, 256, 1, 0.5, 0.5), (32, 64, 5, 0.2, 1.7), (8, 8, 8, 1.0, 1.0)]:
+        assert stats.zero_predictive(n, n0, c0, a, b) == pytest.approx(sps.betabinom.pmf(0, n, c0 + a, n0 - c0 + b))
+    # uniform prior, one success in 256: E[(1-p)^256] under Beta(2, 256) = 257*256 / (513*512)
+    assert stats.zero_predictive(256, 256, 1, 1, 1) == pytest.approx(257 * 256 / (513 * 512))

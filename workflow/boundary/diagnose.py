@@ -13,16 +13,26 @@ defined in docs/diagnostics.md; in short, per (method, seed, regime):
     entropy_retained mean trained entropy / mean base entropy over the regime's prompts
     unique_positives mean over prompts of the number of distinct verifier-positive
                      normalized answers (empty answers excluded)
+    lost_significant lost prompts whose one-sided Fisher exact p < 1 - level; lost_null the
+                     lost count expected if nothing changed; lost_floor the 0/n bound on p
 
-`boundary diagnose` runs this on files from any trainer (verl, OpenRLHF, TRL); the pipeline's
-`boundary report` calls the same `analyse` on its own eval artifacts.
+plus the attribution of Δpass@k to regimes and transition cells, the crossover k* and the
+area between the curves over log k (attribution.py), with per-prompt Beta-Binomial intervals.
+
+`boundary diagnose` runs this on what any trainer or evaluator writes (verl, OpenRLHF, TRL,
+lighteval, vLLM: see `boundary.readers`); the pipeline's `boundary report` calls the same
+`analyse` on its own eval artifacts.
 
 CLI:
     boundary diagnose --base BASE --trained NAME:SEED=PATH [...] [--calibration CAL]
                       [--mask NAME=PATH ...] [--pair A B] [--labels NAME=LABEL ...]
                       [--ks 1,4,16,64,256]
                       [--easy 0.6 --boundary 0.1 --coverage-k 256 --coverage-min 0.4]
-                      [--bins 0,0.01,...,1] [--resamples 10000] [--seed 0] --out DIR
+                      [--bins 0,0.01,...,1] [--resamples 10000] [--seed 0] [--no-figures]
+                      [--format auto|counts|samples|verl|lighteval|openrlhf] [--gold FILE
+                      [--keep-scores] [--extractor boxed] [--verify-timeout 5] [--verify-workers 2]]
+                      [--reward-threshold 0.5] [--step N] [--level 0.95] [--prior fit|jeffreys]
+                      --out DIR
 """
 
 from __future__ import annotations
@@ -37,11 +47,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from boundary import readers
 from boundary import regimes as rg
 from boundary.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.errors import BoundaryError
+from boundary.attribution import Attribution, cells
 from boundary.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
-from boundary.stats import bootstrap_means, paired, percentile_interval, summarize
+from boundary.readers.counts import load_counts
+from boundary.stats import (bootstrap_blocks, bootstrap_means, credible_interval, fit_beta_binomial, lost_p_value, paired,
+                            percentile_interval, summarize, zero_predictive, zero_upper_bound)
 
 OWNER = "boundary diagnose"
 BASE = "base"
@@ -55,59 +69,10 @@ def warn(message: str) -> None:
 
 # ----------------------------------------------------------------------------- inputs
 
-def _unique_positives(answers, path) -> float:
-    """Distinct non-empty verifier-positive normalized answers of one prompt."""
-    if answers is None or (isinstance(answers, float) and np.isnan(answers)):
-        return 0.0
-    if isinstance(answers, str):  # CSV cells carry the list as JSON
-        try:
-            answers = json.loads(answers) if answers.strip() else []
-        except json.JSONDecodeError:
-            raise BoundaryError(f"{path}: column answers must hold lists (JSON lists in CSV)") from None
-    return float(len({str(a) for a in answers if str(a) != ""}))
-
-
-def load_counts(path) -> pd.DataFrame:
-    """Read and validate one per-prompt counts file; a bad file is one BoundaryError line."""
-    df = read_table(path, ["prompt_id", "n", "c"])
-    if df.empty:
-        raise BoundaryError(f"{path}: no rows")
-    out = pd.DataFrame({"prompt_id": df["prompt_id"].astype(str)})
-    for col in ("n", "c"):
-        v = pd.to_numeric(df[col], errors="coerce")
-        if v.isna().any() or (v != np.round(v)).any():
-            raise BoundaryError(f"{path}: column {col} must hold whole numbers")
-        out[col] = v.astype(np.int64).to_numpy()
-    if (out["n"] < 1).any():
-        raise BoundaryError(f"{path}: n < 1 for prompt_id {out.loc[out['n'] < 1, 'prompt_id'].iloc[0]}")
-    if (out["c"] < 0).any():
-        raise BoundaryError(f"{path}: c < 0 for prompt_id {out.loc[out['c'] < 0, 'prompt_id'].iloc[0]}")
-    bad = out["c"] > out["n"]
-    if bad.any():
-        raise BoundaryError(f"{path}: c > n for prompt_id {out.loc[bad, 'prompt_id'].iloc[0]}")
-    dup = out["prompt_id"].duplicated()
-    if dup.any():
-        raise BoundaryError(f"{path}: duplicate prompt_id {out.loc[dup, 'prompt_id'].iloc[0]}")
-    out["entropy"] = pd.to_numeric(df["entropy"], errors="coerce").to_numpy() if "entropy" in df else np.nan
-    if "answers" in df:
-        out["unique_positives"] = [_unique_positives(a, path) for a in df["answers"]]
-    elif "unique_positives" in df:
-        out["unique_positives"] = pd.to_numeric(df["unique_positives"], errors="coerce").to_numpy()
-    else:
-        out["unique_positives"] = np.nan
-    return out
-
-
-def load_calibration(path) -> pd.DataFrame:
-    """Base counts for regime labels: a counts file (prompt_id, n, c) or per-sample rows
-    (prompt_id, correct) such as rollouts/base_calibration.parquet."""
-    df = read_table(path, ["prompt_id"])
-    if {"n", "c"} <= set(df.columns):
-        return load_counts(path)
-    if "correct" in df.columns:
-        df = df.assign(prompt_id=df["prompt_id"].astype(str), correct=df["correct"].astype(bool))
-        return rg.counts_from_calibration(df)
-    raise BoundaryError(f"{path}: need columns n and c (counts) or correct (per-sample rows)")
+def load_calibration(path, fmt: str = "auto", options: readers.Options | None = None) -> pd.DataFrame:
+    """Base counts for regime labels: a counts file (prompt_id, n, c), per-sample rows
+    (prompt_id, correct) such as rollouts/base_calibration.parquet, or any readers format."""
+    return readers.read(path, fmt, options).counts
 
 
 def parse_run(spec: str) -> tuple[str, int, str]:
@@ -142,11 +107,12 @@ def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
             what = (f"{len(extra)} prompt_id(s) not in the base file (e.g. {extra[0]})" if extra
                     else f"{len(missing)} base prompt_id(s) missing (e.g. {missing[0]})")
             raise BoundaryError(f"{where}: {what}")
-        frames.append(counts.assign(method=method, seed=int(seed)))
+        optional = {c: np.nan for c in ("entropy", "unique_positives") if c not in counts}  # library callers
+        frames.append(counts.assign(method=method, seed=int(seed), **optional))
     f = pd.concat(frames, ignore_index=True)
     for k in ks:
         f[pass_at_k_column(k)] = pass_at_k(f["n"].to_numpy(), f["c"].to_numpy(), k)
-    cols = ["prompt_id", "c", "entropy", "unique_positives"] + [pass_at_k_column(k) for k in ks]
+    cols = ["prompt_id", "n", "c", "entropy", "unique_positives"] + [pass_at_k_column(k) for k in ks]
     b = f[(f["method"] == BASE)][cols].rename(columns={c: f"base_{c}" for c in cols[1:]})
     f = f.merge(b, on="prompt_id", how="left")
     if regimes is not None:
@@ -165,6 +131,52 @@ def check_regimes(base: pd.DataFrame, regimes: pd.DataFrame, where: str) -> None
 
 
 # ----------------------------------------------------------------------------- metrics
+
+PRIORS = ("fit", "jeffreys")
+
+
+def add_evidence(frame: pd.DataFrame, level: float = 0.95, prior: str = "fit") -> pd.DataFrame:
+    """Per-prompt evidence beside the counts: a Beta-Binomial credible interval of p (prior
+    fitted per run by marginal likelihood, or Jeffreys'), and for "lost" the one-sided Fisher
+    exact p-value against the base's evaluation counts (lost_p), whether it is below 1 - level
+    (lost_significant), the chance that a base-solved prompt shows 0 of n if nothing changed
+    (lost_null, summed into the lost count that sampling alone produces: the Beta-Binomial
+    predictive of 0 in n draws from the base's posterior of p), and the detection floor of a
+    0/n prompt (lost_floor: p up to this is consistent with 0 of n at `level`)."""
+    if prior not in PRIORS:
+        raise BoundaryError(f"--prior {prior}: expected one of {', '.join(PRIORS)}")
+    f = frame.copy()
+    f["prior_a"], f["prior_b"] = 0.5, 0.5
+    if prior == "fit":
+        for _, idx in f.groupby(RUN_KEYS, sort=False).groups.items():
+            a, b = fit_beta_binomial(f.loc[idx, "n"], f.loc[idx, "c"])
+            f.loc[idx, "prior_a"], f.loc[idx, "prior_b"] = a, b
+    keys = f[["n", "c", "prior_a", "prior_b"]]
+    distinct = keys.drop_duplicates()  # a few hundred (n, c, prior) combinations, not every row
+    lo, hi = credible_interval(distinct["n"], distinct["c"], distinct["prior_a"].to_numpy(),
+                               distinct["prior_b"].to_numpy(), level)
+    bounds = keys.merge(distinct.assign(p_low=lo, p_high=hi), on=list(keys.columns), how="left")
+    f["p_low"], f["p_high"] = bounds["p_low"].to_numpy(), bounds["p_high"].to_numpy()
+    trained = (f["method"] != BASE).to_numpy()
+    base_solved = (f["base_c"] > 0).to_numpy() & trained
+    lost = base_solved & (f["c"] == 0).to_numpy()
+    f["lost_p"] = np.where(lost, lost_p_value(f["base_n"], f["base_c"], f["n"]), np.nan)
+    f["lost_significant"] = lost & (f["lost_p"].to_numpy() < 1 - level)
+    base_prior = f.loc[~trained, ["prior_a", "prior_b"]].iloc[0] if (~trained).any() else pd.Series([0.5, 0.5])
+    f["lost_null"] = np.where(base_solved, zero_predictive(f["n"], f["base_n"], f["base_c"], *base_prior), 0.0)
+    f["lost_floor"] = zero_upper_bound(f["n"], level)
+    return f
+
+
+PROMPT_COLUMNS = ["method", "seed", "prompt_id", "regime", "n", "c", "p_low", "p_high", "prior_a", "prior_b",
+                  "base_n", "base_c", "cell", "lost_p", "lost_significant"]
+
+
+def prompt_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """[prompts.csv] one row per (method, seed, prompt) with its evidence columns."""
+    f = frame.assign(cell=np.where(frame["method"] == BASE, pd.NA, cells(frame["base_c"], frame["c"])))
+    return f[PROMPT_COLUMNS].reset_index(drop=True)
+
 
 def _with_all(frame: pd.DataFrame, group: str) -> pd.DataFrame:
     """The frame with every prompt also counted under group 'all'."""
@@ -188,6 +200,9 @@ def run_metrics(frame: pd.DataFrame, ks, group: str = "regime") -> pd.DataFrame:
     spec.update(n_prompts=("c", "size"), solved=("solved", "sum"), base_solved=("base_solved", "sum"),
                 lost=("lost", "sum"), gained=("gained", "sum"), entropy=("entropy", "mean"),
                 base_entropy=("base_entropy", "mean"), unique_positives=("unique_positives", "mean"))
+    if "lost_significant" in x:  # add_evidence ran
+        spec.update(lost_significant=("lost_significant", "sum"), lost_null=("lost_null", "sum"),
+                    lost_floor=("lost_floor", "max"))
     agg = x.groupby(RUN_KEYS + [group], sort=False).agg(**spec)
     agg["entropy_retained"] = agg["entropy"] / agg["base_entropy"]
     agg["delta_cov"] = agg[f"delta_passk@{max(ks)}"]
@@ -214,25 +229,25 @@ def transitions(frame: pd.DataFrame, group: str = "regime") -> pd.DataFrame:
     return out
 
 
-def bootstrap_table(frame: pd.DataFrame, ks, resamples: int, seed: int, level: float = 0.95,
-                    group: str = "regime") -> pd.DataFrame:
-    """Prompt-bootstrap percentile intervals of passk and delta_passk per run and group.
-
-    Prompts are resampled within groups (regimes), and every run shares each resample, so a
-    run's delta_passk draw is its passk draw minus the base's on the same prompts."""
+def _passk_wide(frame: pd.DataFrame, ks, group: str = "regime"):
+    """Per-prompt pass@k series (prompts in sorted prompt_id order x (col, method, seed)), and
+    each prompt's group label; labels None when there is no group split."""
     cols = [pass_at_k_column(k) for k in ks]
     wide = frame.pivot(index="prompt_id", columns=RUN_KEYS, values=cols)  # columns: (col, method, seed)
     groups = frame.drop_duplicates("prompt_id").set_index("prompt_id")[group].reindex(wide.index)
-    labels = groups.to_numpy() if (groups != ALL).any() else None
-    overall, per = bootstrap_means(wide.to_numpy(), resamples, seed, labels)
+    return wide, groups, (groups.to_numpy() if (groups != ALL).any() else None)
+
+
+def _bootstrap_rows(wide, groups, draws, level: float, group: str) -> pd.DataFrame:
+    overall, per = draws
     base_of = np.array([wide.columns.get_loc((col, BASE, 0)) for col, _, _ in wide.columns])
     trained = np.array([method != BASE for _, method, _ in wide.columns])
     rows = []
-    for g, draws in [(ALL, overall), *per.items()]:
+    for g, d in [(ALL, overall), *per.items()]:
         sel = np.ones(len(groups), bool) if g == ALL else (groups == g).to_numpy()
         mean = wide.to_numpy()[sel].mean(axis=0)
-        lo, hi = percentile_interval(draws, level)
-        dlo, dhi = percentile_interval(draws - draws[:, base_of], level)  # paired: same resamples
+        lo, hi = percentile_interval(d, level)
+        dlo, dhi = percentile_interval(d - d[:, base_of], level)  # paired: same resamples
         for j, (col, method, s) in enumerate(wide.columns):
             k = int(col.rsplit("_", 1)[1])
             rows.append((method, s, g, "passk", k, mean[j], lo[j], hi[j]))
@@ -241,6 +256,16 @@ def bootstrap_table(frame: pd.DataFrame, ks, resamples: int, seed: int, level: f
     out = pd.DataFrame(rows, columns=RUN_KEYS + [group, "metric", "k", "mean", "boot_low", "boot_high"])
     out["k"] = out["k"].astype("Int64")
     return out
+
+
+def bootstrap_table(frame: pd.DataFrame, ks, resamples: int, seed: int, level: float = 0.95,
+                    group: str = "regime") -> pd.DataFrame:
+    """Prompt-bootstrap percentile intervals of passk and delta_passk per run and group.
+
+    Prompts are resampled within groups (regimes), and every run shares each resample, so a
+    run's delta_passk draw is its passk draw minus the base's on the same prompts."""
+    wide, groups, labels = _passk_wide(frame, ks, group)
+    return _bootstrap_rows(wide, groups, bootstrap_means(wide.to_numpy(), resamples, seed, labels), level, group)
 
 
 def sensitivity(frame: pd.DataFrame, ks, grid, level: float = 0.95) -> pd.DataFrame:
@@ -338,6 +363,11 @@ class Diagnosis:
     sensitivity: pd.DataFrame | None  # [sensitivity.csv]
     pairs: pd.DataFrame | None = None  # [pairs.csv] seed-paired A - B
     masks: pd.DataFrame | None = None  # [masks.csv]
+    attribution: pd.DataFrame | None = None  # [attribution.csv] Δpass@k and area by regime and cell
+    crossover: pd.DataFrame | None = None    # [crossover.csv] k* with its interval
+    curves: pd.DataFrame | None = None       # [curves.csv] base and trained pass@k at every k <= K
+    prompts: pd.DataFrame | None = None      # [prompts.csv] per-prompt evidence
+    level: float = 0.95
     thresholds: rg.Thresholds | None = None
     bins: tuple = rg.DEFAULT_BINS
 
@@ -351,7 +381,8 @@ class Diagnosis:
                "transitions": self.transitions, "bootstrap": self.bootstrap}
         if self.regimes is not None:
             out["regimes"] = self.regimes[["prompt_id", "p_base", "regime"]]
-        for name in ("strata", "sensitivity", "pairs", "masks"):
+        for name in ("strata", "sensitivity", "pairs", "masks", "attribution", "crossover", "curves",
+                     "prompts"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out
@@ -359,8 +390,11 @@ class Diagnosis:
 
 def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None, ks=DEFAULT_KS,
             resamples: int = 10_000, boot_seed: int = 0, pairs=(), bins=rg.DEFAULT_BINS,
-            masks: dict | None = None, names: dict | None = None, level: float = 0.95) -> Diagnosis:
+            masks: dict | None = None, names: dict | None = None, level: float = 0.95,
+            prior: str = "fit", attribution: bool = True) -> Diagnosis:
     """Diagnose trained runs against the base on one split (regimes None: no regime split)."""
+    if not 0 < level < 1:
+        raise BoundaryError(f"--level {level}: must be between 0 and 1 (e.g. 0.95)")
     all_n = np.concatenate([base["n"].to_numpy()] + [r["n"].to_numpy() for r in runs.values()])
     ks_ok = usable_ks(all_n, ks)
     if not ks_ok:
@@ -370,7 +404,7 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
     if regimes is not None:  # a calibration may cover more prompts than were evaluated
         regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
         regimes = regimes[regimes["prompt_id"].isin(set(base["prompt_id"]))].reset_index(drop=True)
-    frame = prompt_frame(base, runs, regimes, ks_ok, bins, names)
+    frame = add_evidence(prompt_frame(base, runs, regimes, ks_ok, bins, names), level, prior)
     metrics = run_metrics(frame, ks_ok)
     summary = summarize(metrics, ["method", "metric", "regime", "k"], level=level)
     strata = sens = th = None
@@ -386,11 +420,22 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
     pair_df = (pd.concat(pair_tables, ignore_index=True)[["a", "b", "metric", "regime", "k", "mean", "sd",
                                                            "ci_low", "ci_high", "n_seeds"]]
                if pair_tables else None)
+    # One pass of prompt resamples serves the pass@k intervals and the attribution.
+    wide, groups, labels = _passk_wide(frame, ks_ok)
+    blocks = [(wide.to_numpy(), labels is not None)]
+    attr = Attribution(frame, ks_ok) if attribution and runs else None
+    if attr is not None:
+        assert list(attr.labels) == list(groups) and attr.P == len(wide)  # same prompt order
+        blocks += attr.blocks
+    draws = bootstrap_blocks(blocks, resamples, boot_seed, labels)
+    attr_table, cross, curves = (attr.tables(draws[1:], resamples, boot_seed, level) if attr is not None
+                                 else (None, None, None))
     return Diagnosis(
         ks=ks_ok, regimes=regimes, frame=frame, metrics=metrics, summary=summary,
-        transitions=transitions(frame), bootstrap=bootstrap_table(frame, ks_ok, resamples, boot_seed, level),
+        transitions=transitions(frame), bootstrap=_bootstrap_rows(wide, groups, draws[0], level, "regime"),
         strata=strata, sensitivity=sens, pairs=pair_df,
-        masks=mask_metrics(masks) if masks else None, thresholds=th, bins=tuple(bins))
+        masks=mask_metrics(masks) if masks else None, attribution=attr_table, crossover=cross, curves=curves,
+        prompts=prompt_table(frame), level=level, thresholds=th, bins=tuple(bins))
 
 
 # ----------------------------------------------------------------------------- output
@@ -410,11 +455,11 @@ def publish(tmp: Path, out: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from boundary import figures, tables  # matplotlib only when the CLI draws
+    from boundary import figures, page, tables  # matplotlib only when the CLI draws
     from boundary.cli import EDGES, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
 
     ap = ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
-    ap.add_argument("--base", required=True, help="base per-prompt counts (parquet, csv or jsonl)")
+    ap.add_argument("--base", required=True, help="base counts or samples, any --format (parquet, csv or jsonl)")
     ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH")
     ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels")
     ap.add_argument("--mask", action="append", default=[], metavar="NAME=PATH", help="a PBA-style mask parquet")
@@ -431,24 +476,49 @@ def main(argv=None) -> None:
                     help="p_base strata edges")
     ap.add_argument("--resamples", type=POSITIVE, default=10_000, help="prompt-bootstrap resamples")
     ap.add_argument("--seed", type=NONNEGATIVE, default=0, help="bootstrap seed")
-    ap.add_argument("--no-figures", action="store_true", help="skip figures (faster)")
+    ap.add_argument("--no-figures", action="store_true", help="skip figures and the HTML page (faster)")
     ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
+    tools = ap.add_argument_group("inputs from other tools (docs/diagnostics.md, Inputs)")
+    tools.add_argument("--format", default="auto", choices=("auto",) + readers.FORMATS,
+                       help="format of every input file (default: detected per file)")
+    tools.add_argument("--gold", help="gold answers (prompt_id and/or problem, answer): key prompts by it "
+                                      "and re-grade every sample-level input with the project's verifier")
+    tools.add_argument("--keep-scores", action="store_true", help="with --gold: key prompts only, keep the tools' verdicts")
+    tools.add_argument("--extractor", default="boxed", help="answer extractor for re-grading (boxed, last_number)")
+    tools.add_argument("--verify-timeout", type=POSITIVE, default=5, help="seconds per math-verify check")
+    tools.add_argument("--verify-workers", type=POSITIVE, default=2, help="math-verify worker processes")
+    tools.add_argument("--reward-threshold", type=float, default=0.5, help="reward/score above it is correct")
+    tools.add_argument("--step", type=int, help="verl dump folder: the step to read (default: latest)")
+    ev = ap.add_argument_group("uncertainty")
+    ev.add_argument("--level", type=FRACTION, default=0.95, help="level of every interval and of the lost test")
+    ev.add_argument("--prior", default="fit", choices=PRIORS,
+                    help="per-prompt p intervals: Beta-Binomial prior fitted per run, or Jeffreys'")
     args = ap.parse_args(argv)
 
     out = output_folder(args.out, OWNER)  # before the analysis: a bad --out fails at once
     ks = args.ks
     bins = args.bins
     th = rg.Thresholds(args.easy, args.boundary, args.coverage_k, args.coverage_min)
-    base = load_counts(args.base)
-    runs, names = {}, {(BASE, 0): args.base}
-    for spec in args.trained:
-        name, seed, path = parse_run(spec)
-        if (name, seed) in runs:
-            raise BoundaryError(f"--trained {spec}: {name}:{seed} given twice")
-        runs[(name, seed)] = load_counts(path)
-        names[(name, seed)] = path
+    grader = (readers.Grader(args.gold, args.extractor, args.verify_timeout, args.verify_workers,
+                             regrade=not args.keep_scores) if args.gold else None)
+    options = readers.Options(args.reward_threshold, args.step, grader, args.extractor, args.verify_timeout,
+                              args.verify_workers)
+    try:
+        data = {(BASE, 0): readers.read(args.base, args.format, options)}
+        runs, names = {}, {(BASE, 0): args.base}
+        for spec in args.trained:
+            name, seed, path = parse_run(spec)
+            if (name, seed) in runs:
+                raise BoundaryError(f"--trained {spec}: {name}:{seed} given twice")
+            data[(name, seed)] = readers.read(path, args.format, options)
+            runs[(name, seed)] = data[(name, seed)].counts
+            names[(name, seed)] = path
+        cal = load_calibration(args.calibration, args.format, options) if args.calibration else None
+    finally:
+        if grader is not None:
+            grader.close()
+    base = data[(BASE, 0)].counts
     if args.calibration:
-        cal = load_calibration(args.calibration)
         check_regimes(base, cal, args.calibration)
         cal = cal[cal["prompt_id"].isin(set(base["prompt_id"]))]
     else:
@@ -477,7 +547,8 @@ def main(argv=None) -> None:
             if m not in methods:
                 raise BoundaryError(f"--pair {m}: not among the --trained names ({', '.join(methods)})")
         pairs = [tuple(args.pair)]
-    diag = analyse(base, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names)
+    diag = analyse(base, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names, args.level,
+                   args.prior)
 
     with atomic_dir(out, OWNER) as tmp:  # --out holds exactly this run's files
         for name, table in diag.csv_tables().items():
@@ -487,4 +558,7 @@ def main(argv=None) -> None:
         tables.write_diagnose_tables(diag, view, tmp / "tables")
         if not args.no_figures:
             figures.write_diagnose_figures(diag, view, tmp / "figures")
+            page.write_page(diag, view, tmp / "figures", tmp / "report.html",
+                            {key: d.samples for key, d in data.items() if d.samples is not None},
+                            {p: t for d in data.values() for p, t in d.problems.items()})
     print(f"diagnose: {len(runs)} run(s), {len(base)} prompts -> {out}")

@@ -267,10 +267,89 @@ def training_curves(logs, view, folder: Path, name: str = "training") -> list[Pa
     return save(fig, folder, name)
 
 
+CELL_COLOURS = {"kept": "#56B4E9", "lost": "#D55E00", "gained": "#009E73", "never": "#bdbdbd"}
+
+
+def _seed_mean(table, method):
+    return table[(table["method"] == method) & table["seed"].isna()]
+
+
+def delta_curves(diag, view, folder: Path, name: str = "delta_curves") -> list[Path]:
+    """Δpass@k at every k <= K (seed mean), the crossover k* with its interval, and the
+    signed area between the curves over log k."""
+    fig, ax = plt.subplots(figsize=(4.6, 2.8))
+    methods = [m for m in view.main if m in set(diag.curves["method"])]
+    for m in methods:
+        cur = _seed_mean(diag.curves, m)
+        k, d = cur["k"].to_numpy(float), 100 * cur["delta"].to_numpy(float)
+        c = colour(m, view)
+        ax.plot(k, d, color=c, lw=1.3, label=view.label(m))
+        ax.fill_between(k, 0, d, color=c, alpha=0.12, lw=0)
+        x = _seed_mean(diag.crossover, m)
+        if len(x) and np.isfinite(x["kstar"].iloc[0]):
+            r = x.iloc[0]
+            ax.axvline(r["kstar"], color=c, ls="--", lw=0.8)
+            hi = r["kstar_high"] if np.isfinite(r["kstar_high"]) else k.max()
+            ax.axvspan(r["kstar_low"], hi, color=c, alpha=0.08, lw=0)
+            ax.annotate(f"k*={int(r['kstar'])}", (r["kstar"], 0), textcoords="offset points", xytext=(3, 6),
+                        color=c, fontsize=7)
+    ax.axhline(0, color=GRAY, lw=0.6)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k samples")
+    ax.set_ylabel("trained − base pass@k (pts)")
+    ax.set_title("Δpass@k, crossover k* (dashed; band: interval)")
+    ax.grid(True, color="0.9", lw=0.5)
+    if methods:
+        ax.legend(frameon=False)
+    else:
+        _not_run(ax)
+    return save(fig, folder, name)
+
+
+def attribution_bars(diag, view, folder: Path, name: str = "attribution") -> list[Path]:
+    """Where Δpass@k comes from (seed mean, points): stacked contributions of the regimes (top)
+    and of the transition cells (bottom) at each k; the dot is the total with its interval."""
+    a = diag.attribution
+    methods = [m for m in view.main if m in set(a["method"])] or ["(none)"]
+    fig, axes = plt.subplots(2, len(methods), figsize=(3.0 * len(methods) + 0.8, 4.6), squeeze=False, sharey="row")
+    regimes = [r for r in REGIMES if r in set(a["regime"])]
+    for j, m in enumerate(methods):
+        sub = a[(a["method"] == m) & a["seed"].isna() & (a["quantity"] == "delta_passk")]
+        for i, (parts, key, other, colours) in enumerate(
+                [(regimes, "regime", "cell", REGIME_COLOURS), (list(CELL_COLOURS), "cell", "regime", CELL_COLOURS)]):
+            ax = axes[i, j]
+            x = np.arange(len(diag.ks))
+            up, down = np.zeros(len(x)), np.zeros(len(x))
+            for part in parts:
+                v = sub[(sub[key] == part) & (sub[other] == "all")].set_index("k").reindex(diag.ks)["value"]
+                v = 100 * v.fillna(0).to_numpy(float)
+                base = np.where(v >= 0, up, down)
+                ax.bar(x, v, 0.65, bottom=base, color=colours[part], label=part, lw=0)
+                up, down = up + np.clip(v, 0, None), down + np.clip(v, None, 0)
+            tot = sub[(sub["regime"] == "all") & (sub["cell"] == "all")].set_index("k").reindex(diag.ks)
+            ax.errorbar(x, 100 * tot["value"], yerr=[100 * (tot["value"] - tot["boot_low"]),
+                                                     100 * (tot["boot_high"] - tot["value"])],
+                        fmt="o", color="black", ms=3, capsize=2, lw=0.8, label="total")
+            ax.axhline(0, color=GRAY, lw=0.6)
+            ax.set_xticks(x, [f"p@{k}" for k in diag.ks])
+            if i == 0:
+                ax.set_title(view.label(m))
+            if j == 0:
+                ax.set_ylabel(f"Δpass@k by {key} (pts)")
+            if j == len(methods) - 1:
+                ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6)
+            if m == "(none)":
+                _not_run(ax)
+    fig.tight_layout()
+    return save(fig, folder, name)
+
+
 def write_diagnose_figures(diag, view, folder: Path) -> list[Path]:
     paths = passk_curves(diag, view, "counts", folder, "passk_curves")
     if view.baseline and view.method:
         paths += paired_gain(diag, view, folder, "paired_gain")
+    if diag.attribution is not None:
+        paths += delta_curves(diag, view, folder) + attribution_bars(diag, view, folder)
     if diag.regimes is not None:
         paths += regime_passk(diag, view, folder) + transition_heatmaps(diag, view, folder)
         paths += p_base_histogram(diag, folder)

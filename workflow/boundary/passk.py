@@ -63,6 +63,20 @@ def _prod_terms(n: np.ndarray, c: np.ndarray, k: int, budget: int) -> np.ndarray
     return out
 
 
+def pass_at_k_all(n, c, kmax: int) -> np.ndarray:
+    """Per-prompt pass@k for every k = 1..kmax at once, (prompts x kmax): the ratio
+    C(n-c, k) / C(n, k) by its recurrence in k, r(k+1) = r(k) (n-c-k) / (n-k), a running
+    product of kmax factors (exactly 0 once k > n - c). Needs kmax <= n for every prompt."""
+    n = np.asarray(n, dtype=np.int64).ravel()
+    c = np.asarray(c, dtype=np.int64).ravel()
+    kmax = int(kmax)
+    if kmax < 1 or (n.size and kmax > n.min()):
+        raise ValueError(f"pass_at_k_all: need 1 <= kmax={kmax} <= every n")
+    j = np.arange(kmax)[None, :]
+    factors = np.clip((n - c)[:, None] - j, 0, None) / (n[:, None] - j)
+    return 1.0 - np.cumprod(factors, axis=1)
+
+
 def pass_at_k_column(k: int) -> str:
     return f"pass_at_{k}"
 

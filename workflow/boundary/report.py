@@ -29,7 +29,8 @@ and p_base/regime on the diagnostic split); release/{diagnostic}_split.jsonl (th
 its regime labels, as in the paper's release manifest); tables/{name}.{tex,md,csv} for names in
 `table_names(settings)`; figures/{name}.{pdf,png} for `figure_names(settings)`;
 diagnostics/{split}/{regimes,passk,metrics,summary,transitions,bootstrap,pairs,strata,
-sensitivity,masks}.csv (the audit tables; pairs, strata, sensitivity and masks where they apply).
+sensitivity,masks,attribution,crossover,curves,prompts}.csv (the audit tables; pairs, strata,
+sensitivity and masks where they apply).
 All of it is written to a temp folder first and moved into place at the end.
 """
 

@@ -1,10 +1,12 @@
-"""Seed statistics: mean, sample SD, Student-t intervals, seed-paired gains, prompt bootstrap.
+"""Seed statistics: mean, sample SD, Student-t intervals, seed-paired gains, prompt bootstrap
+(nested over seeds), and per-prompt evidence (Beta-Binomial intervals, the "lost" test).
 
 Seeds are the unit of replication for training (the paper's primary interval): with s seeds,
 the interval is mean +- t_{0.975, s-1} * sd / sqrt(s), sd with ddof=1. One seed (or a fixed
 base) gives sd, ci_low and ci_high = NaN rather than a fake zero-width interval.
 The prompt bootstrap is the audit interval for one run: resample prompts with replacement,
-recompute the mean, take percentiles.
+recompute the mean, take percentiles; nested over seeds, each resample also redraws the
+training seeds (with replacement) on top of the shared prompt resample.
 
 CLI (the paper's summarize_seeds):
     boundary seeds FILE [--pair A B] [--level 0.95] --out DIR
@@ -19,7 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import optimize
 from scipy import stats as sps
+from scipy.special import betaln, digamma, gammaln
+from threadpoolctl import threadpool_limits
 
 from boundary.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.errors import BoundaryError
@@ -57,46 +62,100 @@ def paired(df: pd.DataFrame, a: str, b: str, keys=("metric",), value: str = "val
     return summarize(both, keys, value, level)
 
 
+def resample_counts(codes, n_strata: int, resamples: int, seed: int = 0, chunk: int = 500):
+    """Prompt resamples as count matrices, chunk by chunk: yields (start, m, [W_g]), W_g an
+    (m x size_g) float32 matrix of how often each prompt of stratum g is drawn in each of the
+    m resamples (prompts drawn with replacement within their stratum; rows sum to size_g).
+
+    Every bootstrap here draws from this one generator, so calls with the same seed and strata
+    see the same resamples."""
+    codes = np.asarray(codes)
+    sizes = np.bincount(codes, minlength=n_strata) if codes.size else np.zeros(n_strata, int)
+    rng = np.random.default_rng(seed)
+    for start in range(0, resamples, chunk):
+        m = min(chunk, resamples - start)
+        ws = []
+        for size in sizes:
+            idx = rng.integers(0, size, size=(m, size))
+            idx += (np.arange(m) * size)[:, None]  # row r's draws count into r * size + prompt
+            ws.append(np.bincount(idx.ravel(), minlength=m * size).reshape(m, size).astype(np.float32))
+        yield start, m, ws
+
+
+def bootstrap_blocks(blocks, resamples: int = 10_000, seed: int = 0, strata=None, chunk: int = 500):
+    """Resampled column means of several (prompts x series) blocks under the same resamples.
+
+    `blocks` is a list of (values, by_stratum); returns one (overall, {stratum: means}) per
+    block, each an array (resamples x series); per-stratum means only where by_stratum (they
+    cost memory). The count matrix W of a chunk of resamples times the blocks side by side
+    gives every series' resampled sum in one BLAS call per stratum; all series share each
+    resample, so differences of series are paired.
+    """
+    arrays = []
+    for values, _ in blocks:
+        v = np.asarray(values, dtype=np.float64)
+        arrays.append(v[:, None] if v.ndim == 1 else v)
+    n_prompts = arrays[0].shape[0] if arrays else 0
+    widths = np.cumsum([0] + [v.shape[1] for v in arrays])
+    values = np.hstack(arrays) if arrays else np.zeros((0, 0))
+    labels = np.zeros(n_prompts, dtype=object) if strata is None else np.asarray(strata, dtype=object)
+    codes, names = pd.factorize(labels)  # first-seen order
+    parts = []
+    for g in range(len(names)):
+        # float32 BLAS on deviations from the stratum mean: the mean itself stays exact.
+        block = values[codes == g]
+        centre = block.mean(axis=0)
+        parts.append(((block - centre).astype(np.float32), centre))
+    total = np.zeros((resamples, values.shape[1]))
+    keep = [by_stratum and strata is not None for _, by_stratum in blocks]
+    kept = np.concatenate([np.arange(widths[i], widths[i + 1]) for i, k in enumerate(keep) if k] or [[]]).astype(int)
+    per = [np.empty((resamples, len(kept))) for _ in names]
+    # One BLAS thread: these products are too small for threads to pay, and on a shared
+    # machine OpenBLAS's spinning threads made them 2-5x slower (benchmarks/bench_diagnose.py).
+    with threadpool_limits(1, "blas"):
+        for start, m, ws in resample_counts(codes, len(names), resamples, seed, chunk):
+            for g, (w, (block, centre)) in enumerate(zip(ws, parts)):
+                size = len(block)
+                sums = (w @ block).astype(np.float64) + size * centre  # rows of w sum to size
+                total[start:start + m] += sums
+                if len(kept):
+                    per[g][start:start + m] = sums[:, kept] / size
+    total /= max(n_prompts, 1)
+    if n_prompts == 0:
+        total[:] = np.nan
+    result, at = [], 0
+    for i, k in enumerate(keep):
+        width = widths[i + 1] - widths[i]
+        stratum = {name: p[:, at:at + width] for name, p in zip(names, per)} if k else {}
+        at += width if k else 0
+        result.append((total[:, widths[i]:widths[i + 1]], stratum))
+    return result
+
+
 def bootstrap_means(values, resamples: int = 10_000, seed: int = 0, strata=None, chunk: int = 500):
     """Resampled column means of `values` (prompts x series): (overall, {stratum: means}),
     each an array (resamples x series).
 
     A resample draws prompts with replacement -- within each stratum when `strata` (one label
-    per prompt) is given, so stratum sizes stay fixed as in a regime-controlled split. Per
-    stratum, the integer index matrix of a chunk of resamples becomes a count matrix w
-    (bincount), and w @ values gives every series' resampled sum in one BLAS call; all
-    series share each resample, so differences of series are paired.
+    per prompt) is given, so stratum sizes stay fixed as in a regime-controlled split.
     """
-    v = np.asarray(values, dtype=np.float64)
-    if v.ndim == 1:
-        v = v[:, None]
-    n_prompts, n_series = v.shape
-    labels = np.zeros(n_prompts, dtype=object) if strata is None else np.asarray(strata, dtype=object)
-    codes, names = pd.factorize(labels)  # first-seen order
-    blocks, centres = [], []
-    for g in range(len(names)):
-        # float32 BLAS on deviations from the stratum mean: the mean itself stays exact.
-        block = v[codes == g]
-        centre = block.mean(axis=0)
-        blocks.append((block - centre).astype(np.float32))
-        centres.append(centre)
-    rng = np.random.default_rng(seed)
-    overall = np.zeros((resamples, n_series))
-    per = [np.empty((resamples, n_series)) for _ in names]
-    for start in range(0, resamples, chunk):
-        m = min(chunk, resamples - start)
-        for out, block, centre in zip(per, blocks, centres):
-            size = len(block)
-            idx = rng.integers(0, size, size=(m, size))
-            idx += (np.arange(m) * size)[:, None]  # row r's draws count into r * size + prompt
-            w = np.bincount(idx.ravel(), minlength=m * size).reshape(m, size).astype(np.float32)
-            sums = (w @ block).astype(np.float64) + size * centre  # rows of w sum to size
-            overall[start:start + m] += sums
-            out[start:start + m] = sums / size
-    overall /= max(n_prompts, 1)
-    if n_prompts == 0:
-        overall[:] = np.nan
-    return overall, ({} if strata is None else dict(zip(names, per)))
+    return bootstrap_blocks([(values, strata is not None)], resamples, seed, strata, chunk)[0]
+
+
+def seed_weights(n_seeds: int, resamples: int, seed: int = 0) -> np.ndarray:
+    """(resamples x n_seeds) weights of seeds drawn with replacement (counts / n_seeds): the
+    outer level of a bootstrap nested over training seeds. Its own stream, apart from the
+    prompt resamples of the same seed."""
+    rng = np.random.default_rng([seed, 1])
+    idx = rng.integers(0, n_seeds, size=(resamples, n_seeds)) + (np.arange(resamples) * n_seeds)[:, None]
+    counts = np.bincount(idx.ravel(), minlength=resamples * n_seeds).reshape(resamples, n_seeds)
+    return counts / n_seeds
+
+
+def nested_over_seeds(draws, weights) -> np.ndarray:
+    """Seed-mean draws from per-seed draws (seeds x resamples x series) that share the prompt
+    resamples, each resample re-weighting the seeds by `weights` (resamples x seeds)."""
+    return np.einsum("bs,sbj->bj", weights, np.asarray(draws))
 
 
 def percentile_interval(draws, level: float = 0.95):
@@ -110,6 +169,67 @@ def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 
     Returns ((lo, hi) of the overall means, {stratum: (lo, hi) of that stratum's means})."""
     overall, per = bootstrap_means(values, resamples, seed, strata)
     return percentile_interval(overall, level), {g: percentile_interval(d, level) for g, d in per.items()}
+
+
+# ----------------------------------------------------------------------------- per prompt
+
+def _log_comb(n, k):
+    return gammaln(np.asarray(n, float) + 1) - gammaln(np.asarray(k, float) + 1) - gammaln(np.asarray(n, float) - k + 1)
+
+
+def lost_p_value(base_n, base_c, n) -> np.ndarray:
+    """One-sided Fisher exact p-value that a prompt with base_c of base_n base successes and 0
+    of n trained successes lost mass: under equal success rates, the chance that all base_c
+    + 0 successes fall on the base side, C(base_n, base_c) / C(base_n + n, base_c).
+    (scipy.stats.fisher_exact([[base_c, base_n - base_c], [0, n]], 'greater').)"""
+    base_n, base_c, n = (np.asarray(x, float) for x in (base_n, base_c, n))
+    return np.exp(_log_comb(base_n, base_c) - _log_comb(base_n + n, base_c))
+
+
+def zero_upper_bound(n, level: float = 0.95) -> np.ndarray:
+    """One-sided upper confidence bound on p after 0 successes in n draws: 1 - (1-level)^(1/n).
+    A 0/n prompt is consistent with any p below it (about 3/n at 95%): the detection floor."""
+    return 1.0 - (1.0 - level) ** (1.0 / np.asarray(n, float))
+
+
+def zero_predictive(n, base_n, base_c, a: float = 0.5, b: float = 0.5) -> np.ndarray:
+    """Chance of 0 successes in n fresh draws from a prompt whose base showed base_c of base_n,
+    p drawn from its Beta(base_c + a, base_n - base_c + b) posterior (Beta-Binomial
+    predictive): how often "lost" appears with nothing changed."""
+    n, base_n, base_c = (np.asarray(x, float) for x in (n, base_n, base_c))
+    a1, b1 = base_c + a, base_n - base_c + b
+    return np.exp(betaln(a1, b1 + n) - betaln(a1, b1))
+
+
+def fit_beta_binomial(n, c, bounds=(1e-2, 1e4)) -> tuple[float, float]:
+    """Maximum marginal likelihood (a, b) of the Beta-Binomial model c ~ Bin(n, p),
+    p ~ Beta(a, b) over a run's prompts (empirical Bayes). Bounded, so a degenerate run (every
+    prompt 0/n) still gives a proper prior."""
+    n, c = np.asarray(n, np.int64), np.asarray(c, np.int64)
+    pairs, weight = np.unique(np.stack([n, c]), axis=1, return_counts=True)
+    nn, cc = pairs[0].astype(float), pairs[1].astype(float)
+    lo, hi = np.log(bounds[0]), np.log(bounds[1])
+
+    def nll(theta):
+        a, b = np.exp(theta)
+        ll = betaln(cc + a, nn - cc + b) - betaln(a, b)
+        da = digamma(cc + a) - digamma(nn + a + b) - digamma(a) + digamma(a + b)
+        db = digamma(nn - cc + b) - digamma(nn + a + b) - digamma(b) + digamma(a + b)
+        return -np.sum(weight * ll), -np.array([np.sum(weight * da) * a, np.sum(weight * db) * b])
+
+    p = np.clip(np.sum(weight * cc) / max(np.sum(weight * nn), 1), 0.05, 0.95)
+    start = np.log([p, 1 - p])  # prior mean at the pooled rate, strength 1
+    res = optimize.minimize(nll, start, jac=True, method="L-BFGS-B", bounds=[(lo, hi), (lo, hi)])
+    a, b = np.exp(res.x)
+    return float(a), float(b)
+
+
+def credible_interval(n, c, a: float = 0.5, b: float = 0.5, level: float = 0.95):
+    """Equal-tailed posterior interval of p under a Beta(a, b) prior: Beta(c + a, n - c + b)
+    quantiles. a = b = 0.5 is Jeffreys' prior; fit_beta_binomial gives the empirical one."""
+    n, c = np.asarray(n, float), np.asarray(c, float)
+    alpha = (1 - level) / 2
+    return sps.beta.ppf(alpha, c + a, n - c + b), sps.beta.ppf(1 - alpha, c + a, n - c + b)
 
 
 def seed_keys(df: pd.DataFrame) -> list[str]:

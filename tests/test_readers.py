@@ -1,0 +1,256 @@
+"""Readers: each tool's format (fixtures built as the tool writes them, see
+tests/fixtures/readers/make_fixtures.py) counted into n and c per prompt, with the tool's own
+verdicts and re-graded against a gold file; the biased-metric warnings; the CLI on them."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from boundary import readers
+from boundary.errors import BoundaryError
+from boundary.passk import pass_at_k
+from boundary.readers import lighteval
+from boundary.readers.common import text_id
+
+FIX = Path(__file__).parent / "fixtures" / "readers"
+LIGHTEVAL = FIX / "details_lighteval|fixture|0_2026-01-01T00-00-00.parquet"
+TRUE = {"add": 3, "mul": 0, "frac": 1}                 # truly correct of 4 (make_fixtures.py)
+HACKED = {"add": 4, "mul": 0, "frac": 1}               # what verl's and OpenRLHF's rewards say
+CHAT = "system\nPlease reason step by step.\nuser\n{} Put the answer in \\boxed{{}}.\nassistant\n"
+PROBLEMS = {"add": "What is 2 + 3?", "mul": "Compute 7 times 6.", "frac": "Simplify 1/2 + 1/4."}
+
+
+def counts_of(run, key=lambda p: p):
+    c = run.counts.set_index("prompt_id")
+    assert (c["n"] == 4).all()
+    return {key(p): int(v) for p, v in c["c"].items()}
+
+
+def by_text(template):
+    ids = {text_id(template.format(q)): p for p, q in PROBLEMS.items()}
+    return lambda pid: ids[pid]
+
+
+@pytest.mark.parametrize("path, fmt", [
+    (FIX / "verl_dumps", "verl"), (FIX / "verl_dumps" / "12.jsonl", "verl"), (FIX / "verl_generation.parquet", "verl"),
+    (LIGHTEVAL, "lighteval"), (FIX / "details_old_fixture.parquet", "lighteval"),
+    (FIX / "openrlhf.jsonl", "openrlhf"), (FIX / "samples.jsonl", "samples"), (FIX / "samples_wide.parquet", "samples"),
+])
+def test_detects_each_format(path, fmt):
+    assert readers.detect(path) == fmt
+
+
+def test_verl_dump_uses_acc_and_keys_by_prompt_text():
+    run = readers.read(FIX / "verl_dumps" / "12.jsonl")
+    assert counts_of(run, by_text(CHAT)) == HACKED
+    assert run.problems[text_id(CHAT.format(PROBLEMS["add"]))] == CHAT.format(PROBLEMS["add"])
+    add = run.counts.set_index("prompt_id").loc[text_id(CHAT.format(PROBLEMS["add"]))]
+    assert add["unique_positives"] == 2  # the hacked "6" is a distinct positive answer
+
+
+def test_verl_dump_folder_reads_latest_or_given_step(capsys):
+    assert counts_of(readers.read(FIX / "verl_dumps"), by_text(CHAT)) == HACKED  # step 12
+    early = readers.read(FIX / "verl_dumps", options=readers.Options(step=5))
+    assert counts_of(early, by_text(CHAT)) == {"add": 0, "mul": 0, "frac": 0}
+    with pytest.raises(BoundaryError, match="no dump for --step 7"):
+        readers.read(FIX / "verl_dumps", options=readers.Options(step=7))
+
+
+def test_verl_dump_score_threshold_without_acc(tmp_path):
+    lines = [json.loads(x) for x in (FIX / "verl_dumps" / "12.jsonl").read_text().splitlines()]
+    for x in lines:
+        del x["acc"]
+    (tmp_path / "3.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert counts_of(readers.read(tmp_path / "3.jsonl"), by_text(CHAT)) == HACKED  # score 1 / -1 > 0.5
+
+
+def test_verl_generation_graded_on_its_own_ground_truth():
+    run = readers.read(FIX / "verl_generation.parquet", options=readers.Options(verify_workers=1))
+    assert counts_of(run) == {"0": 3, "1": 0, "2": 1}  # extra_info.index keys the prompt
+    assert run.problems["0"] == PROBLEMS["add"]
+
+
+def test_lighteval_counts_from_the_metric_new_and_old():
+    new = readers.read(LIGHTEVAL)
+    assert counts_of(new, by_text("Solve the following problem.\n\n{}")) == TRUE
+    old = readers.read(FIX / "details_old_fixture.parquet")
+    assert counts_of(old, by_text("Solve: {}")) == TRUE
+    assert len(new.samples) == 12 and new.samples["correct"].isna().all()  # texts kept for the page
+
+
+def test_count_from_metric_inverts_the_estimator():
+    for n in (1, 4, 16, 33):
+        for k in sorted({1, 2, n // 2 or 1}):
+            for c in range(0, n - k + 1):  # below 1 the estimator is strictly increasing in c
+                value = float(pass_at_k(n, c, k))
+                assert lighteval.count_from_metric(value, n, k) == c
+    assert lighteval.metric_spec("pass@k:k=1&n=16") == (1, 16)
+    assert lighteval.metric_spec("avg@n:n=8") == (1, 8)
+    assert lighteval.metric_spec("math_pass@1:32_samples") == (1, 32)
+    assert lighteval.metric_spec("pass@10:32_samples") == (10, 32)
+    assert lighteval.metric_spec("maj@n:n=8") is None
+
+
+def test_openrlhf_reward_threshold_and_rs_warning(capsys):
+    run = readers.read(FIX / "openrlhf.jsonl")
+    assert counts_of(run, by_text("{}\n")) == HACKED
+    assert "warning" not in capsys.readouterr().err
+    best = readers.read(FIX / "openrlhf_rs.jsonl")
+    assert (best.counts["n"] == 1).all()
+    assert "--post_processor rs" in capsys.readouterr().err
+    strict = readers.read(FIX / "openrlhf.jsonl", options=readers.Options(reward_threshold=0.95))
+    assert strict.counts["c"].sum() == 0
+
+
+def test_plain_samples_long_and_wide():
+    assert counts_of(readers.read(FIX / "samples.jsonl")) == TRUE
+    wide = readers.read(FIX / "samples_wide.parquet")
+    assert counts_of(wide) == TRUE and wide.problems["add"] == PROBLEMS["add"]
+
+
+@pytest.mark.parametrize("path", [FIX / "verl_dumps", FIX / "verl_generation.parquet", LIGHTEVAL,
+                                  FIX / "details_old_fixture.parquet", FIX / "openrlhf.jsonl", FIX / "samples.jsonl",
+                                  FIX / "samples_wide.parquet"])
+def test_regrading_against_gold_gives_the_true_counts_in_every_format(path, grader):
+    run = readers.read(path, options=readers.Options(grader=grader))
+    assert counts_of(run) == TRUE  # the hacked reward is overruled; prompts keyed by the gold ids
+    assert run.problems["mul"] == PROBLEMS["mul"]
+    assert run.samples["answer"].notna().all()
+
+
+def test_keep_scores_only_keys_prompts():
+    g = readers.Grader(FIX / "gold.jsonl", regrade=False)
+    run = readers.read(FIX / "verl_dumps", options=readers.Options(grader=g))
+    assert counts_of(run) == HACKED
+
+
+@pytest.fixture(scope="module")
+def grader():
+    g = readers.Grader(FIX / "gold.jsonl", "boxed", timeout=5, workers=1)
+    yield g
+    g.close()
+
+
+def test_gold_file_problems(tmp_path):
+    pd.DataFrame({"problem": ["What is 2 + 3?", "2 + 3"], "answer": ["5", "5"]}).to_csv(tmp_path / "g.csv", index=False)
+    g = readers.Grader(tmp_path / "g.csv")
+    # The problem found last in the prompt wins, so a few-shot example before it does not.
+    assert g.match("Example: 2 + 3 = 5.\nNow: What is 2 + 3?") == text_id("What is 2 + 3?")
+    assert g.match("nothing like it") is None
+    with pytest.raises(BoundaryError, match="match no problem"):
+        readers.read(FIX / "openrlhf.jsonl", options=readers.Options(grader=g))
+    pd.DataFrame({"answer": ["5"]}).to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(BoundaryError, match="needs prompt_id or problem"):
+        readers.Grader(tmp_path / "bad.csv")
+
+
+def test_biased_aggregates_warn_or_refuse(tmp_path, capsys):
+    pd.DataFrame({"prompt_id": ["a", "b"], "n": [4, 4], "c": [1, 0], "acc/best@4/mean": [1.0, 0.0]}).to_csv(
+        tmp_path / "counts.csv", index=False)
+    run = readers.read(tmp_path / "counts.csv")
+    assert run.counts["c"].tolist() == [1, 0]
+    err = capsys.readouterr().err
+    assert "best@4" in err and "not an unbiased pass@k" in err
+    pd.DataFrame({"step": [100], "eval_math_pass8": [0.7], "eval_math_pass1": [0.3]}).to_json(
+        tmp_path / "logs.jsonl", orient="records", lines=True)
+    with pytest.raises(BoundaryError, match="OpenRLHF's passN"):
+        readers.read(tmp_path / "logs.jsonl")
+    pd.DataFrame({"val-core/math/acc/best@8/mean": [0.9]}).to_json(tmp_path / "verl.jsonl", orient="records", lines=True)
+    with pytest.raises(BoundaryError, match="verl's best@N"):
+        readers.read(tmp_path / "verl.jsonl")
+
+
+def test_unverdicted_samples_need_gold(tmp_path):
+    pd.DataFrame({"prompt_id": ["a"], "completion": ["x"]}).to_json(tmp_path / "s.jsonl", orient="records", lines=True)
+    with pytest.raises(BoundaryError, match="give --gold"):
+        readers.read(tmp_path / "s.jsonl")
+    (tmp_path / "t.txt").write_text("x")
+    with pytest.raises(BoundaryError, match="unknown file type"):
+        readers.read(tmp_path / "t.txt")
+    with pytest.raises(BoundaryError, match="format not recognised"):
+        pd.DataFrame({"foo": [1]}).to_csv(tmp_path / "f.csv", index=False)
+        readers.read(tmp_path / "f.csv")
+
+
+def test_jsonl_with_changing_types_falls_back(tmp_path):
+    rows = [{"prompt_id": "a", "completion": "x", "reward": 1}, {"prompt_id": "a", "completion": "y", "reward": "0.0"}]
+    (tmp_path / "s.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    assert readers.read(tmp_path / "s.jsonl").counts[["n", "c"]].values.tolist() == [[2, 1]]
+
+
+def test_diagnose_cli_on_tool_formats(tmp_path):
+    """verl base, lighteval and OpenRLHF trained, plain-samples calibration: one diagnosis,
+    every prompt keyed by the gold file and re-graded."""
+    from boundary import diagnose as dg
+
+    dg.main(["--base", str(FIX / "verl_dumps"), "--trained", f"le:0={LIGHTEVAL}",
+             "--trained", f"orl:0={FIX / 'openrlhf.jsonl'}", "--calibration", str(FIX / "samples_wide.parquet"),
+             "--gold", str(FIX / "gold.jsonl"), "--verify-workers", "1", "--ks", "1,4", "--coverage-k", "4",
+             "--resamples", "200", "--no-figures", "--out", str(tmp_path / "out")])
+    passk = pd.read_csv(tmp_path / "out" / "passk.csv")
+    p1 = passk[(passk["regime"] == "all") & (passk["k"] == 1)].set_index("method")["value"]
+    assert p1["base"] == pytest.approx(4 / 12) and p1["le"] == pytest.approx(4 / 12) and p1["orl"] == pytest.approx(4 / 12)
+    prompts = pd.read_csv(tmp_path / "out" / "prompts.csv")
+    assert set(prompts["prompt_id"]) == {"add", "mul", "frac"}
+
+
+HEAVY = ("torch", "transformers", "trl", "snakemake", "accelerate", "datasets", "tokenizers", "yaml", "jsonschema",
+         "tqdm", "vllm")
+
+
+def test_diagnose_imports_nothing_of_the_pipeline(tmp_path):
+    """`boundary diagnose` (re-grading, figures and page included) runs with the pipeline's
+    packages made unimportable: a base + analysis install is enough."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import importlib.abc, sys
+        HEAVY = {HEAVY!r}
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in HEAVY:
+                    raise ImportError("blocked: " + name)
+        sys.meta_path.insert(0, Block())
+        from boundary.cli import main
+        if __name__ == "__main__":
+            code = main(["diagnose", "--base", {str(FIX / 'verl_dumps')!r}, "--trained", "le:0={LIGHTEVAL}",
+                         "--gold", {str(FIX / 'gold.jsonl')!r}, "--verify-workers", "1", "--ks", "1,4",
+                         "--coverage-k", "4", "--resamples", "100", "--out", {str(tmp_path / 'out')!r}])
+            loaded = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)
+            print("LOADED", loaded)
+            sys.exit(code)
+    """)
+    (tmp_path / "run.py").write_text(script)
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1] / "workflow")}
+    run = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "LOADED []" in run.stdout
+    assert (tmp_path / "out" / "report.html").exists()
+
+
+def test_boolean_verdicts_ignore_the_reward_threshold(tmp_path):
+    pd.DataFrame({"prompt_id": ["a", "a", "a"], "completion": ["x", "y", "z"], "correct": [1, 0, 1]}).to_csv(
+        tmp_path / "s.csv", index=False)
+    run = readers.read(tmp_path / "s.csv", options=readers.Options(reward_threshold=1.0))
+    assert run.counts["c"].tolist() == [2]
+
+
+def test_bad_uncertainty_and_verifier_options_are_one_line(tmp_path):
+    from boundary import diagnose as dg
+
+    args = ["--base", str(FIX / "samples.jsonl"), "--trained", f"x:0={FIX / 'samples_wide.parquet'}",
+            "--ks", "1", "--resamples", "10", "--no-figures", "--out", str(tmp_path / "o")]
+    with pytest.raises(BoundaryError, match="--level 95"):
+        dg.main(args + ["--level", "95"])
+    with pytest.raises(BoundaryError, match="--verify-workers 0"):
+        dg.main(args + ["--gold", str(FIX / "gold.jsonl"), "--verify-workers", "0"])
+    with pytest.raises(BoundaryError, match="--extractor"):
+        dg.main(args + ["--gold", str(FIX / "gold.jsonl"), "--extractor", "first_word"])
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,79 @@
+"""Per-prompt counts files (parquet, CSV or JSONL), one row per prompt:
+
+    prompt_id   unique within the file (read as a string)
+    n, c        samples drawn and verifier-positive samples, 0 <= c <= n
+    entropy     (optional) mean over the n samples of each completion's mean token entropy
+    answers     (optional) distinct normalized answers of the positives (a JSON list in CSV)
+    unique_positives  (optional) used only when answers is absent
+
+The pipeline's eval/*/counts.parquet, and what `boundary diagnose` reads by default.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from boundary.artifacts import read_table
+from boundary.errors import BoundaryError
+from boundary.readers.common import warn_biased
+
+
+def looks_like(names) -> bool:
+    """n and c, or a prompt_id with one of them (so a missing column is named, not guessed)."""
+    names = set(names)
+    return {"n", "c"} <= names or ("prompt_id" in names and bool({"n", "c"} & names))
+
+
+def _unique_positives(answers, path) -> float:
+    """Distinct non-empty verifier-positive normalized answers of one prompt."""
+    if answers is None or (isinstance(answers, float) and np.isnan(answers)):
+        return 0.0
+    if isinstance(answers, str):  # CSV cells carry the list as JSON
+        try:
+            answers = json.loads(answers) if answers.strip() else []
+        except json.JSONDecodeError:
+            raise BoundaryError(f"{path}: column answers must hold lists (JSON lists in CSV)") from None
+    return float(len({str(a) for a in answers if str(a) != ""}))
+
+
+def load_counts(path) -> pd.DataFrame:
+    """Read and validate one per-prompt counts file; a bad file is one BoundaryError line."""
+    df = read_table(path, ["prompt_id", "n", "c"])
+    warn_biased(df.columns, path)
+    return counts_frame(df, path)
+
+
+def counts_frame(df: pd.DataFrame, path) -> pd.DataFrame:
+    """Validated counts (prompt_id, n, c, entropy, unique_positives) from a frame with prompt_id,
+    n, c and optional entropy, answers or unique_positives; `path` names it in errors."""
+    if df.empty:
+        raise BoundaryError(f"{path}: no rows")
+    out = pd.DataFrame({"prompt_id": df["prompt_id"].astype(str)})
+    for col in ("n", "c"):
+        v = pd.to_numeric(df[col], errors="coerce")
+        if v.isna().any() or (v != np.round(v)).any():
+            raise BoundaryError(f"{path}: column {col} must hold whole numbers")
+        out[col] = v.astype(np.int64).to_numpy()
+    if (out["n"] < 1).any():
+        raise BoundaryError(f"{path}: n < 1 for prompt_id {out.loc[out['n'] < 1, 'prompt_id'].iloc[0]}")
+    if (out["c"] < 0).any():
+        raise BoundaryError(f"{path}: c < 0 for prompt_id {out.loc[out['c'] < 0, 'prompt_id'].iloc[0]}")
+    bad = out["c"] > out["n"]
+    if bad.any():
+        raise BoundaryError(f"{path}: c > n for prompt_id {out.loc[bad, 'prompt_id'].iloc[0]}")
+    dup = out["prompt_id"].duplicated()
+    if dup.any():
+        raise BoundaryError(f"{path}: duplicate prompt_id {out.loc[dup, 'prompt_id'].iloc[0]}")
+    out["entropy"] = pd.to_numeric(df["entropy"], errors="coerce").to_numpy() if "entropy" in df else np.nan
+    if "answers" in df:
+        out["unique_positives"] = [_unique_positives(a, path) for a in df["answers"]]
+    elif "unique_positives" in df:
+        out["unique_positives"] = pd.to_numeric(df["unique_positives"], errors="coerce").to_numpy()
+    else:
+        out["unique_positives"] = np.nan
+    return out
+
+

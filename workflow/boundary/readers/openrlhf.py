@@ -1,0 +1,45 @@
+"""OpenRLHF's outputs (OpenRLHF/OpenRLHF, read from openrlhf/cli/batch_inference.py,
+openrlhf/utils/processor.py and openrlhf/trainer/ppo_trainer.py):
+
+- batch inference JSONL (`--output_path`): one line per sample, {"input": prompt text,
+  "output": completion}, `--best_of_n` N lines per prompt; after reward-model inference each
+  line also has "reward". Graded with --gold, or by reward > --reward-threshold.
+- after `--post_processor rs` (rejection sampling) the file keeps one line per prompt, the
+  highest-reward output: that is a max over n, not a sample. A file with one line per prompt
+  and a reward is warned about.
+- PPO evaluation (`--eval.n_samples_per_prompt`) logs only aggregates: eval_{dataset}_pass{n}
+  is the max reward over the n samples, eval_{dataset}_pass1 their mean. Neither is a
+  per-prompt count; a table with such columns is warned about and cannot be read.
+
+The prompt text keys the prompt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from boundary.errors import BoundaryError
+from boundary.readers.common import SAMPLE_COLUMNS, read_jsonl, verdicts, warn
+
+
+def looks_like(names) -> bool:
+    return {"input", "output"} <= set(names)
+
+
+def read(path: Path, threshold: float = 0.5) -> pd.DataFrame:
+    if path.suffix.lower() not in (".jsonl", ".json"):
+        raise BoundaryError(f"{path}: OpenRLHF batch inference writes JSONL")
+    df = read_jsonl(path, {"input": pa.string(), "output": pa.string(), "reward": pa.float64()})
+    if df["input"].isna().any() or df["output"].isna().any():
+        raise BoundaryError(f"{path}: a line without input or output")
+    has_reward = df["reward"].notna().all()
+    if has_reward and not df["input"].duplicated().any():
+        warn(f"{path}: one sample per prompt with a reward: if this file went through OpenRLHF's "
+             f"--post_processor rs, each line is the best of N (a max over n), not a sample, and its "
+             f"c/n is not an unbiased pass@1")
+    return pd.DataFrame({"prompt_id": None, "prompt": df["input"].to_numpy(), "completion": df["output"].to_numpy(),
+                         "correct": verdicts(df["reward"], path, "reward", threshold).to_numpy() if has_reward else None,
+                         "answer": None, "entropy": float("nan")})[SAMPLE_COLUMNS]
