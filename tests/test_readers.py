@@ -247,9 +247,9 @@ def test_bad_uncertainty_and_verifier_options_are_one_line(tmp_path):
 
     args = ["--base", str(FIX / "samples.jsonl"), "--trained", f"x:0={FIX / 'samples_wide.parquet'}",
             "--ks", "1", "--resamples", "10", "--no-figures", "--out", str(tmp_path / "o")]
-    with pytest.raises(BoundaryError, match="--level 95"):
+    with pytest.raises(BoundaryError, match="argument --level: .95. is not a number between 0 and 1"):
         dg.main(args + ["--level", "95"])
-    with pytest.raises(BoundaryError, match="--verify-workers 0"):
+    with pytest.raises(BoundaryError, match="argument --verify-workers: .0. is not a whole number >= 1"):
         dg.main(args + ["--gold", str(FIX / "gold.jsonl"), "--verify-workers", "0"])
     with pytest.raises(BoundaryError, match="--extractor"):
         dg.main(args + ["--gold", str(FIX / "gold.jsonl"), "--extractor", "first_word"])
