@@ -262,3 +262,14 @@ def test_run_key_depends_only_on_what_determines_the_weights(tiny_model_dir, tmp
     weights = next(base.glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
     assert run_key(base, {"lr": 1e-3}, 0, prompts, None) != key
+
+
+def test_a_count_file_with_text_for_a_number_is_one_line(tmp_path):
+    from boundary.readers.counts import counts_frame
+
+    df = pd.DataFrame({"prompt_id": ["a", "b", "c"], "n": 4, "c": 1, "entropy": [0.5, None, "hot"]})
+    with pytest.raises(BoundaryError) as err:
+        counts_frame(df, "x.csv")
+    assert str(err.value) == "x.csv: column entropy must hold numbers, not 'hot' (prompt_id c)"
+    ok = counts_frame(df.iloc[:2], "x.csv")  # a blank entropy is "not measured"
+    assert ok["entropy"].iloc[0] == 0.5 and np.isnan(ok["entropy"].iloc[1])

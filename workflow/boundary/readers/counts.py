@@ -67,13 +67,23 @@ def counts_frame(df: pd.DataFrame, path) -> pd.DataFrame:
     dup = out["prompt_id"].duplicated()
     if dup.any():
         raise BoundaryError(f"{path}: duplicate prompt_id {out.loc[dup, 'prompt_id'].iloc[0]}")
-    out["entropy"] = pd.to_numeric(df["entropy"], errors="coerce").to_numpy() if "entropy" in df else np.nan
+    out["entropy"] = _optional_numbers(df, "entropy", path)
     if "answers" in df:
         out["unique_positives"] = [_unique_positives(a, path) for a in df["answers"]]
-    elif "unique_positives" in df:
-        out["unique_positives"] = pd.to_numeric(df["unique_positives"], errors="coerce").to_numpy()
     else:
-        out["unique_positives"] = np.nan
+        out["unique_positives"] = _optional_numbers(df, "unique_positives", path)
     return out
+
+
+def _optional_numbers(df: pd.DataFrame, col: str, path):
+    """An optional numeric column: a blank is NaN (not measured), text is an error."""
+    if col not in df:
+        return np.nan
+    values = pd.to_numeric(df[col], errors="coerce")
+    text = values.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")
+    if text.any():
+        raise BoundaryError(f"{path}: column {col} must hold numbers, not {df.loc[text, col].iloc[0]!r} "
+                            f"(prompt_id {df.loc[text, 'prompt_id'].iloc[0]})")
+    return values.to_numpy()
 
 
