@@ -66,7 +66,7 @@ def peak_gib(device) -> float:
 def run_ours(model, prompts, stop, new, top_p, batch):
     out = generate(model, prompts, stop, 0, max_new=new, temperature=0.6, top_p=top_p,
                    batch_size=batch, seed=0)
-    return sum(len(t) for t, _, _ in out)
+    return sum(len(c.tokens) for c in out)
 
 
 @torch.inference_mode()

@@ -10,7 +10,7 @@ import torch
 from scipy import stats
 
 from conftest import ROOT
-from boundary.sampling.hf import completion_entropy, generate
+from boundary.sampling.hf import teacher_forced, generate
 from boundary.sampling.nucleus import nucleus_probs, sample_step
 
 
@@ -36,7 +36,7 @@ def test_sampled_tokens_follow_the_truncated_distribution(top_p):
     expected = (expected / expected.sum()).double().numpy()
     expected /= expected.sum()
     gen = torch.Generator().manual_seed(7)
-    token, entropy = sample_step(logits.expand(draws, -1), temperature, top_p, gen)
+    token, entropy, _ = sample_step(logits.expand(draws, -1), temperature, top_p, gen)
     counts = np.bincount(token.numpy(), minlength=12)
     support = expected > 0
     assert counts[~support].sum() == 0  # nothing outside the nucleus, ever
@@ -78,7 +78,7 @@ def test_rows_stop_at_any_stop_id_and_free_their_seats():
     model = _Scripted(table)
     prompts = [[7, 3], [0], [2, 2, 3], [0]] * 5
     out = generate(model, prompts, [5, 6], 7, max_new=4, temperature=1.0, top_p=1.0, batch_size=3, seed=0)
-    for prompt, (tokens, reason, entropy) in zip(prompts, out):
+    for prompt, (tokens, reason, entropy, _) in zip(prompts, out):
         if prompt[-1] == 3:
             assert (tokens, reason) == ([4, 5], "stop")
         else:
@@ -96,20 +96,22 @@ def test_refilled_batches_sample_what_one_batch_samples(tiny_model_dir):
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6=", "1234+5678="]] * 4
     kwargs = dict(max_new=6, temperature=1e-3, top_p=1.0, seed=0)
     stop = [tok.eos_token_id]
-    alone = [generate(model, [p], stop, tok.pad_token_id, batch_size=1, **kwargs)[0][0] for p in prompts]
-    together = [t for t, _, _ in generate(model, prompts, stop, tok.pad_token_id, batch_size=5, **kwargs)]
+    alone = [generate(model, [p], stop, tok.pad_token_id, batch_size=1, **kwargs)[0].tokens for p in prompts]
+    together = [c.tokens for c in generate(model, prompts, stop, tok.pad_token_id, batch_size=5, **kwargs)]
     assert together == alone
 
 
-def test_teacher_forced_entropy_matches_the_decode_loop(tiny_model_dir):
+def test_teacher_forced_entropy_and_logps_match_the_decode_loop(tiny_model_dir):
     from boundary.models import load_model
 
     model, tok = load_model(str(tiny_model_dir))
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6="]] * 3
     out = generate(model, prompts, [tok.eos_token_id], tok.pad_token_id, max_new=8, temperature=0.8,
                    top_p=0.9, batch_size=4, seed=3)
-    forced = completion_entropy(model, prompts, [t for t, _, _ in out], 0.8, batch_size=4, positions=3)
-    np.testing.assert_allclose(forced, [h for _, _, h in out], rtol=1e-4)
+    forced, logps = teacher_forced(model, prompts, [c.tokens for c in out], 0.8, batch_size=4, positions=3)
+    np.testing.assert_allclose(forced, [c.entropy for c in out], rtol=1e-4)
+    for c, lp in zip(out, logps):  # each drawn token's log-probability, as the loop recorded it
+        np.testing.assert_allclose(lp, c.logps, rtol=1e-4, atol=1e-5)
 
 
 PEAK = """

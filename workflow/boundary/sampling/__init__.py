@@ -6,7 +6,7 @@ generation config; `length`: max_new_tokens reached) and entropy: the mean over 
 completion's tokens of the entropy (nats) of softmax(logits / temperature) at that step,
 before top-p truncation. `hf` accumulates it while decoding; `vllm` exposes only top-k
 log-probs, so its entropy comes from one teacher-forced pass of the same model over the
-drawn tokens (`hf.completion_entropy`). Same seed, same backend and batch size: same samples.
+drawn tokens (`hf.teacher_forced`). Same seed, same backend and batch size: same samples.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ rows are dropped from the cache in batches (see `generate`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,13 @@ CPU_BATCH = 64  # completions in flight on a CPU: larger batches are no faster t
 MAX_BATCH = 4096
 
 
+class Completion(NamedTuple):
+    tokens: list[int]  # generated ids, the stop id included
+    finish_reason: str  # "stop" or "length"
+    entropy: float  # mean over its tokens of the entropy of softmax(logits / T)
+    logps: list[float]  # each token's log-probability under softmax(logits / T)
+
+
 @dataclass
 class Active:
     """The rows in flight: their KV cache, attention mask over its columns, the position of
@@ -41,6 +49,7 @@ class Active:
     tokens: torch.Tensor  # [B, max_new]
     count: torch.Tensor  # [B]
     entropy: torch.Tensor  # [B], summed over generated tokens
+    logps: torch.Tensor  # [B, max_new]
     live: torch.Tensor  # [B] bool: still generating
     stopped: torch.Tensor  # [B] bool: ended on a stop id
 
@@ -54,8 +63,8 @@ class Active:
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
         return Active(self.rows[keep], self.cache, mask, self.pos[keep], self.logits[keep],
-                      self.tokens[keep], self.count[keep], self.entropy[keep], self.live[keep],
-                      self.stopped[keep])
+                      self.tokens[keep], self.count[keep], self.entropy[keep], self.logps[keep],
+                      self.live[keep], self.stopped[keep])
 
 
 def _left_pad(x: torch.Tensor, length: int, dim: int) -> torch.Tensor:
@@ -78,7 +87,8 @@ def merge(a: Active | None, b: Active) -> Active:
                   torch.cat([_left_pad(a.mask, length, 1), _left_pad(b.mask, length, 1)]),
                   *(torch.cat([x, y]) for x, y in [(a.pos, b.pos), (a.logits, b.logits),
                                                     (a.tokens, b.tokens), (a.count, b.count),
-                                                    (a.entropy, b.entropy), (a.live, b.live),
+                                                    (a.entropy, b.entropy), (a.logps, b.logps),
+                                                    (a.live, b.live),
                                                     (a.stopped, b.stopped)]))
 
 
@@ -102,6 +112,7 @@ def prefill(model, prompts: list[list[int]], rows: list[int], pad_id: int, max_n
                   out.logits[:, -1], torch.zeros((n, max_new), dtype=torch.long, device=device),
                   torch.zeros(n, dtype=torch.long, device=device),
                   torch.zeros(n, dtype=torch.float32, device=device),
+                  torch.zeros((n, max_new), dtype=torch.float32, device=device),
                   torch.ones(n, dtype=torch.bool, device=device),
                   torch.zeros(n, dtype=torch.bool, device=device))
 
@@ -125,17 +136,16 @@ def default_batch_size(model, prompt_len: int, max_new: int) -> int:
 def harvest(active: Active, rows: torch.Tensor, results: list) -> None:
     """Record the finished `rows` (a bool mask over the batch) into `results`."""
     index = rows.nonzero().view(-1)
-    for row, toks, n, s, h in zip(active.rows[index].tolist(), active.tokens[index].tolist(),
-                                  active.count[index].tolist(), active.stopped[index].tolist(),
-                                  active.entropy[index].tolist()):
-        results[row] = (toks[:n], "stop" if s else "length", h / n)
+    for row, toks, n, s, h, lp in zip(active.rows[index].tolist(), active.tokens[index].tolist(),
+                                      active.count[index].tolist(), active.stopped[index].tolist(),
+                                      active.entropy[index].tolist(), active.logps[index].tolist()):
+        results[row] = Completion(toks[:n], "stop" if s else "length", h / n, lp[:n])
 
 
 @torch.inference_mode()
 def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, max_new: int,
              temperature: float, top_p: float, batch_size: int, seed: int, progress=False):
-    """Sample one completion per prompt (repeat a prompt for n samples). Returns, per prompt,
-    (token ids incl. the stop id, 'stop' or 'length', mean entropy over its tokens).
+    """Sample one completion per prompt (repeat a prompt for n samples): a `Completion` each.
 
     A finished row stops counting at once but keeps its seat until the batch is compacted:
     every CHECK_EVERY steps, when a quarter of the rows are finished or seats are needed for
@@ -165,11 +175,12 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
             if active is None:
                 break
         step += 1
-        token, entropy = sample_step(active.logits, temperature, top_p, generator)
+        token, entropy, logp = sample_step(active.logits, temperature, top_p, generator)
         live = active.live
         at = torch.arange(len(token), device=device)
         slot = active.count.clamp(max=max_new - 1)
         active.tokens[at, slot] = torch.where(live, token, active.tokens[at, slot])
+        active.logps[at, slot] = torch.where(live, logp, active.logps[at, slot])
         active.count += live
         active.entropy += entropy * live
         stopped = torch.isin(token, stop_t) & live
@@ -198,23 +209,25 @@ def sample(model_path, prompt_ids, prompts, params, log=None):
     out = generate(model, [ids for _, _, ids in jobs], stop, pad,
                    max_new=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
                    batch_size=int(batch), seed=params.seed, progress=log is not None)
-    texts = tokenizer.batch_decode([toks for toks, _, _ in out], skip_special_tokens=True)
+    texts = tokenizer.batch_decode([c.tokens for c in out], skip_special_tokens=True)
     return pd.DataFrame(
-        [(pid, i, text, len(toks), reason, h)
-         for (pid, i, _), text, (toks, reason, h) in zip(jobs, texts, out)],
+        [(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
+         for (pid, i, _), text, c in zip(jobs, texts, out)],
         columns=["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"])
 
 
 @torch.inference_mode()
-def completion_entropy(model, prompts: list[list[int]], completions: list[list[int]],
-                       temperature: float, batch_size: int = 16, positions: int = 64) -> list[float]:
-    """Mean entropy of softmax(logits / T) over each completion's tokens, by one teacher-forced
-    pass: what `generate` accumulates while decoding, for backends that expose no full
-    logits. Logits are made `positions` at a time from the hidden states, never [B, T, V]."""
+def teacher_forced(model, prompts: list[list[int]], completions: list[list[int]], temperature: float,
+                   batch_size: int = 16, positions: int = 64) -> tuple[list[float], list[list[float]]]:
+    """Per completion, the mean entropy of softmax(logits / T) over its tokens and each token's
+    log-probability under it, by one teacher-forced pass: what `generate` records while
+    decoding, for backends that expose no full logits. Logits are made `positions` at a time
+    from the hidden states, never [B, T, V]."""
     head, body = model.get_output_embeddings(), model.get_decoder()
-    device, out = model.device, []
+    device, entropies, logps = model.device, [], []
     for start in range(0, len(prompts), batch_size):
-        seqs = [p + c for p, c in zip(prompts[start:start + batch_size], completions[start:start + batch_size])]
+        chunk = completions[start:start + batch_size]
+        seqs = [p + c for p, c in zip(prompts[start:start + batch_size], chunk)]
         length = max(map(len, seqs))
         ids = torch.zeros((len(seqs), length), dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -225,15 +238,20 @@ def completion_entropy(model, prompts: list[list[int]], completions: list[list[i
                       position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).last_hidden_state
         # Logits at position t predict token t + 1: a completion of m tokens is predicted by the
         # m positions before its end.
-        lengths = torch.tensor([len(c) for c in completions[start:start + batch_size]], device=device)
+        lengths = torch.tensor([len(c) for c in chunk], device=device)
+        longest = int(lengths.max())
         total = torch.zeros(len(seqs), device=device)
-        for lo in range(0, int(lengths.max()), positions):
-            at = torch.arange(lo, min(lo + positions, int(lengths.max())), device=device)
+        token_logps = torch.zeros((len(seqs), longest), device=device)
+        for lo in range(0, longest, positions):
+            at = torch.arange(lo, min(lo + positions, longest), device=device)
             cols = (length - 1 - lengths[:, None] + at[None, :]).clamp(0, length - 1)  # [b, chunk]
             h = hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))
-            logits = head(h).float() / temperature
-            logp = torch.log_softmax(logits, -1)
+            logp = torch.log_softmax(head(h).float() / temperature, -1)
             ent = -(logp.exp() * logp).sum(-1)
-            total += (ent * (at[None, :] < lengths[:, None])).sum(1)
-        out.extend((total / lengths.clamp(min=1)).tolist())
-    return out
+            inside = at[None, :] < lengths[:, None]
+            total += (ent * inside).sum(1)
+            drawn = ids.gather(1, (cols + 1).clamp(max=length - 1))  # the token each position predicts
+            token_logps[:, at] = logp.gather(-1, drawn[..., None]).squeeze(-1) * inside
+        entropies.extend((total / lengths.clamp(min=1)).tolist())
+        logps.extend(row[:n] for row, n in zip(token_logps.tolist(), lengths.tolist()))
+    return entropies, logps

@@ -29,9 +29,10 @@ def _in_nucleus(probs: torch.Tensor, token: torch.Tensor, top_p: float) -> torch
 
 
 def sample_step(logits: torch.Tensor, temperature: float, top_p: float,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row from [rows, vocab] logits, and the entropy (nats) of
-    softmax(logits / temperature) before top-p truncation, per row."""
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One token per row from [rows, vocab] logits, and per row the entropy (nats) of
+    softmax(logits / temperature) before top-p truncation and the token's log-probability
+    under it (what a frozen-base anchor scores a base rollout by)."""
     scaled = logits.float() / temperature
     log_z = torch.logsumexp(scaled, -1)
     probs = (scaled - log_z[:, None]).exp_()
@@ -44,12 +45,13 @@ def sample_step(logits: torch.Tensor, temperature: float, top_p: float,
         for _ in range(REDRAWS):
             rows = rows[~_in_nucleus(probs[rows], token[rows], top_p)]
             if not len(rows):
-                return token, entropy
+                break
             token[rows] = _race(probs[rows], generator)
-        rows = rows[~_in_nucleus(probs[rows], token[rows], top_p)]
-        if len(rows):
-            token[rows] = _race(nucleus_probs(probs[rows], top_p), generator)
-    return token, entropy
+        else:
+            rows = rows[~_in_nucleus(probs[rows], token[rows], top_p)]
+            if len(rows):
+                token[rows] = _race(nucleus_probs(probs[rows], top_p), generator)
+    return token, entropy, probs.gather(-1, token[:, None]).view(-1).log()
 
 
 def nucleus_probs(probs: torch.Tensor, top_p: float) -> torch.Tensor:

