@@ -146,7 +146,8 @@ def planned_actions(smoke, settings) -> pd.DataFrame:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from boundary.gate import read_mask
-    from boundary.train import PBATrainer, anchor_weights_for, make_config
+    from boundary.schedule import anchor_weights_for
+    from boundary.train import PBATrainer, make_config
 
     split = pd.read_parquet(smoke / "train.parquet")
     cfg = make_config(settings, 0, str(smoke / "plan_ck"))

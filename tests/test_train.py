@@ -18,7 +18,8 @@ import torch
 from boundary.anchors import base_cross_entropy, policy_kl, support_floor
 from boundary.errors import BoundaryError
 from boundary.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
-from boundary.train import ActionSampler, PBATrainer, make_config, run_key
+from boundary.schedule import ActionSampler
+from boundary.train import PBATrainer, make_config, run_key
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TinyModelConfig(hidden=32, layers=1, heads=2, intermediate=64)

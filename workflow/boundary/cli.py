@@ -24,6 +24,7 @@ COMMANDS = {
     "gate-draws": ("boundary.calibrate", "frozen-base gate draws per refresh epoch"),
     "regimes": ("boundary.regimes", "label regimes from the calibration cache"),
     "masks": ("boundary.gate", "build a per-prompt action mask"),
+    "base-rollouts": ("boundary.base_rollouts", "frozen-base rollouts of a run's base-sampled anchors, before training"),
     "train": ("boundary.launch", "GRPO / PBA / controls through one TRL trainer (a process per GPU)"),
     "evaluate": ("boundary.evaluate", "n-sample evaluation -> samples + per-prompt counts"),
     "report": ("boundary.report", "the paper's tables and figures"),

@@ -15,16 +15,24 @@ from boundary.sampling import SamplingParams, sample
 from boundary.verify import Verifier, score_samples
 
 
-def shard_of(split: pd.DataFrame, shard: str | None) -> tuple[pd.DataFrame, int]:
-    """Rows I, I+K, ... of the split for shard "I/K", and a seed offset that keeps the shards'
-    random streams apart (so K shards give other, equally valid samples than one job)."""
+def parse_shard(shard: str | None) -> tuple[int, int]:
+    """(I, K) from a shard "I/K"; no shard is (0, 1)."""
     if not shard:
-        return split, 0
+        return 0, 1
     try:
         index, count = (int(x) for x in shard.split("/"))
         assert 0 <= index < count
     except (ValueError, AssertionError):
         raise BoundaryError(f"--shard: {shard!r} is not I/K with 0 <= I < K") from None
+    return index, count
+
+
+def shard_of(split: pd.DataFrame, shard: str | None) -> tuple[pd.DataFrame, int]:
+    """Rows I, I+K, ... of the split for shard "I/K", and a seed offset that keeps the shards'
+    random streams apart (so K shards give other, equally valid samples than one job)."""
+    if not shard:
+        return split, 0
+    index, count = parse_shard(shard)
     return split.iloc[index::count], 7919 * (index + 1)
 
 

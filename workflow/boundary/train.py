@@ -21,16 +21,18 @@ use policy rollouts); `support` is that cross-entropy only where the policy has 
 min(pi_base, floor). With a base-sampled anchor a soft weight is realised per prompt and step
 as a Bernoulli(w) hard action: rollouts come from one model.
 
-The frozen base never changes and the sampler's batches are known in advance, so the base
-rollouts of a whole refresh epoch are drawn in a few large generate calls at its first step
-(seeded by the epoch, so a resumed run draws the same ones) rather than in a second, small
-generate call every step; a row the bulk draw does not cover is drawn on the spot.
+The frozen base never changes and the schedule is known in advance (schedule.py), so every
+base rollout of the run is known before training: the `base_rollouts` stage draws them with
+the sampling backend of calibration and evaluation, and the trainer reads them (`--base-rollouts`).
+Given no such file, the trainer draws the same blocks in place at each refresh epoch's first
+step, with the same function and seeds (base_rollouts.py); a row off the schedule is drawn on
+the spot. Policy rollouts come from TRL: transformers `generate`, or vLLM (`use_vllm`,
+`vllm_mode` colocate or server, TRL's own settings).
 
 Several processes (one per GPU, see launch.py) each generate a contiguous slice of every
-step's batch, as accelerate shards the sampler. Each knows its slices in advance, so it draws
-only its own rows' base rollouts in bulk, seeded by (epoch, process): no two processes share a
-random stream. Per-prompt actions are a function of (seed, step, prompt), so every process
-agrees on them; metrics are sums and counts gathered from every process; one process writes.
+step's batch, as accelerate shards the sampler, and take the base rollouts of their own rows.
+Per-prompt actions are a function of (seed, step, prompt), so every process agrees on them;
+metrics are sums and counts gathered from every process; one process writes.
 
 TRL's loop is used as is: actions enter through `_generate_and_score_completions` (rollout
 source, anchor weights, frozen-base log-probs only for the rows that need them), the loss
@@ -41,7 +43,6 @@ same forward pass), and drop through the train sampler.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import hashlib
 import json
@@ -56,14 +57,15 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import Sampler
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+from boundary import base_rollouts
 from boundary.anchors import (ANCHORS, BASE_SAMPLED, BASE_SCORED, ESTIMATORS, base_cross_entropy,
                               policy_kl, support_floor)
 from boundary.errors import BoundaryError
+from boundary.schedule import ActionSampler, anchor_weights_for, eligible_prompts, step_weights
 
 MASKED_ACTIONS = ("anchor", "drop")
 # Metrics of a generation batch, as (sum, count) over every process's rows; summed ones are totals.
@@ -85,8 +87,8 @@ class PBAConfig(GRPOConfig):
     masked_action: str = field(default="anchor", metadata={"help": "anchor | drop for masked prompts"})
     refresh_steps: int = field(default=100, metadata={"help": "gate refresh period (steps)"})
     base_generation_batch_size: int | None = field(default=None, metadata={
-        "help": "completions per frozen-base generate call when an epoch's base-anchor rollouts "
-                "are drawn in bulk (None: generation_batch_size)"})
+        "help": "base-anchor rollouts per block: one sampling call, seeded by (seed, epoch, block) "
+                "(None: generation_batch_size)"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -105,64 +107,30 @@ class PBAConfig(GRPOConfig):
             raise BoundaryError("num_iterations must be 1 and steps_per_generation = gradient_accumulation_steps")
 
 
-class ActionSampler(Sampler):
-    """Prompt indices for each step's generation batch, each repeated G times, as TRL's
-    RepeatSampler lays them out, drawing only prompts that the step's epoch does not drop.
+def action_sampler(cfg: "PBAConfig", anchor_weights: np.ndarray) -> ActionSampler:
+    """The run's sampler: every step's prompts (the `base_rollouts` stage computes the same)."""
+    return ActionSampler(eligible_prompts(anchor_weights, cfg.masked_action),
+                         cfg.generation_batch_size // cfg.num_generations, cfg.num_generations,
+                         cfg.num_iterations * cfg.steps_per_generation, cfg.max_steps,
+                         cfg.refresh_steps, cfg.seed)
 
-    Batch b is a pure function of (seed, b): passes over the eligible prompts in fresh random
-    orders, so a resumed run (which skips the first batches) sees the batches it would have.
-    """
 
-    def __init__(self, eligible: np.ndarray, prompts_per_step: int, num_generations: int,
-                 repeat_count: int, steps: int, refresh_steps: int, seed: int):
-        self.eligible = eligible  # bool [epochs, n_prompts]
-        self.P, self.G, self.repeat, self.steps = prompts_per_step, num_generations, repeat_count, steps
-        self.refresh_steps, self.seed = refresh_steps, seed
-        short = np.flatnonzero(eligible.sum(1) < prompts_per_step)
-        if len(short):
-            raise BoundaryError(f"mask epoch {short[0]}: fewer than prompts_per_step = "
-                                f"{prompts_per_step} prompts left to sample")
-        self.schedule = list(self._draw_batches())  # every step's prompts, drawn once
-
-    def batches(self):
-        return iter(self.schedule)
-
-    def _draw_batches(self):
-        rng = np.random.default_rng(self.seed)
-        queue: list[int] = []
-        for step in range(self.steps):
-            pool = self.eligible[min(step // self.refresh_steps, len(self.eligible) - 1)]
-            queue = [i for i in queue if pool[i]]  # a refresh removes newly dropped prompts
-            chosen: list[int] = []
-            while len(chosen) < self.P:
-                if not queue:
-                    queue = [i for i in rng.permutation(len(pool)).tolist() if pool[i]]
-                i = queue.pop(0)
-                if i in chosen:  # a pass boundary may repeat a prompt: keep it for later
-                    queue.append(i)
-                    continue
-                chosen.append(i)
-            yield chosen
-
-    def __iter__(self):
-        for chosen in self.batches():
-            for _ in range(self.repeat):
-                for i in chosen:
-                    yield from [i] * self.G
-
-    def __len__(self):
-        return self.steps * self.repeat * self.P * self.G
+def needs_frozen_base(cfg: "PBAConfig", anchoring: bool, pre_drawn: bool) -> bool:
+    """Whether training runs the frozen base: for the global KL, the policy anchor's scores,
+    and base-sampled anchors' rollouts unless they were drawn ahead (with their log-probs)."""
+    return cfg.beta_kl > 0 or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn))
 
 
 class PBATrainer(GRPOTrainer):
     """GRPOTrainer with per-prompt actions (sharpen / anchor / drop) from a mask.
 
     `anchor_weights` is a float array [epochs, n_prompts] aligned with the train dataset's
-    rows (None: every prompt is sharpened, i.e. GRPO and the global controls).
+    rows (None: every prompt is sharpened, i.e. GRPO and the global controls);
+    `base_rollouts` the `base_rollouts` stage's files for this run (None: drawn in place).
     """
 
     def __init__(self, model, *args, anchor_weights: np.ndarray | None = None,
-                 base_model=None, **kwargs):
+                 base_model=None, base_rollouts: list | None = None, **kwargs):
         cfg: PBAConfig = kwargs["args"]
         n = len(kwargs["train_dataset"])
         self.anchor_weights = (np.zeros((1, n)) if anchor_weights is None
@@ -172,8 +140,11 @@ class PBATrainer(GRPOTrainer):
         anchoring = cfg.masked_action == "anchor" and self.anchor_weights.any()
         if anchoring and cfg.anchor is None:
             raise BoundaryError(f"anchor: required when a mask anchors prompts (one of {ANCHORS})")
-        # The frozen base is loaded only when some loss term needs it.
-        needs_base = anchoring or cfg.beta_kl > 0
+        if cfg.use_vllm and anchoring and cfg.anchor in BASE_SAMPLED and not base_rollouts:
+            raise BoundaryError(f"use_vllm: anchor {cfg.anchor} reads pre-drawn base rollouts "
+                                "(the base_rollouts stage; boundary train --base-rollouts)")
+        # The frozen base is loaded only when some term needs it.
+        needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollouts))
         if needs_base and base_model is None:
             base_model = copy.deepcopy(model)  # before TRL patches the policy
         if torch.cuda.is_available():
@@ -193,8 +164,11 @@ class PBATrainer(GRPOTrainer):
             self.base_model = self.accelerator.prepare_model(base_model, evaluation_mode=True)
         self._from_base: list[int | None] | None = None  # per row: its prompt row if from base
         self._drawn_logps: list | None = None  # per row: base log-probs from its draw, if any
-        self._base_rollouts: tuple[int, dict] | None = None  # (epoch, {(step, row): [(ids, logps)]})
+        self._pre_drawn = list(base_rollouts or [])  # the base_rollouts stage's files
+        self._base_rollouts: tuple[int, dict] | None = None  # (epoch, {(step, position): rollout})
         self._batches: list[list[int]] | None = None
+        self._blocks: list | None = None  # the run's base rollouts, as base_rollouts.plan cuts them
+        self._prompt_ids: list | None = None  # every train prompt's token ids, for in-place draws
         self._surrogate_logps = None
         self._rewards = None
         self._stats: dict[str, list[float]] = {}  # this generation batch's (sum, count) metrics
@@ -202,13 +176,12 @@ class PBATrainer(GRPOTrainer):
     # --- sampling: drop removes prompts from the sampler -----------------------------------
 
     def _get_train_sampler(self, dataset=None):
-        eligible = np.ones_like(self.anchor_weights, dtype=bool)
-        if self.args.masked_action == "drop":
-            eligible = self.anchor_weights < 0.5  # the mask's action column: anchor -> drop
-        sampler = ActionSampler(eligible, self.args.generation_batch_size // self.num_generations,
-                                self.num_generations, self.num_iterations * self.args.steps_per_generation,
-                                self.args.max_steps, self.args.refresh_steps, self.args.seed)
-        self._batches = sampler.schedule  # every step's prompts, for the bulk base draws
+        sampler = action_sampler(self.args, self.anchor_weights)
+        self._batches = sampler.schedule  # every step's prompts, for the base rollouts
+        if self.anchoring and self.args.anchor in BASE_SAMPLED:
+            size = self.args.base_generation_batch_size or self.args.generation_batch_size
+            self._blocks = base_rollouts.plan(self._batches, self.anchor_weights, self.num_generations,
+                                              self.args.refresh_steps, self.args.seed, size)
         return sampler
 
     # --- rollouts: per-prompt actions, rollout source, frozen-base log-probs ---------------
@@ -220,23 +193,18 @@ class PBATrainer(GRPOTrainer):
         return self._weights_at(self.state.global_step, [self._row[x["prompt_id"]] for x in inputs])
 
     def _weights_at(self, step: int, rows) -> np.ndarray:
-        epoch = min(step // self.args.refresh_steps, len(self.anchor_weights) - 1)
-        w = self.anchor_weights[epoch, rows]
-        if self.args.anchor in BASE_SAMPLED:
-            # Rollouts come from one model per prompt: realise a soft weight as Bernoulli(w),
-            # keyed by (seed, step, prompt) so every process holding the prompt agrees.
-            u = [np.random.default_rng([self.args.seed, step, r]).random() for r in rows]
-            w = (np.asarray(u) < w).astype(float)
-        return w
+        return step_weights(self.anchor_weights, step, rows, self.args.refresh_steps, self.args.seed,
+                            self.args.anchor in BASE_SAMPLED)
+
+    def _local_slice(self) -> range:
+        """The positions in every step's batch (prompt place x G + rollout) that this process
+        generates: accelerate hands process i the sampler's i-th run of per-process batch size."""
+        size = self.args.generation_batch_size // self.accelerator.num_processes
+        return range(self.accelerator.process_index * size, (self.accelerator.process_index + 1) * size)
 
     def _local_rows(self, step: int) -> list[int]:
-        """The prompt row of each completion of `step`'s batch that this process generates:
-        its contiguous slice of the batch (accelerate hands process i the sampler's i-th run
-        of per-process batch size)."""
-        flat = [r for r in self._batches[step] for _ in range(self.num_generations)]
-        size = len(flat) // self.accelerator.num_processes
-        start = self.accelerator.process_index * size
-        return flat[start:start + size]
+        """The prompt row of each completion of `step`'s batch that this process generates."""
+        return [self._batches[step][p // self.num_generations] for p in self._local_slice()]
 
     def actions(self) -> pd.DataFrame:
         """Every step's prompts and their actions, as training takes them (step counts from 1,
@@ -311,74 +279,91 @@ class PBATrainer(GRPOTrainer):
         if not from_base or all(r is None for r in from_base):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
                                                  num_generations, has_tool_images)
-        if self.use_vllm or images is not None:
-            raise BoundaryError(f"anchor: {self.args.anchor} needs transformers generation of text prompts")
-        completions: list = [None] * len(prompt_ids)
+        if images is not None:
+            raise BoundaryError(f"anchor: {self.args.anchor} needs text prompts")
+        step, n = self.state.global_step, len(prompt_ids)
+        completions, logprobs = [None] * n, [None] * n
         start = time.perf_counter()
-        drawn = self._drawn_base_rollouts(self.state.global_step)
+        drawn = self._drawn_base_rollouts(step)
         self._add_stat("base_draw_seconds", time.perf_counter() - start)
+        first = self._local_slice().start if self._batches is not None else None
         for i, r in enumerate(from_base):
-            stock = drawn.get((self.state.global_step, r)) if r is not None else None
-            if stock:
-                ids, self._drawn_logps[i] = stock.pop(0)
-                completions[i] = ids.tolist()
-        policy = [i for i, r in enumerate(from_base) if r is None]
+            rollout = drawn.get((step, first + i)) if r is not None and first is not None else None
+            if rollout is not None:
+                ids, logps, prompt = rollout
+                if prompt != base_rollouts.prompt_hash(prompt_ids[i]):
+                    raise BoundaryError(f"{self._rollout_source()}: step {step + 1}: base rollouts were "
+                                        "drawn for other prompt tokens (another tokenizer or template?)")
+                completions[i], logprobs[i], self._drawn_logps[i] = list(ids), list(logps), logps
+        # TRL's vLLM path gathers and syncs weights across processes: every process generates
+        # every row (anchored rows' policy rollouts are then discarded); transformers generates
+        # the policy's rows only.
+        policy = list(range(n)) if self.use_vllm else [i for i, r in enumerate(from_base) if r is None]
+        if policy:
+            ids, lps = super()._generate_single_turn([prompt_ids[i] for i in policy], None, {},
+                                                     num_generations)
+            for j, i in enumerate(policy):
+                if from_base[i] is None:
+                    completions[i], logprobs[i] = ids[j], lps[j] if lps is not None else None
         missing = [i for i, r in enumerate(from_base) if r is not None and completions[i] is None]
         self._add_stat("base_rollouts_on_demand", len(missing))
-        if policy:
-            ids, _ = super()._generate_single_turn([prompt_ids[i] for i in policy], None, {},
-                                                   num_generations)
-            for i, c in zip(policy, ids):
-                completions[i] = c
         if missing:
-            for i, (c, lp) in zip(missing, self._generate_with_base([prompt_ids[i] for i in missing])):
-                completions[i], self._drawn_logps[i] = c.tolist(), lp
+            for i, c in zip(missing, self._draw_on_demand([prompt_ids[i] for i in missing], step)):
+                completions[i], logprobs[i] = c.tokens, c.logps
+                self._drawn_logps[i] = np.asarray(c.logps, dtype=np.float32)
         self._add_stat("generate_seconds", time.perf_counter() - start)
-        return completions, None
+        return completions, (logprobs if self.use_vllm else None)
+
+    def _rollout_source(self) -> str:
+        return ", ".join(map(str, self._pre_drawn)) or "base rollouts drawn in place"
+
+    def _base_sampler(self):
+        model = self.accelerator.unwrap_model(self.base_model)
+        return base_rollouts.hf_sampler(model, self.processing_class, self.temperature, self.args.top_p,
+                                        self.max_completion_length)
+
+    def _draw_on_demand(self, prompt_ids: list, step: int) -> list:
+        """Base rollouts for rows off the schedule (seeded by step and process)."""
+        if self.base_model is None:
+            raise BoundaryError(f"{self._rollout_source()}: no base rollouts for step {step + 1} "
+                                f"(process {self.accelerator.process_index}): drawn for another schedule?")
+        # Four entropy words: never a block's (seed, epoch, block).
+        seed = base_rollouts.block_seed(self.args.seed, step, self.accelerator.process_index, 1)
+        return self._base_sampler()(prompt_ids, seed)
 
     def _drawn_base_rollouts(self, step: int) -> dict:
-        """The base-anchor rollouts of this process's rows in `step`'s refresh epoch,
-        {(step, prompt row): [(ids, base log-probs or None)]}, drawn in bulk the first time the
-        epoch is reached (empty off the sampler's schedule)."""
+        """The base rollouts of this process's rows in `step`'s refresh epoch,
+        {(step, position): (ids, base log-probs, prompt hash)}: read from the base_rollouts
+        stage's files, or drawn in place (the blocks that hold this process's rows), once per
+        epoch. Empty off the sampler's schedule."""
         epoch = step // self.args.refresh_steps
         if self._base_rollouts is not None and self._base_rollouts[0] == epoch:
             return self._base_rollouts[1]
         if self._batches is None:
             return {}
-        first = epoch * self.args.refresh_steps
-        last = min(first + self.args.refresh_steps, self.args.max_steps)
-        keys = [(s, r) for s in range(first, last)
-                for r, w in zip(self._local_rows(s), self._weights_at(s, self._local_rows(s))) if w > 0]
+        mine = self._local_slice()
         drawn: dict = {}
-        if keys:
-            prompt_ids, _, _ = self._tokenize_prompts([self.train_dataset[r]["prompt"] for _, r in keys])
-            size = self.args.base_generation_batch_size or self.args.generation_batch_size
-            devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-            with torch.random.fork_rng(devices=devices):
-                # One stream per (seed, epoch, process); process 0's is the single-process one.
-                torch.manual_seed(self.args.seed * 100_003 + epoch + (self.accelerator.process_index << 40))
-                for start in range(0, len(keys), size):
-                    rollouts = self._generate_with_base(prompt_ids[start:start + size])
-                    for key, rollout in zip(keys[start:start + size], rollouts):
-                        drawn.setdefault(key, []).append(rollout)
+        if self._pre_drawn:
+            table = base_rollouts.read_epoch(self._pre_drawn, epoch)
+            for row in table.itertuples(index=False):
+                if row.position in mine:
+                    drawn[row.step, row.position] = (row.completion_ids, row.base_logps, row.prompt_hash)
+        else:
+            if self._prompt_ids is None:
+                self._prompt_ids = base_rollouts.tokenize(self.processing_class, self.train_dataset["prompt"])
+            draw = self._base_sampler()
+            for block in self._blocks or []:
+                if block.epoch != epoch or not any(p in mine for _, p in block.keys):
+                    continue
+                rollouts = base_rollouts.draw_block(block, draw, self._prompt_ids, self._batches,
+                                                    self.num_generations, self.args.seed)
+                for (s, p), c in rollouts.items():
+                    if p in mine:
+                        row = self._batches[s][p // self.num_generations]
+                        drawn[s, p] = (c.tokens, np.asarray(c.logps, dtype=np.float32),
+                                       base_rollouts.prompt_hash(self._prompt_ids[row]))
         self._base_rollouts = (epoch, drawn)
         return drawn
-
-    def _generate_with_base(self, prompt_ids: list) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        """Frozen-base rollouts of `prompt_ids` through TRL's own generation path, as (ids,
-        base log-probs or None). An anchor that reads base log-probs gets them from the logits
-        the generate call computes anyway, so a base rollout costs no second, scoring pass."""
-        wrapped, scored = self.model_wrapped, self.args.anchor in BASE_SCORED
-        record = (sampled_token_logps(self.accelerator.unwrap_model(self.base_model), self.temperature)
-                  if scored else contextlib.nullcontext())
-        self.model_wrapped = self.base_model
-        try:
-            with record as collect:
-                ids, _ = super()._generate_single_turn(prompt_ids, None, {}, self.num_generations)
-        finally:
-            self.model_wrapped = wrapped
-        logps = collect(ids) if scored else [None] * len(ids)
-        return [(np.asarray(c, dtype=np.int64), lp) for c, lp in zip(ids, logps)]
 
     @torch.no_grad()
     def _base_logps(self, out, need: torch.Tensor, drawn: list) -> torch.Tensor:
@@ -459,41 +444,6 @@ class PBATrainer(GRPOTrainer):
         return loss + extra
 
 
-@contextlib.contextmanager
-def sampled_token_logps(model, temperature: float):
-    """Record, during one `model.generate` call, the log-probability under softmax(logits /
-    temperature) of every token it samples. Each forward after the first is fed the token
-    sampled from the previous forward's last logits, so a forward hook can gather it there.
-    Yields `collect(completions)`: one float32 array per completion once generation is over."""
-    gathered: list[torch.Tensor] = []  # per forward after the first: [B] log-prob of its input
-    last: list = [None]  # [B, V] log-probs predicted by the latest forward
-
-    def hook(module, args, kwargs, output):
-        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
-        if last[0] is not None:
-            gathered.append(last[0].gather(1, ids[:, -1:].to(last[0].device)).squeeze(1))
-        last[0] = torch.log_softmax(output.logits[:, -1].float() / temperature, -1)
-
-    def collect(completions: list) -> list[np.ndarray]:
-        n = len(gathered) + 1  # the longest a completion can be: one token per forward
-        if any(len(c) > n for c in completions):
-            raise RuntimeError("generate fed its samples back out of order: cannot read log-probs")
-        fed = torch.stack(gathered, 1) if gathered else last[0].new_zeros(len(completions), 0)
-        # A full-length completion's final token is sampled but never fed back: read it from
-        # the last forward's log-probs, for all such rows at once.
-        full = [i for i, c in enumerate(completions) if len(c) == n]
-        final = last[0].new_zeros(len(completions), 1)
-        final[full, 0] = last[0][full, [completions[i][-1] for i in full]]
-        table = torch.cat([fed, final], 1).cpu().numpy()
-        return [table[i, :len(c)] for i, c in enumerate(completions)]
-
-    handle = model.register_forward_hook(hook, with_kwargs=True)
-    try:
-        yield collect
-    finally:
-        handle.remove()
-
-
 # --- the `boundary train` stage ------------------------------------------------------------
 
 TRAIN_KEYS = {
@@ -502,6 +452,10 @@ TRAIN_KEYS = {
     "refresh_steps", "extractor", "verify_timeout", "save_steps", "gradient_accumulation_steps",
     "weight_decay", "epsilon", "verify_workers", "gradient_checkpointing", "base_generation_batch_size",
 }
+# TRL's own vLLM settings, passed through under their GRPOConfig names.
+VLLM_KEYS = {"use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
+             "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
+             "vllm_enable_sleep_mode", "vllm_max_model_length"}
 METHOD_KEYS = {"mask", "masked_action", "anchor", "kl_estimator", "beta_a", "beta_kl", "entropy_coef",
                "support_floor"}
 PIPELINE_KEYS = {"seeds", "gpus", "label"}  # settings the pipeline passes that training ignores
@@ -509,7 +463,7 @@ REQUIRED = ("steps", "lr", "num_generations", "prompts_per_step", "max_completio
 
 
 def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
-    unknown = set(s) - TRAIN_KEYS - METHOD_KEYS - PIPELINE_KEYS
+    unknown = set(s) - TRAIN_KEYS - VLLM_KEYS - METHOD_KEYS - PIPELINE_KEYS
     if unknown:
         raise BoundaryError(f"train settings: unknown key(s) {', '.join(sorted(unknown))}")
     missing = [k for k in REQUIRED if k not in s]
@@ -555,21 +509,8 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         save_total_limit=2, logging_steps=1, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0,
         use_cpu=not torch.cuda.is_available(),  # several CPU processes then meet over gloo
+        **{k: s[k] for k in VLLM_KEYS if s.get(k) is not None},
     )
-
-
-def anchor_weights_for(mask: pd.DataFrame, prompt_ids: list[str], epochs: int, path) -> np.ndarray:
-    """[epochs, n_prompts] anchor weights from a mask table; every cell must be present."""
-    table = mask.pivot_table(index="epoch", columns="prompt_id", values="weight", aggfunc="first")
-    missing = [p for p in prompt_ids if p not in table.columns]
-    if missing:
-        raise BoundaryError(f"{path}: no mask rows for train prompt {missing[0]}")
-    if len(table) < epochs or list(table.index[:epochs]) != list(range(epochs)):
-        raise BoundaryError(f"{path}: mask has epochs {list(table.index)}, training needs 0..{epochs - 1}")
-    weights = table.loc[list(range(epochs)), prompt_ids].to_numpy(dtype=float)
-    if np.isnan(weights).any():
-        raise BoundaryError(f"{path}: missing weight for some (prompt, epoch)")
-    return weights
 
 
 def make_reward(extractor: str, timeout: int, workers: int = 2):
@@ -643,7 +584,8 @@ def log_table(history: list[dict]) -> pd.DataFrame:
 
 
 def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, checkpoint_dir,
-          mask: pd.DataFrame | None = None, mask_path="--mask", callbacks=()) -> dict:
+          mask: pd.DataFrame | None = None, mask_path="--mask", callbacks=(),
+          base_rollout_files: list | None = None) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -663,7 +605,8 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     cfg.output_dir = str(checkpoint_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    needs_base = cfg.beta_kl > 0 or (weights is not None and cfg.masked_action == "anchor")
+    anchoring = weights is not None and cfg.masked_action == "anchor" and bool(weights.any())
+    needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollout_files))
     base = AutoModelForCausalLM.from_pretrained(model_dir) if needs_base else None
     reward = make_reward(settings.get("extractor", "last_number"), int(settings.get("verify_timeout", 5)),
                          int(settings.get("verify_workers", 2)))
@@ -672,6 +615,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     snapshots.mkdir(parents=True, exist_ok=True)
     trainer = PBATrainer(model, reward_funcs=reward, args=cfg, train_dataset=data,
                          processing_class=tokenizer, anchor_weights=weights, base_model=base,
+                         base_rollouts=base_rollout_files,
                          callbacks=[StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots),
                                     *callbacks])
     resume = last_checkpoint(checkpoint_dir)
@@ -720,6 +664,9 @@ def main(argv=None):
     parser.add_argument("--checkpoint-dir", required=True,
                         help="resumable checkpoints, outside Snakemake's declared outputs "
                              "(in a subfolder named by the run's key)")
+    parser.add_argument("--base-rollouts", nargs="+", metavar="FILE",
+                        help="the base_rollouts stage's files for this run (base-sampled anchors; "
+                             "default: drawn in place)")
     parser.add_argument("--processes", type=int,
                         help="CPU processes (gloo) when train.gpus is 0 (default 1); with GPUs "
                              "training runs one process per GPU (read by launch.py)")
@@ -731,4 +678,5 @@ def main(argv=None):
     if "prompt" not in split and "problem" not in split:
         raise BoundaryError(f"{args.train_split}: missing column problem (or prompt)")
     mask = read_mask(args.mask) if args.mask else None
-    train(args.model, split, settings, args.seed, args.out, args.checkpoint_dir, mask, args.mask)
+    train(args.model, split, settings, args.seed, args.out, args.checkpoint_dir, mask, args.mask,
+          base_rollout_files=args.base_rollouts)

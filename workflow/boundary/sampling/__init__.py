@@ -12,11 +12,19 @@ drawn tokens (`hf.teacher_forced`). Same seed, same backend and batch size: same
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pandas as pd
 
 BACKENDS = ("hf", "vllm")
 SAMPLE_COLUMNS = ["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"]
+
+
+class Completion(NamedTuple):
+    tokens: list[int]  # generated ids, the stop id included
+    finish_reason: str  # "stop" or "length"
+    entropy: float  # mean over its tokens of the entropy of softmax(logits / T)
+    logps: list[float]  # each token's log-probability under softmax(logits / T)
 
 
 @dataclass(frozen=True)

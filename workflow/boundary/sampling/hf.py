@@ -14,13 +14,13 @@ rows are dropped from the cache in batches (see `generate`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from boundary.models import load_model, stop_ids
+from boundary.sampling import Completion
 from boundary.sampling.nucleus import sample_step
 
 REFILL_BELOW = 0.75  # refill when fewer than this share of the seats hold live rows
@@ -28,13 +28,6 @@ COMPACT_AT = 0.25  # drop finished rows from the batch once they are this share 
 CHECK_EVERY = 8  # steps between looks at how many rows finished (each look syncs the GPU)
 CPU_BATCH = 64  # completions in flight on a CPU: larger batches are no faster there
 MAX_BATCH = 4096
-
-
-class Completion(NamedTuple):
-    tokens: list[int]  # generated ids, the stop id included
-    finish_reason: str  # "stop" or "length"
-    entropy: float  # mean over its tokens of the entropy of softmax(logits / T)
-    logps: list[float]  # each token's log-probability under softmax(logits / T)
 
 
 @dataclass

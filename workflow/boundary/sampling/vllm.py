@@ -14,7 +14,7 @@ import os
 
 import pandas as pd
 
-from boundary.sampling import SAMPLE_COLUMNS
+from boundary.sampling import SAMPLE_COLUMNS, Completion
 
 CPU_KV_CACHE_BYTES = 2 << 30
 
@@ -36,28 +36,37 @@ def _engine(model_path: str, seed: int, max_len: int):
                dtype="float32", disable_log_stats=True, kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
 
 
-def sample(model_path, prompt_ids, prompts, params, log=None) -> pd.DataFrame:
-    from transformers import AutoTokenizer
+def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, temperature: float,
+             top_p: float, seed: int, progress: bool = False) -> list[list[Completion]]:
+    """n completions of each token-id prompt, as `hf.generate`'s `Completion`s: entropy and
+    token log-probs from one teacher-forced pass once the engine is shut down."""
     from vllm import SamplingParams
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-    llm = _engine(str(model_path), params.seed, max(map(len, encoded)) + params.max_new_tokens)
-    sp = SamplingParams(n=params.n, temperature=params.temperature, top_p=params.top_p,
-                        max_tokens=params.max_new_tokens)
-    results = llm.generate([{"prompt_token_ids": ids} for ids in encoded], sp, use_tqdm=log is not None)
-    rows, contexts, drawn = [], [], []
-    for pid, ids, result in zip(prompt_ids, encoded, results):
-        for i, comp in enumerate(result.outputs):
-            reason = "stop" if comp.finish_reason == "stop" else "length"
-            rows.append([pid, i, comp.text, len(comp.token_ids), reason])
-            contexts.append(ids)
-            drawn.append(list(comp.token_ids))
-    del llm
-    gc.collect()
     from boundary.models import load_model
     from boundary.sampling.hf import teacher_forced
 
+    llm = _engine(str(model_path), seed, max(map(len, prompts)) + max_new)
+    sp = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new)
+    results = llm.generate([{"prompt_token_ids": ids} for ids in prompts], sp, use_tqdm=progress)
+    drawn = [(ids, list(c.token_ids), "stop" if c.finish_reason == "stop" else "length")
+             for ids, result in zip(prompts, results) for c in result.outputs]
+    del llm
+    gc.collect()
     model, _ = load_model(str(model_path))
-    entropy, _ = teacher_forced(model, contexts, drawn, params.temperature)
-    return pd.DataFrame([r + [h] for r, h in zip(rows, entropy)], columns=SAMPLE_COLUMNS)
+    entropy, logps = teacher_forced(model, [d[0] for d in drawn], [d[1] for d in drawn], temperature)
+    flat = [Completion(t, reason, h, lp) for (_, t, reason), h, lp in zip(drawn, entropy, logps)]
+    return [flat[i:i + n] for i in range(0, len(flat), n)]
+
+
+def sample(model_path, prompt_ids, prompts, params, log=None) -> pd.DataFrame:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    out = generate(model_path, encoded, n=params.n, max_new=params.max_new_tokens,
+                   temperature=params.temperature, top_p=params.top_p, seed=params.seed,
+                   progress=log is not None)
+    rows = [(pid, i, c) for pid, completions in zip(prompt_ids, out) for i, c in enumerate(completions)]
+    texts = tokenizer.batch_decode([c.tokens for _, _, c in rows], skip_special_tokens=True)
+    return pd.DataFrame([(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
+                         for (pid, i, c), text in zip(rows, texts)], columns=SAMPLE_COLUMNS)
