@@ -8,8 +8,10 @@ and the log columns that follow from them (step, learning_rate, protected_fracti
 base rollout drawn outside the bulk draws. What cannot agree value by value: every number
 computed from sampled rollouts (reward, loss, anchor_loss, kl, grad_norm, lengths). Each
 process samples its slice of the batch from its own random stream (TRL seeds process r with
-seed + r; the bulk base draws are seeded by (seed, epoch, r)), so the runs see different
-rollouts: they agree in distribution only, and the test asks them to be finite and to train.
+seed + r), so the runs see different policy rollouts: they agree in distribution only, and the
+test asks them to be finite and to train. (The base rollouts are the same blocks, seeded by
+(seed, epoch, block), whatever the process count; a run that reads them from the base_rollouts
+stage trains exactly as one that draws them in place.)
 The arithmetic that turns one batch into one update is checked exactly instead, in process:
 a batch's loss is the mean of its halves' losses, which is what DDP's gradient average needs.
 """
@@ -70,11 +72,12 @@ def env() -> dict:
             "OMP_NUM_THREADS": "2", "PYTHONWARNINGS": "ignore"}
 
 
-def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0):
+def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0, base_rollouts=()):
     out, ck = smoke / name, smoke / f"{name}_ck"
     args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
             "--settings", json.dumps(settings), "--seed", str(seed), "--out", str(out),
-            "--checkpoint-dir", str(ck), *(["--processes", str(processes)] if processes > 1 else [])]
+            "--checkpoint-dir", str(ck), *(["--processes", str(processes)] if processes > 1 else []),
+            *(["--base-rollouts", *map(str, base_rollouts)] if base_rollouts else [])]
     if settings.get("mask"):
         args += ["--mask", str(smoke / "mask.parquet")]
     run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=env(),
@@ -138,6 +141,41 @@ def test_a_resumed_two_process_run_repeats_the_uninterrupted_one(smoke, pba_runs
     pd.testing.assert_frame_equal(full, resumed)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "actions.parquet"),
                                   pd.read_parquet(copy / "out" / "actions.parquet"))
+
+
+@pytest.fixture(scope="module")
+def pre_drawn(smoke):
+    """The smoke PBA run's base rollouts, drawn by the base_rollouts stage in 2 shard jobs."""
+    files = [smoke / "pre_drawn" / f"{i}.parquet" for i in range(2)]
+    for i, path in enumerate(files):
+        args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
+                "--mask", str(smoke / "mask.parquet"), "--settings", json.dumps(smoke_settings("pba")),
+                "--seed", "0", "--shard", f"{i}/2", "--out", str(path)]
+        run = subprocess.run([sys.executable, "-m", "boundary.cli", "base-rollouts", *args], env=env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert run.returncode == 0, run.stdout[-6000:]
+    return files
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_pre_drawn_base_rollouts_train_as_drawn_in_place(smoke, pba_runs, pre_drawn, processes):
+    """A PBA run reading the base_rollouts stage's files (drawn in 2 shards) trains exactly as
+    the run that draws the same blocks in place: same seed, same schedule, same actions, the same
+    log value by value, the same final weights; in one process and in two."""
+    from safetensors.torch import load_file
+
+    assert all(len(pd.read_parquet(f)) for f in pre_drawn)
+    out, _, text = train(smoke, f"pba_pre_{processes}proc", smoke_settings("pba"), processes,
+                         base_rollouts=pre_drawn)
+    place = pba_runs[processes][0]
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "actions.parquet"),
+                                  pd.read_parquet(place / "actions.parquet"))
+    read = pd.read_parquet(out / "log.parquet").drop(columns=list(TIMING))
+    drawn = pd.read_parquet(place / "log.parquet").drop(columns=list(TIMING))
+    pd.testing.assert_frame_equal(read, drawn)
+    assert read["base_rollouts_on_demand"].fillna(0).eq(0).all()
+    a, b = load_file(out / "final" / "model.safetensors"), load_file(place / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def planned_actions(smoke, settings) -> pd.DataFrame:

@@ -116,8 +116,8 @@ def import_base(source: str, out: str | Path) -> dict:
 
 @functools.lru_cache(maxsize=2)
 def load_model(path: str, device: str | None = None):
-    """(model, tokenizer) from an imported folder: bf16 on a GPU, fp32 on CPU, eval mode,
-    left padding. Cached: a stage that samples one model several times loads it once."""
+    """(model, tokenizer) from an imported folder: bf16 on a GPU, fp32 on CPU, eval mode, no
+    gradients, left padding. Cached: a stage that samples one model several times loads it once."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -128,7 +128,9 @@ def load_model(path: str, device: str | None = None):
     tokenizer.padding_side = "left"
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    return model.to(device).eval(), tokenizer
+    # Frozen, as the trainer holds its base: parameters without grad take other CPU matmul
+    # kernels, so the same rollouts then carry bit-identical log-probs in stage and trainer.
+    return model.to(device).eval().requires_grad_(False), tokenizer
 
 
 def main(argv=None):

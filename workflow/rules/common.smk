@@ -26,6 +26,9 @@ BENCHMARKS = (
 )
 TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
 SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
+# Methods whose anchored prompts train on frozen-base rollouts, drawn ahead by base_rollouts.
+PRE_DRAWN = [m for m, s in TRAINED.items()
+             if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in ("base", "support")]
 
 
 def job_resources(kind, gpus=None):
@@ -115,6 +118,14 @@ def train_settings(method):
     return {**config["train"], "refresh_steps": config["gate"]["refresh_steps"],
             "extractor": extractor_of("train"),
             "verify_timeout": config["verify"]["timeout"], **spec}
+
+
+def base_rollout_files(method, seed):
+    """The base_rollouts stage's shard files a training run reads (none if it draws none)."""
+    if method not in PRE_DRAWN:
+        return []
+    return [f"{OUT}/base_rollouts/{method}/seed{seed}/{i}.parquet"
+            for i in range(config["sampling"]["shards"])]
 
 
 def policy_dir(method, seed):
@@ -217,6 +228,7 @@ def run_artifacts():
             folder = f"{OUT}/train/{method}/seed{seed}"
             files += [f"{folder}/final", f"{folder}/log.parquet", f"{folder}/actions.parquet"]
             files += [str(d).format(seed=seed) for d in train_outputs(method)]
+            files += base_rollout_files(method, seed)
     for bench in ["diagnostic"] + BENCHMARKS:
         for counts in eval_targets(bench):
             files += [counts, str(Path(counts).with_name("samples.parquet"))]

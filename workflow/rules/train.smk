@@ -1,3 +1,37 @@
+# Frozen-base rollouts of the base-sampled anchors (anchor base or support), drawn before
+# training by the sampling backend, in sampling.shards jobs; the trainer only reads them.
+if PRE_DRAWN:
+
+    rule base_rollouts:
+        output:
+            f"{OUT}/base_rollouts/{{method}}/seed{{seed}}/{{shard}}.parquet",
+        input:
+            model=base_model(),
+            split=f"{OUT}/splits/train.parquet",
+            mask=lambda wc: f"{OUT}/masks/{TRAINED[wc.method]['mask']}.parquet",
+            code=code("base_rollouts", "schedule", "train", "sampling", "models", "gate"),
+        wildcard_constraints:
+            method="|".join(PRE_DRAWN),
+        params:
+            settings=lambda wc: dumps(train_settings(wc.method)),
+            shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
+            backend=config["sampling"]["backend"],
+        threads: job_threads("sample")
+        resources:
+            **job_resources("sample", SAMPLE_GPUS),
+        log:
+            f"{OUT}/logs/base_rollouts/{{method}}/seed{{seed}}/{{shard}}.log",
+        benchmark:
+            f"{OUT}/benchmarks/base_rollouts/{{method}}/seed{{seed}}/{{shard}}.tsv"
+        conda:
+            "../../envs/boundary.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} base-rollouts --model {input.model} "
+            "--train-split {input.split} --mask {input.mask} --settings {params.settings:q} "
+            "--seed {wildcards.seed} --backend {params.backend} --shard {params.shard} --out {output} "
+            "> {log} 2>&1"
+
+
 # One TRL trainer for every method. Resumable checkpoints live outside results/ (Snakemake
 # deletes declared outputs before a job starts); `boundary train` keys them by everything the
 # run is trained from (settings, seed, prompts, mask weights, base files, code), so a changed
@@ -20,10 +54,14 @@ for _method in TRAINED:
                 if TRAINED[_method]["mask"]
                 else []
             ),
-            code=code("train", "anchors", "verify", "gate", "launch"),
+            base_rollouts=lambda wc, _m=_method: base_rollout_files(_m, wc.seed),
+            code=code("train", "anchors", "verify", "gate", "launch", "schedule", "base_rollouts", "sampling", "models"),
         params:
             settings=as_param(train_settings(_method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
+            rollouts_arg=lambda wc, input: (
+                f"--base-rollouts {input.base_rollouts}" if input.base_rollouts else ""
+            ),
             checkpoint_dir=lambda wc, _m=_method: f"checkpoints/{RUN}/{_m}/seed{wc.seed}",
             out_dir=lambda wc, _m=_method: f"{OUT}/train/{_m}/seed{wc.seed}",
         threads: job_threads("train")
@@ -38,5 +76,5 @@ for _method in TRAINED:
         shell:
             "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} train --model {input.model} "
             "--train-split {input.split} "
-            "{params.mask_arg} --settings {params.settings:q} --seed {wildcards.seed} "
+            "{params.mask_arg} {params.rollouts_arg} --settings {params.settings:q} --seed {wildcards.seed} "
             "--out {params.out_dir} --checkpoint-dir {params.checkpoint_dir} > {log} 2>&1"

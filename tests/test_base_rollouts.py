@@ -1,0 +1,172 @@
+"""The base_rollouts stage: which rollouts it draws, shards that add up to one job, and how the
+trainer takes them (prompt tokens checked, rows off the files refused, next to TRL's vLLM
+rollouts). That a run reading them trains exactly as one drawing them in place is in
+tests/test_distributed.py, through `boundary train`, in one process and in two."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from boundary import base_rollouts
+from boundary.errors import BoundaryError
+from boundary.schedule import ActionSampler, step_weights
+from boundary.train import GENERATION_METRICS, make_config
+from test_train import G, P, SETTINGS, alternate, make_trainer, model_dir, scheduled_batch, split  # noqa: F401
+
+SUPPORT = dict(mask="m", anchor="support", beta_a=10.0, base_generation_batch_size=12)
+
+
+def test_plan_holds_every_base_rollout_of_the_schedule_once_in_blocks():
+    rng = np.random.default_rng(0)
+    weights = rng.choice([0.0, 0.3, 1.0], size=(3, 20))  # soft weights too: realised per step
+    steps, refresh, G_, size = 7, 3, 4, 10
+    batches = ActionSampler(np.ones_like(weights, dtype=bool), 5, G_, 1, steps, refresh, seed=4).schedule
+    blocks = base_rollouts.plan(batches, weights, G_, refresh, seed=4, block_size=size)
+    keys = [k for b in blocks for k in b.keys]
+    expected = [(s, p * G_ + j) for s in range(steps)
+                for p, w in enumerate(step_weights(weights, s, batches[s], refresh, 4, True)) if w > 0
+                for j in range(G_)]
+    assert keys == expected  # (step, position) order, each once
+    assert all(len(b.keys) <= size and {s // refresh for s, _ in b.keys} == {b.epoch} for b in blocks)
+    assert [b.index for b in blocks if b.epoch == 0] == list(range(sum(b.epoch == 0 for b in blocks)))
+
+
+@pytest.fixture(scope="module")
+def stage_inputs(model_dir, split, tmp_path_factory):
+    root = tmp_path_factory.mktemp("base_rollouts")
+    split.to_parquet(root / "train.parquet")
+    w = alternate(split)
+    pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": w[e, i], "action": "anchor" if w[e, i] else "sharpen"}
+                  for i, p in enumerate(split["prompt_id"]) for e in range(w.shape[0])]
+                 ).to_parquet(root / "mask.parquet")
+    return root
+
+
+def run_stage(model_dir, root, out, shard="0/1", **override):
+    settings = {**SETTINGS, **SUPPORT, **override}
+    base_rollouts.main(["--model", str(model_dir), "--train-split", str(root / "train.parquet"),
+                        "--mask", str(root / "mask.parquet"), "--settings", json.dumps(settings),
+                        "--seed", "0", "--shard", shard, "--out", str(out)])
+    return pd.read_parquet(out)
+
+
+def test_shards_together_are_the_one_job_draw(model_dir, stage_inputs):
+    one = run_stage(model_dir, stage_inputs, stage_inputs / "one.parquet")
+    parts = [run_stage(model_dir, stage_inputs, stage_inputs / f"s{i}.parquet", f"{i}/3") for i in range(3)]
+    assert all(len(p) for p in parts)  # 4 steps x 2 anchored prompts x 4 rollouts in blocks of 12
+    merged = pd.concat(parts).sort_values(["step", "position"], ignore_index=True)
+    pd.testing.assert_frame_equal(merged, one)
+    assert list(one.columns) == base_rollouts.COLUMNS
+    assert len(one) == SETTINGS["steps"] * (P // 2) * G  # odd rows anchored: half of every batch
+    assert (one["completion_ids"].map(len) == one["base_logps"].map(len)).all()
+    assert (np.concatenate(one["base_logps"].tolist()) <= 0).all()
+
+
+def test_stage_refuses_a_method_without_base_rollouts(model_dir, stage_inputs):
+    with pytest.raises(BoundaryError, match="draws no base rollouts"):
+        run_stage(model_dir, stage_inputs, stage_inputs / "x.parquet", anchor="policy")
+
+
+def pre_drawn_trainer(model_dir, split, tmp_path, files):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from boundary.train import PBATrainer
+    from test_train import digits_reward
+
+    data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),
+                              "prompt_id": split["prompt_id"].tolist()})
+    cfg = make_config({**SETTINGS, **SUPPORT}, seed=0, checkpoint_dir=str(tmp_path / "ck"))
+    trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=digits_reward, args=cfg,
+                         train_dataset=data, processing_class=AutoTokenizer.from_pretrained(model_dir),
+                         anchor_weights=alternate(split), base_rollouts=[str(f) for f in files])
+    trainer._get_train_sampler()
+    trainer.model.train()
+    return trainer
+
+
+def test_trainer_takes_pre_drawn_rollouts_without_a_frozen_base(model_dir, split, stage_inputs, tmp_path):
+    table = run_stage(model_dir, stage_inputs, stage_inputs / "all.parquet")
+    trainer = pre_drawn_trainer(model_dir, split, tmp_path, [stage_inputs / "all.parquet"])
+    assert trainer.base_model is None  # the support anchor's log-probs come with the rollouts
+    out = trainer._generate_and_score_completions(scheduled_batch(trainer, 1))
+    drawn = table[table["step"] == 1].set_index("position")
+    for i in out["from_base"].nonzero().flatten().tolist():
+        n = int(out["completion_mask"][i].sum())
+        assert out["completion_ids"][i, :n].tolist() == drawn.loc[i, "completion_ids"].tolist()
+        np.testing.assert_allclose(out["base_per_token_logps"][i, :n].numpy(), drawn.loc[i, "base_logps"])
+    assert trainer._metrics["train"]["base_rollouts_on_demand"] == [0]
+
+
+def test_trainer_refuses_rollouts_drawn_for_other_prompts_or_steps(model_dir, split, stage_inputs, tmp_path):
+    table = run_stage(model_dir, stage_inputs, stage_inputs / "all.parquet")
+    table.assign(prompt_hash=table["prompt_hash"] + 1).to_parquet(tmp_path / "other.parquet")
+    trainer = pre_drawn_trainer(model_dir, split, tmp_path, [tmp_path / "other.parquet"])
+    with pytest.raises(BoundaryError, match="other.parquet: step 2: base rollouts were drawn for other prompt tokens"):
+        trainer._generate_and_score_completions(scheduled_batch(trainer, 1))
+    table[table["step"] != 1].to_parquet(tmp_path / "short.parquet")
+    trainer = pre_drawn_trainer(model_dir, split, tmp_path, [tmp_path / "short.parquet"])
+    with pytest.raises(BoundaryError, match="short.parquet: no base rollouts for step 2"):
+        trainer._generate_and_score_completions(scheduled_batch(trainer, 1))
+    with pytest.raises(BoundaryError, match="missing.parquet: base rollouts file not found"):
+        base_rollouts.read_epoch([tmp_path / "missing.parquet"], 0)
+
+
+def test_vllm_settings_reach_trl_and_base_anchors_then_need_pre_drawn_rollouts(model_dir, split, tmp_path):
+    cfg = make_config({**SETTINGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_port": 8123},
+                      seed=0, checkpoint_dir=str(tmp_path))
+    assert (cfg.use_vllm, cfg.vllm_mode, cfg.vllm_server_port) == (True, "server", 8123)
+    assert make_config(SETTINGS, seed=0, checkpoint_dir=str(tmp_path)).use_vllm is False
+    with pytest.raises(BoundaryError, match="use_vllm: anchor support reads pre-drawn base rollouts"):
+        make_trainer(model_dir, split, tmp_path, alternate(split), use_vllm=True, vllm_mode="colocate", **SUPPORT)
+
+
+def test_with_vllm_rollouts_every_row_goes_to_trl_and_base_rows_keep_their_draws(
+        model_dir, split, stage_inputs, tmp_path, monkeypatch):
+    """TRL's vLLM path is collective (weight sync, gathers): every process passes it every row;
+    anchored rows then take their base rollouts, with the base log-probs as their sampling
+    log-probs (what TRL's importance correction reads)."""
+    from trl import GRPOTrainer
+
+    table = run_stage(model_dir, stage_inputs, stage_inputs / "all.parquet")
+    trainer = pre_drawn_trainer(model_dir, split, tmp_path, [stage_inputs / "all.parquet"])
+    seen = []
+
+    def fake_vllm(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        seen.append(len(prompt_ids))
+        return [[7, 7, 7] for _ in prompt_ids], [[-0.5] * 3 for _ in prompt_ids]
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", fake_vllm)
+    trainer.use_vllm = True
+    trainer.state.global_step = 1
+    from_base = [r if r % 2 else None for r in trainer._batches[1] for _ in range(G)]
+    trainer._from_base, trainer._drawn_logps = from_base, [None] * len(from_base)
+    trainer._stats = {name: [0.0, 0.0] for name in GENERATION_METRICS}
+    prompts = base_rollouts.tokenize(trainer.processing_class,
+                                     [trainer.train_dataset[r]["prompt"] for r in trainer._batches[1] for _ in range(G)])
+    ids, logprobs = trainer._generate_single_turn(prompts, None, {}, G)
+    assert seen == [P * G]
+    drawn = table[table["step"] == 1].set_index("position")
+    for i, r in enumerate(from_base):
+        if r is None:
+            assert ids[i] == [7, 7, 7] and logprobs[i] == [-0.5] * 3
+        else:
+            assert ids[i] == drawn.loc[i, "completion_ids"].tolist()
+            np.testing.assert_allclose(logprobs[i], drawn.loc[i, "base_logps"])
+
+
+def test_a_trainer_without_files_draws_the_stage_blocks_in_place(model_dir, split, stage_inputs, tmp_path):
+    """The same blocks, token for token and bit for bit in the log-probs."""
+    table = run_stage(model_dir, stage_inputs, stage_inputs / "all.parquet").set_index(["step", "position"])
+    trainer = make_trainer(model_dir, split, tmp_path, alternate(split), **SUPPORT)
+    trainer._get_train_sampler()
+    drawn = {}
+    for step in range(0, SETTINGS["steps"], SETTINGS["refresh_steps"]):
+        drawn.update(trainer._drawn_base_rollouts(step))
+    assert sorted(drawn) == sorted(table.index)
+    for key, (ids, logps, prompt) in drawn.items():
+        assert list(ids) == table.loc[key, "completion_ids"].tolist() and prompt == table.loc[key, "prompt_hash"]
+        assert np.array_equal(logps, table.loc[key, "base_logps"])
