@@ -66,7 +66,7 @@ def paper_jobs(tmp_path_factory):
 def test_paper_jobs_ask_for_what_the_config_says(paper_jobs):
     res = PAPER["resources"]
     kinds = {"train": {r for r in {j["rule"] for j in paper_jobs} if r.startswith("train_")},
-             "sample": {"calibrate_base", "gate_draws", "evaluate_shard"},
+             "sample": {"calibrate_base", "gate_draws", "evaluate_shard", "base_rollouts"},
              "base": {"import_base"},
              "cpu": {"splits", "regimes", "mask", "evaluate", "report"}}
     for job in paper_jobs:
@@ -102,7 +102,8 @@ def test_every_paper_training_job_starts_one_process_per_gpu_it_asks_for(paper_j
         (command, env), = started
         assert f"--nproc-per-node={gpus}" in command, job["rule"]
         assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, range(gpus)))
-    sampling = [j for j in paper_jobs if j["rule"] in ("calibrate_base", "gate_draws", "evaluate_shard")]
+    sampling = [j for j in paper_jobs if j["rule"] in ("calibrate_base", "gate_draws", "evaluate_shard",
+                                                       "base_rollouts")]
     assert sampling and all(" boundary --gpus 1 " in j["shell"] for j in sampling)
 
 

@@ -106,11 +106,11 @@ def _variant(config: Path, edit) -> Path:
     return path
 
 
-def test_gate_tau_reruns_only_masks_pba_training_its_evaluation_and_report(smoke_run):
+def test_gate_tau_reruns_only_masks_pba_base_rollouts_training_its_evaluation_and_report(smoke_run):
     workdir, config = smoke_run
     jobs = planned_jobs(workdir, _variant(config, lambda c: c["gate"].update(tau=0.3)))
     rules = {rule for rule, _ in jobs}
-    assert rules == {"mask", "train_pba", "evaluate", "report"}, rules
+    assert rules == {"mask", "base_rollouts", "train_pba", "evaluate", "report"}, rules
     evaluated = {out.split("/")[4] for rule, out in jobs if rule == "evaluate"}
     assert evaluated == {"pba"}
 
@@ -146,7 +146,7 @@ def test_an_artifact_lost_to_a_failed_job_is_made_again_with_all_downstream(smok
         for i, path in enumerate(lost):
             (aside / str(i)).rename(path)
         aside.rmdir()
-    assert {rule for rule, _ in jobs} == {"mask", "train_pba", "evaluate", "report"}
+    assert {rule for rule, _ in jobs} == {"mask", "base_rollouts", "train_pba", "evaluate", "report"}
     assert {out.split("/")[4] for rule, out in jobs if rule == "evaluate"} == {"pba"}
 
 
