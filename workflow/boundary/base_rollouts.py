@@ -1,5 +1,5 @@
 """The `base_rollouts` stage: every frozen-base rollout that a training run's base-sampled
-anchors (`anchor: base | support`) will train on, drawn before training starts.
+anchors (`anchors.BASE_SAMPLED`: base, support) will train on, drawn before training starts.
 
 The base is frozen, and the trainer's schedule (every step's prompts, every prompt's action)
 is a function of the seed, the mask and the settings (schedule.py), so the rollouts that
@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from boundary.anchors import BASE_SAMPLED
 from boundary.errors import BoundaryError
 from boundary.schedule import step_weights
 
@@ -153,9 +154,9 @@ def main(argv=None):
     index, count = parse_shard(args.shard)
     settings = load_stage_settings(args.settings)
     cfg = make_config(settings, args.seed, "unused")  # validated exactly as training reads them
-    if cfg.anchor not in ("base", "support") or cfg.masked_action != "anchor":
+    if cfg.anchor not in BASE_SAMPLED or cfg.masked_action != "anchor":
         raise BoundaryError(f"--settings: anchor {cfg.anchor!r} with masked_action {cfg.masked_action!r} "
-                            "draws no base rollouts (needs anchor base or support, masked_action anchor)")
+                            f"draws no base rollouts (needs an anchor of {BASE_SAMPLED}, masked_action anchor)")
     split = read_table(args.train_split, ["prompt_id"], nonempty=True)
     texts = (split["prompt"] if "prompt" in split else split["problem"]).tolist()
     names = split["prompt_id"].tolist()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
+from boundary.anchors import BASE_SAMPLED
 from boundary.config import dumps, load_yaml, validate_config
 from boundary.errors import BoundaryError
 from boundary.report import figure_names, load_settings, table_names
@@ -28,7 +29,7 @@ TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
 SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
 # Methods whose anchored prompts train on frozen-base rollouts, drawn ahead by base_rollouts.
 PRE_DRAWN = [m for m, s in TRAINED.items()
-             if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in ("base", "support")]
+             if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in BASE_SAMPLED]
 
 
 def job_resources(kind, gpus=None):
