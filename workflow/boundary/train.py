@@ -637,6 +637,8 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
         reward.verifier.close()
     stats = {"steps": int(trainer.state.global_step), "resumed_from": resume,
              "seconds": round(time.time() - start, 1)}
+    if torch.cuda.is_available():  # this process's GPU peak, policy + base + optimizer + rollouts
+        stats["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
     if main_process:  # the outputs, once
         for step_dir in snapshots.glob("step*"):
             with atomic_dir(out_dir / step_dir.name) as tmp:
