@@ -96,7 +96,7 @@ def passk_curves(diag, view, title: str, folder: Path, name: str) -> list[Path]:
     ax.set_title(f"{title} pass@k")
     missing = [view.label(m) for m in view.main if m not in set(diag.summary["method"])]
     if missing:
-        ax.text(0.02, 0.03, "not run: " + ", ".join(missing), transform=ax.transAxes, va="bottom", color=GRAY)
+        ax.text(0.02, 0.97, "not run: " + ", ".join(missing), transform=ax.transAxes, va="top", color=GRAY)
     return save(fig, folder, name)
 
 
