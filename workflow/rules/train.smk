@@ -20,7 +20,7 @@ for _method in TRAINED:
                 if TRAINED[_method]["mask"]
                 else []
             ),
-            code=code("train", "anchors", "verify", "gate", "launch"),
+            code=code("train", "anchors", "objectives", "verify", "gate", "launch"),
         params:
             settings=as_param(train_settings(_method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
