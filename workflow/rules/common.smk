@@ -175,6 +175,7 @@ def report_settings():
             if s["mask"] in ablation_masks and s["masked_action"] == "anchor"
             and (m == "pba" or s["mask"] != pba_mask)
         ],
+        "ranked": list(methods),
         "group_size": config["train"]["num_generations"],
         "gate_G0": config["gate"]["G0"],
     }
