@@ -275,3 +275,24 @@ def test_dph_anchored_loss_is_the_divergence_on_base_rollouts(model_dir, split, 
     divergence = base_forward_kl if anchor == "forward_kl" else base_js
     a = divergence(policy_logps(trainer, out), out["base_per_token_logps"], out["completion_mask"])
     assert a.abs().sum() > 0 and torch.allclose(loss, 2.0 * a.mean(), atol=1e-5)
+
+
+def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
+    """config/methods_study.yaml: each method's settings (as the pipeline passes them) make a
+    trainer config with the intended objective."""
+    from boundary.config import load_config
+    from boundary.train import make_config
+    from conftest import ROOT
+
+    config = load_config(ROOT / "config" / "methods_study.yaml")
+    ignored = ("label", "seeds", "setting", "checkpoint_of", "step")
+    cfgs = {m: make_config({**config["train"], "refresh_steps": 100,
+                            **{k: v for k, v in spec.items() if k not in ignored}}, 0, str(tmp_path))
+            for m, spec in config["methods"].items()}
+    assert (cfgs["passk"].advantage, cfgs["passk"].passk_k) == ("passk", 4)
+    assert (cfgs["w_reinforce"].positive_weight, cfgs["nsr"].positive_weight) == (0.1, 0.0)
+    assert cfgs["clip_cov"].cov_bounds == (1.0, 5.0) and cfgs["kl_cov"].cov_select == "kl"
+    assert cfgs["clip_higher"].epsilon_high == 0.28 and cfgs["grpo"].epsilon_high is None  # TRL: = epsilon
+    assert cfgs["unlikeliness"].unlikeliness == 0.25 and not cfgs["grpo"].regrouped
+    assert {cfgs["dph_forward_kl"].anchor, cfgs["dph_js"].anchor} == {"forward_kl", "js"}
+    assert config["masks"]["solved"]["kind"] == "solved" and cfgs["zero_success"].masked_action == "drop"
