@@ -1,4 +1,4 @@
-"""Step time of GRPO vs PBA (each anchor) vs global KL on the testbed, in one process.
+"""Step time of GRPO vs PBA (each anchor), global KL and the field's methods on the testbed, in one process.
 
     PYTHONPATH=workflow python benchmarks/bench_step_time.py --model .scratch/base [--steps 40]
 
@@ -6,7 +6,9 @@ Every method trains from the same base on the same 800 prompts with the same bat
 run round-robin (`--rounds`) so machine load drifts hit them alike. A step's time is the wall
 time between optimizer steps (generation, rewards, frozen-base passes, loss, backward,
 optimizer); the first `--warmup` steps of each run are dropped (verifier pool start-up).
-PBA masks anchor a fixed random `--anchored` fraction of prompts (the paper's 70% protected).
+PBA masks anchor a fixed random `--anchored` fraction of prompts (the paper's 70% protected);
+the masked methods of the methods study (zero_success drops them, the DPH-RL anchors rehearse
+them) use the same mask, so their cost is charged at 70% masked whatever their own mask's share.
 Ratios are of mean step times, so the base anchor's bulk draw at each refresh (every 20
 steps here, every 100 in the default config) is charged in full.
 """
@@ -35,6 +37,17 @@ METHODS = {
     "pba_support": {"mask": "pba", "anchor": "support", "beta_a": 10.0, "support_floor": 0.02,
                     "base_generation_batch_size": 4096},
     "global_kl": {"beta_kl": 0.035, "kl_estimator": "k2"},
+    # The field's methods (config/methods_study.yaml); mask methods use the same random mask.
+    "zero_success": {"mask": "pba", "masked_action": "drop"},
+    "dph_forward_kl": {"mask": "pba", "anchor": "forward_kl", "beta_a": 0.05, "base_generation_batch_size": 4096},
+    "dph_js": {"mask": "pba", "anchor": "js", "beta_a": 0.2, "base_generation_batch_size": 4096},
+    "passk": {"advantage": "passk", "passk_k": 4},
+    "w_reinforce": {"advantage": "reinforce", "positive_weight": 0.1},
+    "nsr": {"advantage": "reinforce", "positive_weight": 0.0},
+    "clip_cov": {"cov_select": "clip", "cov_fraction": 2e-4, "cov_bounds": [1.0, 5.0]},
+    "kl_cov": {"cov_select": "kl", "cov_fraction": 0.002, "cov_kl_coef": 1.0},
+    "clip_higher": {"epsilon_high": 0.28},
+    "unlikeliness": {"unlikeliness": 0.25},
 }
 
 

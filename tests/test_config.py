@@ -8,7 +8,7 @@ from boundary.config import dumps, load_config, load_stage_settings, validate_co
 from boundary.errors import BoundaryError
 
 
-@pytest.mark.parametrize("name", ["config", "smoke", "paper", "study"])
+@pytest.mark.parametrize("name", ["config", "smoke", "paper", "study", "methods_study"])
 def test_shipped_configs_validate(name):
     config = load_config(ROOT / "config" / f"{name}.yaml")
     assert config["train"]["loss_type"] == "grpo"  # never TRL's dapo default

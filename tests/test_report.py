@@ -178,3 +178,34 @@ def test_controls_list_each_method_once_and_soft_gates_by_kind():
                           for m, v in (("protected_fraction", 0.56), ("G0", 8), ("required_successes", 2))])
     table = tables.gate_ablation(diag, masks, view)
     assert table.rows[0][1].startswith("soft") and table.rows[0][2] == "–" and not table.notes
+
+
+def test_methods_ranking_matches_the_counts(built):
+    """Every method ranked by benchmark pass@1 and boundary Δpass@K, each with the seed-level
+    t interval of stats.py, recomputed here from the per-prompt counts."""
+    from boundary.passk import pass_at_k
+    from boundary.stats import t_interval
+
+    table = pd.read_csv(built / "tables" / "methods_ranking.csv")
+    assert set(table["method"]) == {"grpo", "pba", "global_kl", "pba_g4"}
+    regimes = pd.read_parquet(built / "regimes" / "regimes.parquet")
+    boundary = set(regimes.loc[regimes["regime"] == "Boundary", "prompt_id"])
+    k = max(KS)
+
+    def split_value(split, method, seed, kk, ids=None):
+        c = pd.read_parquet(built / "eval" / split / method / f"seed{seed}" / "counts.parquet")
+        c = c[c["prompt_id"].isin(ids)] if ids is not None else c
+        return np.mean(pass_at_k(c["n"].to_numpy(), c["c"].to_numpy(), kk))
+
+    base_k = split_value("diagnostic", "base", 0, k, boundary)
+    for r in table.itertuples():
+        p1 = [split_value("testbed", r.method, s, 1) for s in (0, 1)]
+        delta = [split_value("diagnostic", r.method, s, k, boundary) - base_k for s in (0, 1)]
+        for values, prefix in ((p1, "passk1"), (delta, "boundary_delta")):
+            lo, hi = t_interval(np.mean(values), np.std(values, ddof=1), 2)
+            assert np.allclose([getattr(r, f"{prefix}_mean"), getattr(r, f"{prefix}_ci_low"),
+                                getattr(r, f"{prefix}_ci_high")], [np.mean(values), lo, hi], atol=1e-9)
+    assert list(table["rank_boundary"]) == sorted(table["rank_boundary"])  # sorted by the boundary
+    assert list(table.sort_values("passk1_mean", ascending=False)["rank_passk1"]) == sorted(table["rank_passk1"])
+    md = (built / "tables" / "methods_ranking.md").read_text()
+    assert "Base" in md and "95% CI" in md

@@ -28,6 +28,12 @@ elsewhere. Pass@k needs a correct branch kept at a small probability, not at the
 floor = 0.02 a branch is still found in 256 samples with probability 0.994. So rare branches
 are held at their base mass, while mass may move freely among branches the base already
 samples often -- which is the sharpening that raises pass@1. The base anchor holds both.
+
+`forward_kl` and `js` anchors: DPH-RL's rehearsal terms (Li et al. 2025, arXiv 2509.07430; the
+authors' dp_actor.py), on the same fresh base rollouts with u = pi(y_t) / pi_base(y_t) per token:
+`forward_kl` is u - log u - 1 (their `forward` mode with kl_loss_type low_var_kl, clamped to
+[-10, 10] as theirs), an estimate of KL(pi_base || pi); `js` is the generator form of the
+Jensen-Shannon divergence, u log u - (u + 1) log((u + 1) / 2) (their `js_low_var`).
 """
 
 from __future__ import annotations
@@ -37,9 +43,11 @@ import math
 import torch
 
 ESTIMATORS = ("k1", "k2", "k3")
-ANCHORS = ("policy", "base", "support")
-BASE_SAMPLED = ("base", "support")  # anchors that draw the anchored prompt's rollouts from the base
-BASE_SCORED = ("policy", "support")  # anchors that read frozen-base log-probs of those rollouts
+ANCHORS = ("policy", "base", "support", "forward_kl", "js")
+# anchors that draw the anchored prompt's rollouts from the base
+BASE_SAMPLED = ("base", "support", "forward_kl", "js")
+# anchors that read frozen-base log-probs of those rollouts
+BASE_SCORED = ("policy", "support", "forward_kl", "js")
 
 
 def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -77,3 +85,20 @@ def support_floor(logps, base_logps, mask, floor: float) -> torch.Tensor:
     """The `support` anchor: token-mean hinge below min(pi_base, floor) per base rollout."""
     target = base_logps.clamp(max=math.log(floor))
     return token_mean(torch.relu(target - logps), mask)
+
+
+def base_forward_kl(logps, base_logps, mask) -> torch.Tensor:
+    """The `forward_kl` anchor (DPH-RL forward): token-mean of u - log u - 1, u = pi / pi_base,
+    on base rollouts; clamped to [-10, 10] like the authors' low_var_kl."""
+    log_u = logps - base_logps
+    return token_mean((torch.exp(log_u.clamp(max=20.0)) - log_u - 1.0).clamp(-10.0, 10.0), mask)
+
+
+def base_js(logps, base_logps, mask) -> torch.Tensor:
+    """The `js` anchor (DPH-RL js_low_var): token-mean of u log u - (u + 1) log((u + 1) / 2),
+    u = pi / pi_base, on base rollouts. log((u + 1) / 2) is computed as logaddexp(log u, 0) -
+    log 2, finite wherever u is."""
+    log_u = (logps - base_logps).clamp(max=20.0)
+    u = torch.exp(log_u)
+    f = u * log_u - (u + 1.0) * (torch.logaddexp(log_u, torch.zeros_like(log_u)) - math.log(2.0))
+    return token_mean(f, mask)

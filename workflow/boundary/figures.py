@@ -267,6 +267,33 @@ def training_curves(logs, view, folder: Path, name: str = "training") -> list[Pa
     return save(fig, folder, name)
 
 
+def methods_ranking(ranked, base_passk1, view, bench_label: str, k_hi: int, folder: Path,
+                    name: str = "methods_ranking") -> list[Path]:
+    """Every method's benchmark pass@1 (left) and boundary Δpass@K (right), seed mean with the
+    seed-level 95% interval, sorted by the boundary (best at the top): tables.ranked_methods."""
+    n = max(len(ranked), 1)
+    fig, axes = plt.subplots(1, 2, figsize=(7.0, 0.9 + 0.28 * n), sharey=True)
+    y = np.arange(len(ranked))[::-1]
+    for ax, q, title in ((axes[0], "passk1", f"{bench_label} pass@1 (%)"),
+                         (axes[1], "boundary_delta", f"Boundary Δpass@{k_hi} vs base (pts)")):
+        for yi, r in zip(y, ranked.itertuples()):
+            mean, lo, hi = (100 * getattr(r, f"{q}_{c}") for c in ("mean", "ci_low", "ci_high"))
+            c = colour(r.method, view)
+            if np.isfinite(lo):
+                ax.plot([lo, hi], [yi, yi], color=c, lw=1.2, alpha=0.7)
+            ax.plot(mean, yi, "o" if np.isfinite(lo) else "D", color=c, ms=4)
+        ax.axvline(0 if q == "boundary_delta" else 100 * base_passk1, color=GRAY, ls="--", lw=0.7)
+        ax.set_title(title)
+        ax.grid(True, axis="x", color="0.9", lw=0.5)
+    axes[0].set_yticks(y, list(ranked["label"]) if len(ranked) else [])
+    fig.text(0.99, 0.005, "dot: seed mean; bar: seed-level 95% t interval (diamond: one seed); dashed: base",
+             ha="right", va="bottom", color=GRAY, fontsize=6)
+    if not len(ranked):
+        _not_run(axes[0], "no method evaluated")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return save(fig, folder, name)
+
+
 CELL_COLOURS = {"kept": "#56B4E9", "lost": "#D55E00", "gained": "#009E73", "never": "#bdbdbd"}
 
 

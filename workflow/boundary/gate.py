@@ -14,6 +14,12 @@ Kinds (settings JSON):
                                           Clopper-Pearson (Beta-quantile) lower bound on w
   random {fraction, seed, epochs}         a fixed random `fraction` of prompts anchored
   oracle {epochs}                         anchor the prompts labelled Boundary
+  solved {G0, tau, epochs}                the gate turned around: anchor iff w_hat >= tau, the
+                                          prompts the base solves. With the gate's G0 and tau
+                                          and `masked_action: drop` only zero-success prompts
+                                          are trained (zero-success-only, Yuan et al. 2026);
+                                          G0 = 4, tau = 1 is DPH-RL's near-perfect set (4 of 4
+                                          base draws correct), rehearsed by an anchor
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import pandas as pd
 from boundary.artifacts import read_table, write_table
 from boundary.errors import BoundaryError
 
-KINDS = ("gate", "soft", "random", "oracle")
+KINDS = ("gate", "soft", "random", "oracle", "solved")
+GATED = ("gate", "soft", "solved")  # kinds that read the first G0 gate draws of each epoch
 REQUIRED = {"gate": ("G0", "tau", "epochs"), "soft": ("G0", "tau", "epochs"),
-            "random": ("fraction", "seed", "epochs"), "oracle": ("epochs",)}
+            "solved": ("G0", "tau", "epochs"), "random": ("fraction", "seed", "epochs"), "oracle": ("epochs",)}
 COLUMNS = ["prompt_id", "epoch", "successes", "G0", "w_hat", "action", "weight", "flip"]
 
 
@@ -85,7 +92,7 @@ def build_mask(kind: str, settings: dict, draws: pd.DataFrame | None, prompt_ids
     if epochs < 1:
         raise BoundaryError("mask settings: epochs must be >= 1")
     prompt_ids = list(prompt_ids)
-    G0 = int(settings["G0"]) if kind in ("gate", "soft") else None
+    G0 = int(settings["G0"]) if kind in GATED else None
     if draws is None:
         if G0 is not None:
             raise BoundaryError(f"--gate-draws: required for a {kind} mask")
@@ -97,6 +104,8 @@ def build_mask(kind: str, settings: dict, draws: pd.DataFrame | None, prompt_ids
 
     if kind == "gate":
         weight = (ev["w_hat"] < float(settings["tau"])).astype(float)
+    elif kind == "solved":
+        weight = (ev["w_hat"] >= float(settings["tau"])).astype(float)
     elif kind == "soft":
         weight = pd.Series(soft_weight(ev["successes"], ev["G0"], float(settings["tau"]),
                                        float(settings.get("confidence", 0.9))), index=ev.index)

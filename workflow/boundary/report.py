@@ -18,6 +18,7 @@ SETTINGS is a JSON file or string (see docs/diagnostics.md for every key):
     controls              [{method, label, setting}]   rows of the controls table
     ablations             [{method, mask, G0, tau, kind}] rows of the gate-ablation table (kind: gate|soft)
     group_size, gate_G0   G and G0 of the gate-resolution table       (8, 8)
+    ranked                methods of the methods-ranking table/figure ([]: every method evaluated)
     strata_bins           p_base strata edges
     bootstrap             {resamples, seed}                            (10000, 0)
     level                 interval level                               (0.95)
@@ -51,7 +52,7 @@ from boundary.regimes import DEFAULT_BINS, strata_order
 
 DEFAULTS = {"baseline": "grpo", "method": "pba", "labels": {}, "diagnostic": "diagnostic", "benchmarks": {},
             "headline": None, "ks": list(DEFAULT_KS), "controls": [], "ablations": [], "group_size": 8,
-            "gate_G0": 8, "strata_bins": list(DEFAULT_BINS), "bootstrap": {"resamples": 10_000, "seed": 0},
+            "gate_G0": 8, "ranked": [], "strata_bins": list(DEFAULT_BINS), "bootstrap": {"resamples": 10_000, "seed": 0},
             "level": 0.95}
 DIAGNOSTIC_TABLES = ["regime_counts", "diag_seeds", "boundary_seeds", "regime_diagnostics", "transitions",
                      "sensitivity", "strata"]
@@ -83,13 +84,13 @@ def load_settings(value) -> dict:
 def table_names(settings: dict) -> list[str]:
     """Every table the report writes (each as .tex, .md and .csv), whatever was run."""
     return (["benchmark_curves", "mechanism_summary", "headline_intervals", "controls", "gate_ablation",
-             "gate_resolution", "masks"] + [f"seeds_{b}" for b in settings["benchmarks"]] + DIAGNOSTIC_TABLES)
+             "gate_resolution", "masks", "methods_ranking"] + [f"seeds_{b}" for b in settings["benchmarks"]] + DIAGNOSTIC_TABLES)
 
 
 def figure_names(settings: dict) -> list[str]:
     """Every figure the report writes (each as .pdf and .png)."""
     per_bench = [f"{kind}_{b}" for b in settings["benchmarks"] for kind in ("passk", "paired_gain")]
-    return per_bench + DIAGNOSTIC_FIGURES
+    return per_bench + DIAGNOSTIC_FIGURES + ["methods_ranking"]
 
 
 SEED_DIR = re.compile(r"seed(-?\d+)$")
@@ -208,7 +209,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
     ts = [curves,
           tables.mechanism_summary(headline, diag, view), tables.headline_intervals(headline, diag, view),
           tables.controls(diag, view), tables.gate_ablation(diag, mask_table, view), tables.gate_resolution(view),
-          tables.masks_table(mask_table)]
+          tables.masks_table(mask_table), tables.methods_ranking(headline, diag, view)]
     for b, label in settings["benchmarks"].items():
         ts.append(tables.seed_curves(b, benches[b], view) if b in benches else
                   _placeholder_table(f"seeds_{b}", f"Seed-resolved {label} pass@k results", f"{label}: not run."))
@@ -230,6 +231,10 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
     figures.transition_heatmaps(diag, view, fdir)
     figures.p_base_histogram(diag, fdir)
     figures.strata_delta(diag, view, strata_order(bins), fdir)
+    base_p1 = tables.stat(headline.summary, tables.BASE, "passk", k=1)
+    figures.methods_ranking(tables.ranked_methods(headline, diag, view),
+                            base_p1.mean if isinstance(base_p1, tables.Stat) else float("nan"), view,
+                            view.bench_label(view.headline) if view.headline else "Benchmark", max(diag.ks), fdir)
     logs = []
     for path in expected(inputs.get("logs"), results, "train/*/seed*/log.parquet"):
         m = SEED_DIR.match(path.parent.name)

@@ -39,6 +39,7 @@ class View:
     headline: str | None = None                   # benchmark of the mechanism/headline tables
     group_size: int = 8                            # GRPO rollouts per prompt (gate resolution)
     gate_G0: int = 8
+    ranked: list = field(default_factory=list)     # methods of the ranking table (empty: every one)
 
     def label(self, method: str) -> str:
         return self.labels.get(method, "Base" if method == BASE else method)
@@ -60,7 +61,7 @@ class View:
                    main=list(s.get("main", [baseline, method])), controls=list(s.get("controls", [])),
                    ablations=list(s.get("ablations", [])), benchmarks=dict(s.get("benchmarks", {})),
                    headline=s.get("headline"), group_size=int(s.get("group_size", 8)),
-                   gate_G0=int(s.get("gate_G0", 8)))
+                   gate_G0=int(s.get("gate_G0", 8)), ranked=list(s.get("ranked", [])))
 
 
 # ----------------------------------------------------------------------------- cells
@@ -511,6 +512,53 @@ def strata_table(diag, view: View, order) -> Table:
     return Table("strata", "pass@k change by base success rate p_base (points)", cols, rows,
                  s[s["method"].isin([BASE] + methods)].reset_index(drop=True),
                  _missing_note(view.main, set(s["method"]), view))
+
+
+def ranked_methods(bench, diag, view: View) -> pd.DataFrame:
+    """Every ranked method's benchmark pass@1 and boundary Delta pass@K (seed mean, SD and
+    Student-t interval from the seed summary), with its rank by each (1 = highest), sorted by
+    the boundary rank. Methods not evaluated are left out (the table notes them)."""
+    k_hi = max(diag.ks)
+    rows = []
+    for m in view.ranked or [m for m in dict.fromkeys(diag.summary["method"]) if m != BASE]:
+        p1, d = _rows(bench.summary, m, "passk", k=1), _rows(diag.summary, m, "delta_passk", "Boundary", k_hi)
+        if p1.empty or d.empty:
+            continue
+        p1, d = p1.iloc[0], d.iloc[0]
+        rows.append({"method": m, "label": view.label(m), "seeds": int(p1["n_seeds"]),
+                     **{f"passk1_{c}": p1[c] for c in ("mean", "sd", "ci_low", "ci_high")},
+                     **{f"boundary_delta_{c}": d[c] for c in ("mean", "sd", "ci_low", "ci_high")}})
+    df = pd.DataFrame(rows, columns=["method", "label", "seeds"] + [f"{q}_{c}" for q in ("passk1", "boundary_delta")
+                                                                     for c in ("mean", "sd", "ci_low", "ci_high")])
+    df["rank_passk1"] = df["passk1_mean"].rank(ascending=False, method="min").astype("Int64")
+    df["rank_boundary"] = df["boundary_delta_mean"].rank(ascending=False, method="min").astype("Int64")
+    return df.sort_values(["rank_boundary", "rank_passk1"], ignore_index=True)
+
+
+def methods_ranking(bench, diag, view: View) -> Table:
+    """Every method ranked by benchmark pass@1 and by boundary Delta pass@K (points): seed mean
+    +- sample SD, the seed-level Student-t interval (df = seeds - 1), the rank by each."""
+    k_hi = max(diag.ks)
+    bench_name = view.bench_label(view.headline) if view.headline else "Benchmark"
+    df = ranked_methods(bench, diag, view)
+
+    def ci(lo, hi, sign):
+        f = "+" if sign else ""
+        return f"[{100 * lo:{f}.1f}, {100 * hi:{f}.1f}]" if np.isfinite(lo) else "n/a (one seed)"
+
+    base = _rows(bench.summary, BASE, "passk", k=1)
+    rows = [["Base", "fixed", Stat(100 * base.iloc[0]["mean"]) if len(base) else NOT_RUN, "", "", "0", "", ""]]
+    for r in df.itertuples():
+        rows.append([r.label, str(r.seeds), Stat(100 * r.passk1_mean, 100 * r.passk1_sd),
+                     ci(r.passk1_ci_low, r.passk1_ci_high, False), str(r.rank_passk1),
+                     Stat(100 * r.boundary_delta_mean, 100 * r.boundary_delta_sd, sign=True),
+                     ci(r.boundary_delta_ci_low, r.boundary_delta_ci_high, True), str(r.rank_boundary)])
+    notes = [f"Sorted by boundary rank. p@1 on {bench_name}; Δp@{k_hi} against the frozen base on the "
+             f"diagnostic split's Boundary prompts. Intervals: seed-level 95% Student-t."]
+    ranked = view.ranked or list(df["method"])
+    return Table("methods_ranking", f"Methods ranked by {bench_name} pass@1 and boundary Δpass@{k_hi} (points)",
+                 ["Method", "Seeds", f"{bench_name} p@1", "95% CI", "Rank", f"Boundary Δp@{k_hi}", "95% CI", "Rank"],
+                 rows, df, _missing_note(ranked, set(df["method"]), view) + notes)
 
 
 def masks_table(mask_metrics: pd.DataFrame | None) -> Table:

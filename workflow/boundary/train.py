@@ -61,9 +61,9 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
-from boundary import base_rollouts
+from boundary import base_rollouts, objectives
 from boundary.anchors import (ANCHORS, BASE_SAMPLED, BASE_SCORED, ESTIMATORS, base_cross_entropy,
-                              policy_kl, support_floor)
+                              base_forward_kl, base_js, policy_kl, support_floor)
 from boundary.errors import BoundaryError
 from boundary.schedule import ActionSampler, anchor_weights_for, eligible_prompts, step_weights
 
@@ -89,6 +89,16 @@ class PBAConfig(GRPOConfig):
     base_generation_batch_size: int | None = field(default=None, metadata={
         "help": "base-anchor rollouts per block: one sampling call, seeded by (seed, epoch, block) "
                 "(None: generation_batch_size)"})
+    # The field's methods (objectives.py): the group advantage, the reward, covariance selection.
+    advantage: str = field(default="grpo", metadata={"help": "grpo | passk | reinforce"})
+    passk_k: int = field(default=4, metadata={"help": "passk advantage: k <= num_generations"})
+    positive_weight: float = field(default=0.1, metadata={
+        "help": "reinforce advantage: a correct rollout's weight lambda (0: negatives only, NSR)"})
+    unlikeliness: float = field(default=0.0, metadata={"help": "unlikeliness reward beta_rank (0: off)"})
+    cov_select: str | None = field(default=None, metadata={"help": "clip (Clip-Cov) | kl (KL-Cov) | None"})
+    cov_fraction: float = field(default=2e-4, metadata={"help": "fraction of tokens Clip-Cov / KL-Cov select"})
+    cov_bounds: tuple = field(default=(1.0, 5.0), metadata={"help": "Clip-Cov covariance band (lb, ub)"})
+    cov_kl_coef: float = field(default=1.0, metadata={"help": "KL-Cov penalty coefficient"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -102,9 +112,21 @@ class PBAConfig(GRPOConfig):
             raise BoundaryError(f"masked_action: {self.masked_action!r} is not one of {MASKED_ACTIONS}")
         if self.beta != 0.0:
             raise BoundaryError("beta: use beta_kl (TRL's beta is k3-only and loads its own reference)")
+        if self.advantage not in objectives.ADVANTAGES:
+            raise BoundaryError(f"advantage: {self.advantage!r} is not one of {objectives.ADVANTAGES}")
+        if self.cov_select not in (None, *objectives.COV_SELECTIONS):
+            raise BoundaryError(f"cov_select: {self.cov_select!r} is not one of {objectives.COV_SELECTIONS} or null")
+        if self.regrouped and self.scale_rewards == "batch":
+            raise BoundaryError("scale_rewards: batch is not supported with advantage, unlikeliness or "
+                                "cov_select (they recompute the group advantage per process)")
         # One generation batch per optimizer step, so a batch's refresh epoch is its step's.
         if self.num_iterations != 1 or self.steps_per_generation != self.gradient_accumulation_steps:
             raise BoundaryError("num_iterations must be 1 and steps_per_generation = gradient_accumulation_steps")
+
+    @property
+    def regrouped(self) -> bool:
+        """Whether the group advantage is recomputed after TRL's (a method of objectives.py)."""
+        return self.advantage != "grpo" or self.unlikeliness > 0 or self.cov_select is not None
 
 
 def action_sampler(cfg: "PBAConfig", anchor_weights: np.ndarray) -> ActionSampler:
@@ -265,6 +287,8 @@ class PBATrainer(GRPOTrainer):
         if need.any():
             out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
             out["base_scored"] = need
+        if self.args.regrouped and self.model.training:
+            self._method_advantages(out)
         mode = "train" if self.model.training else "eval"
         self._add_stat("protected_fraction", float(np.sum(w > 0)), len(w))
         if self._rewards is not None:
@@ -388,6 +412,41 @@ class PBATrainer(GRPOTrainer):
             self.base_model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
         return logps
 
+    def _method_advantages(self, out):
+        """The field's methods (objectives.py), on this process's rows after TRL's advantage: a
+        recomputed group advantage (passk, reinforce, unlikeliness reward), and the tokens that
+        Clip-Cov stops (the advantage becomes [B, T]) or KL-Cov penalises. The methods that read
+        the policy's log-probs of its rollouts get them from one no-grad forward here."""
+        args, G = self.args, self.num_generations
+        rewards = self._rewards.to(out["advantages"].device)
+        mask = out["completion_mask"]
+        logps = None
+        if args.unlikeliness > 0 or args.cov_select:
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+            attn = torch.cat([out["prompt_mask"], mask], 1)
+            with torch.no_grad():
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, ids, attn, mask.size(1), batch_size=args.per_device_train_batch_size)
+        if args.advantage == "passk":
+            adv = objectives.passk_advantages(rewards, G, args.passk_k)
+        elif args.advantage == "reinforce":
+            adv = objectives.reinforce_advantages(rewards, args.positive_weight)
+        else:
+            if args.unlikeliness > 0:
+                rewards = objectives.unlikeliness_rewards(
+                    rewards, objectives.sequence_logps(logps, mask), G, args.unlikeliness)
+            adv = objectives.group_advantages(rewards, G, scale=args.scale_rewards != "none")
+        adv = adv.to(out["advantages"])
+        if args.cov_select == "clip":
+            gen = torch.Generator().manual_seed(args.seed * 100_003 + self.state.global_step)
+            stopped = objectives.clip_cov_tokens(logps.cpu(), adv.cpu(), mask.cpu(), args.cov_fraction,
+                                                 args.cov_bounds, gen).to(mask.device)
+            adv = adv[:, None] * (~stopped)
+        elif args.cov_select == "kl":
+            out["cov_selected"] = objectives.kl_cov_tokens(logps, adv, mask, args.cov_fraction)
+            out["old_policy_logps"] = logps
+        out["advantages"] = adv
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         start = self.accelerator.process_index * len(prompts)  # gathered: keep this process's rows
@@ -405,7 +464,9 @@ class PBATrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         w, from_base = inputs["anchor_weight"], inputs["from_base"]
         # (1 - w) L_GRPO: the surrogate is linear in the advantage; base rollouts carry none.
-        scaled = inputs["advantages"] * (1.0 - w) * (~from_base)
+        keep = (1.0 - w) * (~from_base)
+        adv = inputs["advantages"]  # [B], or [B, T] where Clip-Cov stops tokens
+        scaled = adv * (keep if adv.dim() == 1 else keep[:, None])
         self._surrogate_logps = None
         loss = super()._compute_loss(model, {**inputs, "advantages": scaled})
         logps = self._surrogate_logps
@@ -423,6 +484,9 @@ class PBATrainer(GRPOTrainer):
             elif self.args.anchor == "support":
                 a = support_floor(logps[anchored], inputs["base_per_token_logps"][anchored],
                                   mask[anchored], self.args.support_floor)
+            elif self.args.anchor in ("forward_kl", "js"):
+                divergence = base_forward_kl if self.args.anchor == "forward_kl" else base_js
+                a = divergence(logps[anchored], inputs["base_per_token_logps"][anchored], mask[anchored])
             else:
                 a = policy_kl(logps[anchored], inputs["base_per_token_logps"][anchored],
                               mask[anchored], self.args.kl_estimator)
@@ -438,6 +502,10 @@ class PBATrainer(GRPOTrainer):
                 kl = policy_kl(logps[~from_base], inputs["base_per_token_logps"][~from_base],
                                mask[~from_base], self.args.kl_estimator)
                 extra = extra + self.args.beta_kl * kl.sum() / B
+        if "cov_selected" in inputs:  # KL-Cov, aggregated like TRL's grpo loss (sequence token means)
+            penalty = objectives.kl_cov_penalty(logps, inputs["old_policy_logps"], inputs["cov_selected"],
+                                                self.args.cov_kl_coef)
+            extra = extra + (penalty * mask).sum(-1).div(mask.sum(-1).clamp(min=1.0)).sum() / B
         self._log_means(mode, stats)
         if mode == "train":
             extra = extra / self.current_gradient_accumulation_steps
@@ -457,7 +525,7 @@ VLLM_KEYS = {"use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tenso
              "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
              "vllm_enable_sleep_mode", "vllm_max_model_length"}
 METHOD_KEYS = {"mask", "masked_action", "anchor", "kl_estimator", "beta_a", "beta_kl", "entropy_coef",
-               "support_floor"}
+               "support_floor", *objectives.METHOD_SETTINGS}
 PIPELINE_KEYS = {"seeds", "gpus", "label"}  # settings the pipeline passes that training ignores
 REQUIRED = ("steps", "lr", "num_generations", "prompts_per_step", "max_completion_length")
 
@@ -505,6 +573,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         support_floor=float(s.get("support_floor", 0.02)),
         masked_action=s.get("masked_action", "anchor"), refresh_steps=int(s.get("refresh_steps", 100)),
         base_generation_batch_size=s.get("base_generation_batch_size"),
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in s.items() if k in objectives.METHOD_SETTINGS},
         save_strategy="steps", save_steps=int(s.get("save_steps", max(1, min(50, steps // 4)))),
         save_total_limit=2, logging_steps=1, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0,

@@ -106,7 +106,7 @@ def refresh_epochs():
 def mask_settings(mask):
     """A mask's own parameters; gate-kind masks inherit G0 and tau from the gate section."""
     spec = dict(config["masks"][mask])
-    if spec["kind"] in ("gate", "soft"):
+    if spec["kind"] in ("gate", "soft", "solved"):
         spec.setdefault("G0", config["gate"]["G0"])
         spec.setdefault("tau", config["gate"]["tau"])
     spec["epochs"] = refresh_epochs()
@@ -148,7 +148,8 @@ def eval_targets(bench):
 
 def gate_draw_settings():
     """One cache for every gate mask: the largest G0 any of them reads, every epoch."""
-    sizes = [mask_settings(m)["G0"] for m, s in config["masks"].items() if s["kind"] in ("gate", "soft")]
+    sizes = [mask_settings(m)["G0"] for m, s in config["masks"].items()
+             if s["kind"] in ("gate", "soft", "solved")]
     gate = {k: config["gate"][k] for k in ("seed", "temperature", "top_p")}
     return {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": refresh_epochs()},
             **sampling_settings("train")}
@@ -186,6 +187,7 @@ def report_settings():
             if s["mask"] in ablation_masks and s["masked_action"] == "anchor"
             and (m == "pba" or s["mask"] != pba_mask)
         ],
+        "ranked": list(methods),
         "group_size": config["train"]["num_generations"],
         "gate_G0": config["gate"]["G0"],
     }

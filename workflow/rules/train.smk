@@ -55,7 +55,8 @@ for _method in TRAINED:
                 else []
             ),
             base_rollouts=lambda wc, _m=_method: base_rollout_files(_m, wc.seed),
-            code=code("train", "anchors", "verify", "gate", "launch", "schedule", "base_rollouts", "sampling", "models"),
+            code=code("train", "anchors", "objectives", "verify", "gate", "launch", "schedule",
+                      "base_rollouts", "sampling", "models"),
         params:
             settings=as_param(train_settings(_method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
