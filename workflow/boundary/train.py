@@ -260,7 +260,7 @@ class PBATrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         if self._batches is not None and self.model.training:
             rows = [self._row[x["prompt_id"]] for x in inputs]
-            if rows != self._local_rows(self.state.global_step):  # bulk draws and actions rely on it
+            if rows != self._local_rows(self.state.global_step):  # base rollouts and actions rely on it
                 raise RuntimeError(f"step {self.state.global_step}: process "
                                    f"{self.accelerator.process_index} got prompts off the sampler's schedule")
         self._stats = {name: [0.0, 0.0] for name in GENERATION_METRICS}
