@@ -397,8 +397,8 @@ class PBATrainer(GRPOTrainer):
         full = torch.zeros(need.numel(), T, device=need.device)
         stored = torch.tensor([lp is not None for lp in drawn], device=need.device) & need
         rows = stored.nonzero().flatten().tolist()
-        if rows:  # one host-to-device copy for all of them
-            values = pad_sequence([torch.as_tensor(drawn[i]) for i in rows], batch_first=True)
+        if rows:  # one host-to-device copy for all of them (copied: parquet arrays are read-only)
+            values = pad_sequence([torch.tensor(drawn[i]) for i in rows], batch_first=True)
             full[rows, :values.size(1)] = values.to(full)
         rest = need & ~stored
         if rest.any():
