@@ -197,6 +197,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
     # Tables.
     tdir = out / "tables"
     headline = benches.get(settings["headline"]) if settings["headline"] else None
+    headline_label = view.bench_label(settings["headline"]) if headline is not None else diag_split
     if headline is None:
         warn("headline benchmark not evaluated: the mechanism and headline tables use the diagnostic split")
         headline = diag
@@ -209,7 +210,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
     ts = [curves,
           tables.mechanism_summary(headline, diag, view), tables.headline_intervals(headline, diag, view),
           tables.controls(diag, view), tables.gate_ablation(diag, mask_table, view), tables.gate_resolution(view),
-          tables.masks_table(mask_table), tables.methods_ranking(headline, diag, view)]
+          tables.masks_table(mask_table), tables.methods_ranking(headline, diag, view, headline_label)]
     for b, label in settings["benchmarks"].items():
         ts.append(tables.seed_curves(b, benches[b], view) if b in benches else
                   _placeholder_table(f"seeds_{b}", f"Seed-resolved {label} pass@k results", f"{label}: not run."))
@@ -234,7 +235,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
     base_p1 = tables.stat(headline.summary, tables.BASE, "passk", k=1)
     figures.methods_ranking(tables.ranked_methods(headline, diag, view),
                             base_p1.mean if isinstance(base_p1, tables.Stat) else float("nan"), view,
-                            view.bench_label(view.headline) if view.headline else "Benchmark", max(diag.ks), fdir)
+                            headline_label, max(diag.ks), fdir)
     logs = []
     for path in expected(inputs.get("logs"), results, "train/*/seed*/log.parquet"):
         m = SEED_DIR.match(path.parent.name)

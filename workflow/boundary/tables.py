@@ -535,11 +535,10 @@ def ranked_methods(bench, diag, view: View) -> pd.DataFrame:
     return df.sort_values(["rank_boundary", "rank_passk1"], ignore_index=True)
 
 
-def methods_ranking(bench, diag, view: View) -> Table:
-    """Every method ranked by benchmark pass@1 and by boundary Delta pass@K (points): seed mean
-    +- sample SD, the seed-level Student-t interval (df = seeds - 1), the rank by each."""
+def methods_ranking(bench, diag, view: View, bench_name: str) -> Table:
+    """Every method ranked by `bench_name` pass@1 and by boundary Delta pass@K (points): seed
+    mean +- sample SD, the seed-level Student-t interval (df = seeds - 1), the rank by each."""
     k_hi = max(diag.ks)
-    bench_name = view.bench_label(view.headline) if view.headline else "Benchmark"
     df = ranked_methods(bench, diag, view)
 
     def ci(lo, hi, sign):
