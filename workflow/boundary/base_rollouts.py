@@ -75,11 +75,9 @@ def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
 
 def hf_sampler(model, tokenizer, temperature: float, top_p: float, max_new: int):
     """`draw(prompts, seed) -> [Completion]` on a loaded model: one block, all rows in flight."""
-    from boundary.models import stop_ids
-    from boundary.sampling.hf import generate
+    from boundary.sampling.hf import generate, stop_and_pad
 
-    stop = stop_ids(model.generation_config, tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
+    stop, pad = stop_and_pad(model, tokenizer)
     return lambda prompts, seed: generate(model, prompts, stop, pad, max_new=max_new, temperature=temperature,
                                           top_p=top_p, batch_size=len(prompts), seed=seed)
 
@@ -96,21 +94,11 @@ def vllm_sampler(model_path, temperature: float, top_p: float, max_new: int):
 
 def draw_block(block: Block, draw, prompt_ids: list[list[int]], batches, num_generations: int,
                seed: int) -> dict:
-    """{(step, position): Completion} for one block; `prompt_ids[row]` are a train row's tokens."""
+    """{(step, position): (train row, Completion)} for one block; `prompt_ids[row]` are a train
+    row's tokens."""
     rows = [batches[s][p // num_generations] for s, p in block.keys]
     completions = draw([prompt_ids[r] for r in rows], block_seed(seed, block.epoch, block.index))
-    return dict(zip(block.keys, completions))
-
-
-def as_table(drawn: dict, block_of: dict, prompt_ids: list[list[int]], batches, names,
-             num_generations: int, refresh_steps: int) -> pd.DataFrame:
-    rows = []
-    for (step, pos), c in drawn.items():
-        r = batches[step][pos // num_generations]
-        rows.append((step // refresh_steps, block_of[step, pos], step, pos, names[r],
-                     prompt_hash(prompt_ids[r]), np.asarray(c.tokens, dtype=np.int32),
-                     np.asarray(c.logps, dtype=np.float32), c.finish_reason))
-    return pd.DataFrame(rows, columns=COLUMNS).sort_values(["step", "position"], ignore_index=True)
+    return dict(zip(block.keys, zip(rows, completions)))
 
 
 def read_epoch(paths: list, epoch: int) -> pd.DataFrame:
@@ -176,10 +164,13 @@ def main(argv=None):
 
         model, _ = load_model(args.model)
         draw = hf_sampler(model, tokenizer, cfg.temperature, cfg.top_p, cfg.max_completion_length)
-    drawn, block_of = {}, {}
+    hashes = [prompt_hash(ids) for ids in prompt_ids]
+    records = []
     for n, block in enumerate(blocks, 1):
-        drawn.update(draw_block(block, draw, prompt_ids, batches, cfg.num_generations, args.seed))
-        block_of.update({k: block.index for k in block.keys})
+        drawn = draw_block(block, draw, prompt_ids, batches, cfg.num_generations, args.seed)
+        records += [(block.epoch, block.index, step, pos, names[row], hashes[row],
+                     np.asarray(c.tokens, dtype=np.int32), np.asarray(c.logps, dtype=np.float32),
+                     c.finish_reason) for (step, pos), (row, c) in drawn.items()]
         print(f"base-rollouts: block {n}/{len(blocks)} (epoch {block.epoch}): {len(block.keys)} rollouts", flush=True)
-    write_table(as_table(drawn, block_of, prompt_ids, batches, names, cfg.num_generations, cfg.refresh_steps),
-                args.out)
+    table = pd.DataFrame(records, columns=COLUMNS).sort_values(["step", "position"], ignore_index=True)
+    write_table(table, args.out)

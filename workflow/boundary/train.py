@@ -190,7 +190,7 @@ class PBATrainer(GRPOTrainer):
         self._base_rollouts: tuple[int, dict] | None = None  # (epoch, {(step, position): rollout})
         self._batches: list[list[int]] | None = None
         self._blocks: list | None = None  # the run's base rollouts, as base_rollouts.plan cuts them
-        self._prompt_ids: list | None = None  # every train prompt's token ids, for in-place draws
+        self._prompt_ids: tuple | None = None  # every train prompt's (token ids, hashes), in-place draws
         self._surrogate_logps = None
         self._rewards = None
         self._stats: dict[str, list[float]] = {}  # this generation batch's (sum, count) metrics
@@ -374,18 +374,18 @@ class PBATrainer(GRPOTrainer):
                     drawn[row.step, row.position] = (row.completion_ids, row.base_logps, row.prompt_hash)
         else:
             if self._prompt_ids is None:
-                self._prompt_ids = base_rollouts.tokenize(self.processing_class, self.train_dataset["prompt"])
+                ids = base_rollouts.tokenize(self.processing_class, self.train_dataset["prompt"])
+                self._prompt_ids = (ids, [base_rollouts.prompt_hash(p) for p in ids])
+            prompt_ids, hashes = self._prompt_ids
             draw = self._base_sampler()
             for block in self._blocks or []:
                 if block.epoch != epoch or not any(p in mine for _, p in block.keys):
                     continue
-                rollouts = base_rollouts.draw_block(block, draw, self._prompt_ids, self._batches,
+                rollouts = base_rollouts.draw_block(block, draw, prompt_ids, self._batches,
                                                     self.num_generations, self.args.seed)
-                for (s, p), c in rollouts.items():
+                for (s, p), (row, c) in rollouts.items():
                     if p in mine:
-                        row = self._batches[s][p // self.num_generations]
-                        drawn[s, p] = (c.tokens, np.asarray(c.logps, dtype=np.float32),
-                                       base_rollouts.prompt_hash(self._prompt_ids[row]))
+                        drawn[s, p] = (c.tokens, np.asarray(c.logps, dtype=np.float32), hashes[row])
         self._base_rollouts = (epoch, drawn)
         return drawn
 

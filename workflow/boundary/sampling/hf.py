@@ -188,17 +188,22 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
     return results
 
 
+def stop_and_pad(model, tokenizer) -> tuple[list[int], int]:
+    """The ids a completion stops at, and the id prompts are left-padded with."""
+    stop = stop_ids(model.generation_config, tokenizer)
+    return stop, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
+
+
 def sample(model_path, prompt_ids, prompts, params, log=None):
     import pandas as pd
 
     model, tokenizer = load_model(str(model_path))
-    stop = stop_ids(model.generation_config, tokenizer)
+    stop, pad = stop_and_pad(model, tokenizer)
     encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     jobs = [(pid, i, ids) for pid, ids in zip(prompt_ids, encoded) for i in range(params.n)]
     batch = params.batch_size
     if batch in (None, "auto"):
         batch = default_batch_size(model, max(map(len, encoded), default=1), params.max_new_tokens)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
     out = generate(model, [ids for _, _, ids in jobs], stop, pad,
                    max_new=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
                    batch_size=int(batch), seed=params.seed, progress=log is not None)
