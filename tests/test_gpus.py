@@ -61,6 +61,35 @@ def test_concurrent_jobs_get_disjoint_gpus_and_a_job_waits_for_a_free_one():
         assert all(p.exitcode == 0 for p in (a, b, c))
 
 
+def test_jobs_per_gpu_lets_one_device_hold_several_jobs(monkeypatch):
+    """$BOUNDARY_JOBS_PER_GPU=2 on a one-GPU machine: two jobs share device 0, a third waits
+    for a slot; a job's GPUs stay distinct devices; a bad count is one line."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv(gpus.SLOTS_ENV, "2")
+    with mp.Manager() as manager:
+        a, a_has, a_release, a_dev = start(1, manager)
+        b, b_has, b_release, b_dev = start(1, manager)
+        assert a_has.wait(60) and b_has.wait(60)
+        assert list(a_dev) == list(b_dev) == ["0"]
+        c, c_has, c_release, c_dev = start(1, manager)
+        assert not c_has.wait(0.5)  # both slots taken
+        a_release.set()
+        a.join(60)
+        assert c_has.wait(60) and list(c_dev) == ["0"]
+        for event in (b_release, c_release):
+            event.set()
+        for proc in (b, c):
+            proc.join(60)
+        assert all(p.exitcode == 0 for p in (a, b, c))
+    with pytest.raises(BoundaryError, match="--gpus 2: this job sees 1 GPU"):
+        with gpus.claim(2):
+            pass
+    monkeypatch.setenv(gpus.SLOTS_ENV, "0")
+    with pytest.raises(BoundaryError, match=r"\$BOUNDARY_JOBS_PER_GPU: '0' is not a positive job count"):
+        with gpus.claim(1):
+            pass
+
+
 def test_a_killed_job_gives_its_gpus_back():
     with mp.Manager() as manager:
         everything, has, _, held = start(FAKE_DEVICES, manager)

@@ -7,6 +7,10 @@ ends, so a killed job never leaves a slot taken) and hands its devices to the st
 any processes it starts through CUDA_VISIBLE_DEVICES. A job that asks for 0 GPUs sees none,
 so it cannot land on a device another job claimed. Under SLURM the scheduler has already
 picked the job's devices (it sets CUDA_VISIBLE_DEVICES); they are used as given.
+
+A small model leaves a large GPU mostly idle (a 135M model's sampling steps are launch-bound),
+so a workstation may let each device hold several jobs at once: $BOUNDARY_JOBS_PER_GPU slots
+per device, one lock file each; a job's N GPUs are still N distinct devices.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from boundary.errors import BoundaryError
 
 LOCK_DIR_ENV = "BOUNDARY_GPU_LOCKS"  # where the per-device lock files live (one per machine)
+SLOTS_ENV = "BOUNDARY_JOBS_PER_GPU"  # jobs one device may hold at once (default 1)
 
 
 def visible() -> list[str]:
@@ -52,23 +57,34 @@ def lock_dir() -> Path:
     return Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "boundary-gpus")
 
 
-def _try_lock(folder: Path, device: str):
-    """An open file holding an exclusive lock on `device`, or None if another job has it."""
-    path = folder / f"gpu-{re.sub(r'[^A-Za-z0-9_.-]', '_', device)}.lock"
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+def jobs_per_gpu() -> int:
+    value = os.environ.get(SLOTS_ENV, "1")
+    if not value.isdigit() or int(value) < 1:
+        raise BoundaryError(f"${SLOTS_ENV}: {value!r} is not a positive job count")
+    return int(value)
+
+
+def _try_lock(folder: Path, device: str, slots: int):
+    """An open file holding an exclusive lock on one of `device`'s slots, or None if other
+    jobs hold them all."""
+    name = re.sub(r'[^A-Za-z0-9_.-]', '_', device)
+    for slot in range(slots):
+        path = folder / (f"gpu-{name}.lock" if slot == 0 else f"gpu-{name}.slot{slot}.lock")
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return fd
+    return None
 
 
 def _take(devices: list[str], n: int, folder: Path) -> tuple[list[str], list[int]] | None:
     """All-or-nothing: n free devices and their locks, or None (nothing held)."""
-    chosen, fds = [], []
+    chosen, fds, slots = [], [], jobs_per_gpu()
     for device in devices:
-        fd = _try_lock(folder, device)
+        fd = _try_lock(folder, device, slots)
         if fd is not None:
             chosen.append(device)
             fds.append(fd)
