@@ -147,3 +147,26 @@ def test_the_sampling_benchmark_runs_at_toy_scale():
     lines = run.stdout.splitlines()
     assert any(line.startswith("smollm2-135m  hf backend b4") for line in lines), run.stdout
     assert any(line.startswith("smollm2-135m  stock generate b4") for line in lines)
+
+
+def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
+    """batch_size auto on a GPU: a third of free memory over one row's cost, capped by the
+    job's share of the device when $BOUNDARY_JOBS_PER_GPU jobs share it."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig
+
+    from boundary.sampling import hf
+
+    cfg = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      vocab_size=1000)
+    model = SimpleNamespace(device=torch.device("cuda", 0), config=cfg, dtype=torch.bfloat16)
+    per_row = 2 * 2 * 2 * 16 * 2 * (10 + 90) + 4 * 4 * 1000
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.9 * gib), gib))
+    monkeypatch.delenv("BOUNDARY_JOBS_PER_GPU", raising=False)
+    assert hf.default_batch_size(model, 10, 90) == min(hf.MAX_BATCH, int(0.9 * gib / 3 / per_row))
+    monkeypatch.setenv("BOUNDARY_JOBS_PER_GPU", "4")
+    assert hf.default_batch_size(model, 10, 90) == int(gib / 4 / 3 / per_row)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.2 * gib), gib))
+    assert hf.default_batch_size(model, 10, 90) == int(0.2 * gib / 3 / per_row)  # less free than a share

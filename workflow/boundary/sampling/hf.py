@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from boundary.gpus import jobs_per_gpu
 from boundary.models import load_model, stop_ids
 from boundary.sampling import Completion
 from boundary.sampling.nucleus import sample_step
@@ -111,10 +112,12 @@ def prefill(model, prompts: list[list[int]], rows: list[int], pad_id: int, max_n
 
 
 def default_batch_size(model, prompt_len: int, max_new: int) -> int:
-    """Completions in flight that fit the device: on a GPU, a third of free memory over the
-    KV cache of one full-length row plus the sampler's [rows, vocab] fp32 buffers (merging
+    """Completions in flight that fit the device: on a GPU, a third of this job's memory over
+    the KV cache of one full-length row plus the sampler's [rows, vocab] fp32 buffers (merging
     and compacting copy the cache, and sdpa expands grouped KV heads), at most MAX_BATCH:
-    past it a step is no faster per token (H200, SmolLM2 shape)."""
+    past it a step is no faster per token (H200, SmolLM2 shape). This job's memory is what is
+    free, and no more than its share of the device when jobs share it ($BOUNDARY_JOBS_PER_GPU):
+    a job sized on free memory alone grew into its neighbour's (an H200 run, out of memory)."""
     if model.device.type != "cuda":
         return CPU_BATCH
     cfg = model.config.get_text_config()
@@ -122,8 +125,9 @@ def default_batch_size(model, prompt_len: int, max_new: int) -> int:
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
     per_token = 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
     per_row = per_token * (prompt_len + max_new) + 4 * 4 * cfg.vocab_size
-    free, _ = torch.cuda.mem_get_info(model.device)
-    return max(1, min(MAX_BATCH, int(free / 3 / per_row)))
+    free, total = torch.cuda.mem_get_info(model.device)
+    mine = min(free, total / jobs_per_gpu())
+    return max(1, min(MAX_BATCH, int(mine / 3 / per_row)))
 
 
 def harvest(active: Active, rows: torch.Tensor, results: list) -> None:
