@@ -136,7 +136,7 @@ def table(rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="small sizes for a CPU")
-    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated; empty: none")
     ap.add_argument("--n", type=int, default=256, help="completions per prompt")
     ap.add_argument("--prompts", type=int)
     ap.add_argument("--prompt-len", type=int)
@@ -158,7 +158,7 @@ def main():
         print(f"device {torch.cuda.get_device_name()}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     print(f"{prompts_n} prompts x n={n}, {plen}-token prompts, {new} new tokens, batch {batch}, T 0.6")
     rows = []
-    for name in args.shapes.split(","):
+    for name in filter(None, args.shapes.split(",")):  # --shapes "": only --real
         model = build(SHAPES[name], device, dtype)
         g = torch.Generator().manual_seed(1)
         base = [torch.randint(100, model.config.vocab_size, (plen,), generator=g).tolist() for _ in range(prompts_n)]
