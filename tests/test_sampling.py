@@ -101,6 +101,22 @@ def test_refilled_batches_sample_what_one_batch_samples(tiny_model_dir):
     assert together == alone
 
 
+def test_a_repeated_prompt_is_prefilled_once_and_its_rows_decode_apart(tiny_model_dir):
+    """n samples of a prompt share one prompt forward pass (its KV cache copied per row); the
+    refill test above checks they sample what they would alone, this one that the prompt pass
+    runs once per distinct prompt and that the rows still draw independently."""
+    from boundary.models import load_model
+
+    model, tok = load_model(str(tiny_model_dir))
+    widths, forward = [], model.forward
+    model.forward = lambda *a, **k: (widths.append(k["input_ids"].shape), forward(*a, **k))[1]
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6="]] * 8
+    out = generate(model, prompts, [], tok.pad_token_id, max_new=6, temperature=1.0, top_p=1.0,
+                   batch_size=16, seed=0)
+    assert widths[0][0] == 2 and all(w == (16, 1) for w in widths[1:])  # one prompt pass, 2 rows
+    assert len({tuple(c.tokens) for c in out[0::2]}) > 1  # the 8 rows of a prompt differ
+
+
 def test_teacher_forced_entropy_and_logps_match_the_decode_loop(tiny_model_dir):
     from boundary.models import load_model
 
