@@ -97,11 +97,17 @@ def test_sampler_refuses_too_few_prompts():
 
 # --- actions: rollout source, frozen-base passes, loss ----------------------------------------
 
-def count_base_rows(trainer):
+def count_base_rows(trainer, decoding=False):
+    """The batch width of every forward of the frozen base; with `decoding`, of its one-token
+    decode steps only (the rows it samples: a prompt pass runs each distinct prompt once)."""
     rows = []
-    trainer.base_model.get_decoder().register_forward_hook(
-        lambda mod, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0] if "input_ids" in kwargs
-                                                   else args[0].shape[0]), with_kwargs=True)
+
+    def hook(mod, args, kwargs, out):
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        if not decoding or ids.shape[1] == 1:
+            rows.append(ids.shape[0])
+
+    trainer.base_model.get_decoder().register_forward_hook(hook, with_kwargs=True)
     return rows
 
 
@@ -127,7 +133,7 @@ def test_policy_anchor_scores_only_anchored_rows(model_dir, split, tmp_path):
 def test_base_sampled_anchors_draw_anchored_rollouts_from_the_base(model_dir, split, tmp_path, anchor):
     w = alternate(split)
     trainer = make_trainer(model_dir, split, tmp_path, w, mask="m", anchor=anchor, beta_a=10.0)
-    rows = count_base_rows(trainer)
+    rows = count_base_rows(trainer, decoding=True)
     out = trainer._generate_and_score_completions(first_batch(trainer, split))
     anchored = torch.tensor([i % 2 == 1 for i in range(P) for _ in range(G)])
     assert torch.equal(out["from_base"], anchored)
@@ -151,7 +157,7 @@ def test_base_anchor_draws_an_epochs_rollouts_in_bulk(model_dir, split, tmp_path
                                 base_generation_batch_size=1000)
     trainer = make()
     trainer._get_train_sampler()
-    rows = count_base_rows(trainer)
+    rows = count_base_rows(trainer, decoding=True)
     trainer.model.train()
     epoch = [trainer._batches[s] for s in range(SETTINGS["refresh_steps"])]
     expected = sum(r % 2 == 1 for b in epoch for r in b) * G

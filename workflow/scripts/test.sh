@@ -9,4 +9,6 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
     >/dev/null 2>&1 || echo "test.sh: could not install chromium; the browser test will skip" >&2
 fi
-exec python -m pytest -q --durations=10 "$@"
+# Two workers (the CI machine has 2 cores); a test file stays on one worker, so its module
+# fixtures (a Snakemake run, a trained model) are built once.
+exec python -m pytest -q -n 2 --dist loadfile --durations=10 "$@"
