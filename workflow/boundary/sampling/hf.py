@@ -95,7 +95,7 @@ def prefill(model, prompts: list[list[int]], rows: list[int], pad_id: int, max_n
     device = model.device
     first: dict[tuple, int] = {}
     of_row = torch.tensor([first.setdefault(tuple(p), len(first)) for p in prompts], device=device)
-    unique = [list(p) for p in first]
+    unique = list(first)
     length = max(len(p) for p in unique)
     ids = torch.full((len(unique), length), pad_id, dtype=torch.long)
     mask = torch.zeros((len(unique), length), dtype=torch.long)
