@@ -97,12 +97,10 @@ def stop_ids(model, tok) -> list[int]:
 
 def study_settings(path) -> tuple[dict, dict]:
     """A pipeline config's train settings and trained methods, as `boundary train` gets them."""
-    from boundary.config import load_config
+    from boundary.config import load_config, method_settings
 
     config = load_config(path)
-    methods = {m: {k: v for k, v in spec.items()
-                   if k not in ("label", "seeds", "setting", "checkpoint_of", "step")}
-               for m, spec in config["methods"].items() if not spec["checkpoint_of"]}
+    methods = {m: method_settings(spec) for m, spec in config["methods"].items() if not spec["checkpoint_of"]}
     train = {k: v for k, v in config["train"].items() if k not in ("seeds", "gpus")}
     return {**train, "refresh_steps": config["gate"]["refresh_steps"]}, methods
 

@@ -146,7 +146,7 @@ def test_with_vllm_rollouts_every_row_goes_to_trl_and_base_rows_keep_their_draws
     monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", fake_vllm)
     trainer.use_vllm = True
     trainer.state.global_step = 1
-    from_base = [r if r % 2 else None for r in trainer._batches[1] for _ in range(G)]
+    from_base = [bool(r % 2) for r in trainer._batches[1] for _ in range(G)]  # odd rows are anchored
     trainer._from_base, trainer._drawn_logps = from_base, [None] * len(from_base)
     trainer._stats = {name: [0.0, 0.0] for name in GENERATION_METRICS}
     prompts = base_rollouts.tokenize(trainer.processing_class,
@@ -154,8 +154,8 @@ def test_with_vllm_rollouts_every_row_goes_to_trl_and_base_rows_keep_their_draws
     ids, logprobs = trainer._generate_single_turn(prompts, None, {}, G)
     assert seen == [P * G]
     drawn = table[table["step"] == 1].set_index("position")
-    for i, r in enumerate(from_base):
-        if r is None:
+    for i, anchored in enumerate(from_base):
+        if not anchored:
             assert ids[i] == [7, 7, 7] and logprobs[i] == [-0.5] * 3
         else:
             assert ids[i] == drawn.loc[i, "completion_ids"].tolist()

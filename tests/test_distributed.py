@@ -41,8 +41,9 @@ TIMING = ("step_time", "base_draw_seconds", "generate_seconds")
 
 def smoke_settings(method: str, **override) -> dict:
     """A smoke method's `--settings`, as the train rule builds them (common.smk train_settings)."""
-    spec = {k: v for k, v in SMOKE["methods"][method].items()
-            if k not in ("label", "seeds", "setting", "checkpoint_of", "step")}
+    from boundary.config import method_settings
+
+    spec = method_settings(SMOKE["methods"][method])
     return {**SMOKE["train"], "refresh_steps": SMOKE["gate"]["refresh_steps"],
             "extractor": SMOKE["verify"]["extractor"], "verify_timeout": SMOKE["verify"]["timeout"],
             **spec, **override}

@@ -280,14 +280,12 @@ def test_dph_anchored_loss_is_the_divergence_on_base_rollouts(model_dir, split, 
 def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
     """config/methods_study.yaml: each method's settings (as the pipeline passes them) make a
     trainer config with the intended objective."""
-    from boundary.config import load_config
+    from boundary.config import load_config, method_settings
     from boundary.train import make_config
     from conftest import ROOT
 
     config = load_config(ROOT / "config" / "methods_study.yaml")
-    ignored = ("label", "seeds", "setting", "checkpoint_of", "step")
-    cfgs = {m: make_config({**config["train"], "refresh_steps": 100,
-                            **{k: v for k, v in spec.items() if k not in ignored}}, 0, str(tmp_path))
+    cfgs = {m: make_config({**config["train"], "refresh_steps": 100, **method_settings(spec)}, 0, str(tmp_path))
             for m, spec in config["methods"].items()}
     assert (cfgs["passk"].advantage, cfgs["passk"].passk_k) == ("passk", 4)
     assert (cfgs["w_reinforce"].positive_weight, cfgs["nsr"].positive_weight) == (0.1, 0.0)

@@ -160,6 +160,12 @@ def load_config(path: str | Path) -> dict:
     return validate_config(load_yaml(path))
 
 
+def method_settings(spec: dict) -> dict:
+    """A `methods:` entry as its training run gets it: without the keys that only name,
+    schedule or point at other runs (label, seeds, setting, checkpoint_of, step)."""
+    return {k: v for k, v in spec.items() if k not in ("label", "seeds", "setting", "checkpoint_of", "step")}
+
+
 def dumps(settings) -> str:
     """The one serialisation of settings: sorted keys, so equal settings print equally."""
     return json.dumps(settings, sort_keys=True, separators=(",", ":"))

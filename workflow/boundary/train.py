@@ -184,7 +184,7 @@ class PBATrainer(GRPOTrainer):
             add_fused_lm_head(base_model, temperature=self.temperature,
                               cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
             self.base_model = self.accelerator.prepare_model(base_model, evaluation_mode=True)
-        self._from_base: list[int | None] | None = None  # per row: its prompt row if from base
+        self._from_base: list[bool] | None = None  # per row: drawn from the frozen base
         self._drawn_logps: list | None = None  # per row: base log-probs from its draw, if any
         self._pre_drawn = list(base_rollouts or [])  # the base_rollouts stage's files
         self._base_rollouts: tuple[int, dict] | None = None  # (epoch, {(step, position): rollout})
@@ -266,8 +266,7 @@ class PBATrainer(GRPOTrainer):
         self._stats = {name: [0.0, 0.0] for name in GENERATION_METRICS}
         w = self._row_weights(inputs)
         base_rows = [bool(wi > 0) and self.args.anchor in BASE_SAMPLED for wi in w]
-        # read by _generate_single_turn: the prompt row of each rollout drawn from the base
-        self._from_base = [self._row[x["prompt_id"]] if b else None for x, b in zip(inputs, base_rows)]
+        self._from_base = base_rows  # read by _generate_single_turn
         self._drawn_logps = [None] * len(inputs)  # written by it: base log-probs of base rollouts
         try:
             out = super()._generate_and_score_completions(inputs)
@@ -300,7 +299,7 @@ class PBATrainer(GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                               has_tool_images=False):
         from_base = self._from_base
-        if not from_base or all(r is None for r in from_base):
+        if not from_base or not any(from_base):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
                                                  num_generations, has_tool_images)
         if images is not None:
@@ -311,25 +310,29 @@ class PBATrainer(GRPOTrainer):
         drawn = self._drawn_base_rollouts(step)
         self._add_stat("base_draw_seconds", time.perf_counter() - start)
         first = self._local_slice().start if self._batches is not None else None
-        for i, r in enumerate(from_base):
-            rollout = drawn.get((step, first + i)) if r is not None and first is not None else None
+        hashes: dict[tuple, int] = {}  # a prompt's G rows share one hash
+        for i, b in enumerate(from_base):
+            rollout = drawn.get((step, first + i)) if b and first is not None else None
             if rollout is not None:
                 ids, logps, prompt = rollout
-                if prompt != base_rollouts.prompt_hash(prompt_ids[i]):
+                key = tuple(prompt_ids[i])
+                if key not in hashes:
+                    hashes[key] = base_rollouts.prompt_hash(prompt_ids[i])
+                if prompt != hashes[key]:
                     raise BoundaryError(f"{self._rollout_source()}: step {step + 1}: base rollouts were "
                                         "drawn for other prompt tokens (another tokenizer or template?)")
                 completions[i], logprobs[i], self._drawn_logps[i] = list(ids), list(logps), logps
         # TRL's vLLM path gathers and syncs weights across processes: every process generates
         # every row (anchored rows' policy rollouts are then discarded); transformers generates
         # the policy's rows only.
-        policy = list(range(n)) if self.use_vllm else [i for i, r in enumerate(from_base) if r is None]
+        policy = list(range(n)) if self.use_vllm else [i for i, b in enumerate(from_base) if not b]
         if policy:
             ids, lps = super()._generate_single_turn([prompt_ids[i] for i in policy], None, {},
                                                      num_generations)
             for j, i in enumerate(policy):
-                if from_base[i] is None:
+                if not from_base[i]:
                     completions[i], logprobs[i] = ids[j], lps[j] if lps is not None else None
-        missing = [i for i, r in enumerate(from_base) if r is not None and completions[i] is None]
+        missing = [i for i, b in enumerate(from_base) if b and completions[i] is None]
         self._add_stat("base_rollouts_on_demand", len(missing))
         if missing:
             for i, c in zip(missing, self._draw_on_demand([prompt_ids[i] for i in missing], step)):

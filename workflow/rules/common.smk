@@ -7,7 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.anchors import BASE_SAMPLED
-from boundary.config import dumps, load_yaml, validate_config
+from boundary.config import dumps, load_yaml, method_settings, validate_config
 from boundary.errors import BoundaryError
 from boundary.report import figure_names, load_settings, table_names
 
@@ -114,8 +114,7 @@ def mask_settings(mask):
 
 
 def train_settings(method):
-    spec = {k: v for k, v in config["methods"][method].items()
-            if k not in ("label", "seeds", "setting", "checkpoint_of", "step")}
+    spec = method_settings(config["methods"][method])
     return {**config["train"], "refresh_steps": config["gate"]["refresh_steps"],
             "extractor": extractor_of("train"),
             "verify_timeout": config["verify"]["timeout"], **spec}
