@@ -26,8 +26,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from boundary import diagnose  # noqa: E402
-from boundary.regimes import label_counts  # noqa: E402
+from boundary.analysis import diagnose  # noqa: E402
+from boundary.analysis.regimes import label_counts  # noqa: E402
 
 
 def make_inputs(folder: Path, prompts: int, runs: int, n: int = 256, seed: int = 0) -> list[str]:

@@ -182,7 +182,7 @@ def main():
               f"stock {stock[1.0] / stock[0.95]:.2f}x")
         del model
     if args.real:
-        from boundary.models import load_model, stop_ids
+        from boundary.sampling.models import load_model, stop_ids
 
         model, tok = load_model(args.real, device=str(device))
         stop = stop_ids(model.generation_config, tok)

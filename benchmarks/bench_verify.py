@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from boundary.verify import Verifier  # noqa: E402
+from boundary.tasks.verify import Verifier  # noqa: E402
 
 
 def mixed_pairs(count: int, seed: int = 0) -> tuple[list[str], list[str]]:

@@ -40,7 +40,8 @@ import pandas as pd
 import torch
 from transformers import TrainerCallback
 
-from boundary.train import PBATrainer, make_config
+from boundary.training.trainer import PBATrainer
+from boundary.training.trainer_config import make_config
 
 METHODS = {
     "grpo": {},
@@ -97,7 +98,7 @@ def stop_ids(model, tok) -> list[int]:
 
 def study_settings(path) -> tuple[dict, dict]:
     """A pipeline config's train settings and trained methods, as `boundary train` gets them."""
-    from boundary.config import load_config, method_settings
+    from boundary.core.config import load_config, method_settings
 
     config = load_config(path)
     methods = {m: method_settings(spec) for m, spec in config["methods"].items() if not spec["checkpoint_of"]}
@@ -107,7 +108,7 @@ def study_settings(path) -> tuple[dict, dict]:
 
 def prompts_for(args, tok, n: int, rng) -> list[str]:
     if args.split:
-        from boundary.artifacts import read_table
+        from boundary.core.artifacts import read_table
 
         split = read_table(args.split, ["prompt_id"])
         text = (split["prompt"] if "prompt" in split else split["problem"]).tolist()

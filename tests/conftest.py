@@ -19,7 +19,7 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PAT
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A randomly initialised tiny Llama + char tokenizer, saved like a pretrained base."""
-    from boundary.testbed import TinyModelConfig, build_model, build_tokenizer
+    from boundary.tasks.testbed import TinyModelConfig, build_model, build_tokenizer
 
     out = tmp_path_factory.mktemp("tiny_model")
     tokenizer = build_tokenizer()

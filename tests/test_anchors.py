@@ -8,7 +8,7 @@ gradient (checked within 5 standard errors), compared with autograd on the exact
 import pytest
 import torch
 
-from boundary.anchors import base_cross_entropy, per_token_kl, policy_kl, support_floor, token_mean
+from boundary.training.anchors import base_cross_entropy, per_token_kl, policy_kl, support_floor, token_mean
 
 K, N = 6, 100_000
 

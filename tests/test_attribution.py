@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from boundary import attribution as at
-from boundary import diagnose as dg
-from boundary import stats
-from boundary.regimes import Thresholds, label_counts
+from boundary.analysis import attribution as at
+from boundary.analysis import diagnose as dg
+from boundary.analysis import stats
+from boundary.analysis.regimes import Thresholds, label_counts
 
 N = 16
 KS = [1, 2, 8, 16]

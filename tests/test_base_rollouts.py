@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from boundary import base_rollouts
-from boundary.errors import BoundaryError
-from boundary.schedule import ActionSampler, step_weights
-from boundary.train import GENERATION_METRICS, make_config
+from boundary.training import base_rollouts
+from boundary.core.errors import BoundaryError
+from boundary.training.schedule import ActionSampler, step_weights
+from boundary.training.trainer import GENERATION_METRICS
+from boundary.training.trainer_config import make_config
 from test_train import G, P, SETTINGS, alternate, make_trainer, model_dir, scheduled_batch, split  # noqa: F401
 
 SUPPORT = dict(mask="m", anchor="support", beta_a=10.0, base_generation_batch_size=12)
@@ -74,7 +75,7 @@ def pre_drawn_trainer(model_dir, split, tmp_path, files):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from boundary.train import PBATrainer
+    from boundary.training.trainer import PBATrainer
     from test_train import digits_reward
 
     data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),
@@ -116,7 +117,7 @@ def test_trainer_refuses_rollouts_drawn_for_other_prompts_or_steps(model_dir, sp
 
 
 def test_vllm_settings_reach_trl_and_base_anchors_then_need_pre_drawn_rollouts(model_dir, split, tmp_path):
-    from boundary.train import train
+    from boundary.stages.train import train
 
     with pytest.raises(BoundaryError, match="use_vllm: TRL's vLLM rollouts need a CUDA GPU"):
         train(model_dir, split, {**SETTINGS, "use_vllm": True}, 0, tmp_path / "out", tmp_path / "ck")

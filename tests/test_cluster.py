@@ -14,8 +14,12 @@ import pytest
 import torch
 import yaml
 
-from boundary import cli, cluster, launch
-from boundary.errors import BoundaryError
+from boundary import cli
+
+from boundary.core import cluster
+
+from boundary.stages import train as launch
+from boundary.core.errors import BoundaryError
 from conftest import ROOT
 
 PROFILE = ROOT / "config" / "profiles" / "slurm"

@@ -4,8 +4,8 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from boundary.config import dumps, load_config, load_stage_settings, validate_config
-from boundary.errors import BoundaryError
+from boundary.core.config import dumps, load_config, load_stage_settings, validate_config
+from boundary.core.errors import BoundaryError
 
 
 @pytest.mark.parametrize("name", ["config", "smoke", "paper", "study", "methods_study"])
@@ -110,7 +110,7 @@ def test_config_file_problems_are_one_line(tmp_path, text, message):
 
 
 def test_yaml_merge_keys_may_be_overridden(tmp_path):
-    from boundary.config import load_yaml
+    from boundary.core.config import load_yaml
 
     path = tmp_path / "c.yaml"
     path.write_text("base: &b {tau: 0.1, G0: 8}\ngate:\n  <<: *b\n  tau: 0.5\n")

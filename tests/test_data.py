@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from boundary.config import dumps
-from boundary.data import build_splits
+from boundary.core.config import dumps
+from boundary.stages.data import build_splits
 
 
 def _write(path, rows):

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary import diagnose as dg
-from boundary.errors import BoundaryError
+from boundary.analysis import diagnose as dg
+from boundary.core.errors import BoundaryError
 from boundary.readers.counts import _unique_positives as unique_positives
-from boundary.regimes import Thresholds, label_counts
+from boundary.analysis.regimes import Thresholds, label_counts
 
 
 def direct_passk(n, c, k):

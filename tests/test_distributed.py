@@ -30,8 +30,8 @@ import pytest
 import torch
 import yaml
 
-from boundary.config import validate_config
-from boundary.testbed import TestbedTask, make_prompts
+from boundary.core.config import validate_config
+from boundary.tasks.testbed import TestbedTask, make_prompts
 from conftest import ROOT
 from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
 
@@ -41,7 +41,7 @@ TIMING = ("step_time", "base_draw_seconds", "generate_seconds")
 
 def smoke_settings(method: str, **override) -> dict:
     """A smoke method's `--settings`, as the train rule builds them (common.smk train_settings)."""
-    from boundary.config import method_settings
+    from boundary.core.config import method_settings
 
     spec = method_settings(SMOKE["methods"][method])
     return {**SMOKE["train"], "refresh_steps": SMOKE["gate"]["refresh_steps"],
@@ -184,9 +184,10 @@ def planned_actions(smoke, settings) -> pd.DataFrame:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from boundary.gate import read_mask
-    from boundary.schedule import anchor_weights_for
-    from boundary.train import PBATrainer, make_config
+    from boundary.training.gate import read_mask
+    from boundary.training.schedule import anchor_weights_for
+    from boundary.training.trainer import PBATrainer
+    from boundary.training.trainer_config import make_config
 
     split = pd.read_parquet(smoke / "train.parquet")
     cfg = make_config(settings, 0, str(smoke / "plan_ck"))

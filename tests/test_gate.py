@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary.errors import BoundaryError
-from boundary.gate import build_mask, main, soft_weight
+from boundary.core.errors import BoundaryError
+from boundary.training.gate import build_mask, main, soft_weight
 
 
 def draws_from(successes_by_epoch: dict[str, list[list[bool]]]) -> pd.DataFrame:

@@ -10,8 +10,8 @@ import signal
 import pytest
 import torch
 
-from boundary import gpus
-from boundary.errors import BoundaryError
+from boundary.core import gpus
+from boundary.core.errors import BoundaryError
 
 FAKE_DEVICES = 4
 

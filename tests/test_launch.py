@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
-from boundary import launch
-from boundary.errors import BoundaryError
+from boundary.stages import train as launch
+from boundary.core.errors import BoundaryError
 
 
 def unset(monkeypatch, name):
@@ -30,7 +30,7 @@ def started(monkeypatch):
     for name in ("CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "OMP_NUM_THREADS"):
         unset(monkeypatch, name)
     runs = []
-    monkeypatch.setattr("boundary.train.main", lambda argv: runs.append(
+    monkeypatch.setattr("boundary.stages.train.run", lambda argv: runs.append(
         {"processes": 1, "devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "argv": argv}))
 
     def torchrun(command, env):
@@ -51,13 +51,13 @@ def train_argv(gpus, *extra):
 @pytest.mark.parametrize("gpus,devices", [(1, "0"), (0, "")])
 def test_one_process_never_sees_several_gpus(eight_gpus, started, gpus, devices):
     """8 GPUs visible, training asks for 1 (or 0): its single process is shown that many."""
-    launch.main_train(train_argv(gpus))
+    launch.main(train_argv(gpus))
     assert started == [{"processes": 1, "devices": devices, "argv": train_argv(gpus)}]
 
 
 def test_n_gpus_start_n_processes_one_per_gpu(eight_gpus, started, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "16")
-    launch.main_train(train_argv(8))
+    launch.main(train_argv(8))
     (run,) = started
     assert run["processes"] == 8 and run["devices"] == "0,1,2,3,4,5,6,7"
     assert run["threads"] == "2"  # the job's CPU threads shared by its processes
@@ -67,31 +67,31 @@ def test_n_gpus_start_n_processes_one_per_gpu(eight_gpus, started, monkeypatch):
 
 def test_a_job_uses_the_gpus_it_was_given(eight_gpus, started, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")  # e.g. claimed by `boundary --gpus`
-    launch.main_train(train_argv(2))
+    launch.main(train_argv(2))
     assert started[0]["processes"] == 2 and started[0]["devices"] == "3,5"
 
 
 def test_too_few_gpus_or_a_process_count_with_gpus_is_one_line(eight_gpus, started, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     with pytest.raises(BoundaryError, match=r"train.gpus: 8 GPU\(s\) asked for, this job sees 2 GPU"):
-        launch.main_train(train_argv(8))
+        launch.main(train_argv(8))
     with pytest.raises(BoundaryError, match="--processes 4: with train.gpus = 2"):
-        launch.main_train(train_argv(2, "--processes", "4"))
+        launch.main(train_argv(2, "--processes", "4"))
     assert started == []
 
 
 def test_cpu_processes_run_under_torchrun(started):
-    launch.main_train(train_argv(0, "--processes", "2"))
+    launch.main(train_argv(0, "--processes", "2"))
     assert started[0]["processes"] == 2 and started[0]["devices"] == ""
 
 
 def test_a_worker_trains_in_place(started, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "8")  # set by torchrun for each worker
-    launch.main_train(train_argv(8))
+    launch.main(train_argv(8))
     assert started[0]["processes"] == 1 and started[0]["argv"] == train_argv(8)
 
 
 def test_a_failed_process_fails_the_job(started, monkeypatch):
     monkeypatch.setattr(launch, "_run", lambda command, env: 1)
     with pytest.raises(BoundaryError, match="a process of 2 failed"):
-        launch.main_train(train_argv(0, "--processes", "2"))
+        launch.main(train_argv(0, "--processes", "2"))

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from boundary.models import import_base, load_model, stop_ids
+from boundary.sampling.models import import_base, load_model, stop_ids
 
 
 def _written(path, data):

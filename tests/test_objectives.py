@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
-from boundary import objectives as obj
-from boundary.anchors import base_forward_kl, base_js
-from boundary.errors import BoundaryError
-from boundary.gate import build_mask
+from boundary.training import objectives as obj
+from boundary.training.anchors import base_forward_kl, base_js
+from boundary.core.errors import BoundaryError
+from boundary.training.gate import build_mask
 
 # --- advantages and rewards ------------------------------------------------------------------
 
@@ -280,8 +280,8 @@ def test_dph_anchored_loss_is_the_divergence_on_base_rollouts(model_dir, split, 
 def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
     """config/methods_study.yaml: each method's settings (as the pipeline passes them) make a
     trainer config with the intended objective."""
-    from boundary.config import load_config, method_settings
-    from boundary.train import make_config
+    from boundary.core.config import load_config, method_settings
+    from boundary.training.trainer_config import make_config
     from conftest import ROOT
 
     config = load_config(ROOT / "config" / "methods_study.yaml")

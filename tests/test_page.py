@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary import diagnose as dg
+from boundary.analysis import diagnose as dg
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary.passk import add_pass_at_k, pass_at_k, passk_curve, usable_ks
+from boundary.core.passk import add_pass_at_k, pass_at_k, passk_curve, usable_ks
 
 
 def direct(n, c, k):
@@ -65,7 +65,7 @@ def test_memory_does_not_grow_with_the_largest_c():
     prompts x max c would be 320 MB here)."""
     import tracemalloc
 
-    from boundary.passk import _product_form
+    from boundary.core.passk import _product_form
 
     rng = np.random.default_rng(0)
     n = np.full(40, 10**6)
@@ -86,7 +86,7 @@ def test_memory_does_not_grow_with_the_largest_c():
 def test_every_k_at_once_matches_the_combinatorial_form():
     from math import comb
 
-    from boundary.passk import pass_at_k_all
+    from boundary.core.passk import pass_at_k_all
 
     n = np.array([40, 40, 40, 64, 7])
     c = np.array([0, 1, 39, 17, 7])

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from boundary import readers
-from boundary.errors import BoundaryError
-from boundary.passk import pass_at_k
+from boundary.core.errors import BoundaryError
+from boundary.core.passk import pass_at_k
 from boundary.readers import lighteval
 from boundary.readers.common import text_id
 
@@ -185,7 +185,7 @@ def test_jsonl_with_changing_types_falls_back(tmp_path):
 def test_diagnose_cli_on_tool_formats(tmp_path):
     """verl base, lighteval and OpenRLHF trained, plain-samples calibration: one diagnosis,
     every prompt keyed by the gold file and re-graded."""
-    from boundary import diagnose as dg
+    from boundary.analysis import diagnose as dg
 
     dg.main(["--base", str(FIX / "verl_dumps"), "--trained", f"le:0={LIGHTEVAL}",
              "--trained", f"orl:0={FIX / 'openrlhf.jsonl'}", "--calibration", str(FIX / "samples_wide.parquet"),
@@ -243,7 +243,7 @@ def test_boolean_verdicts_ignore_the_reward_threshold(tmp_path):
 
 
 def test_bad_uncertainty_and_verifier_options_are_one_line(tmp_path):
-    from boundary import diagnose as dg
+    from boundary.analysis import diagnose as dg
 
     args = ["--base", str(FIX / "samples.jsonl"), "--trained", f"x:0={FIX / 'samples_wide.parquet'}",
             "--ks", "1", "--resamples", "10", "--no-figures", "--out", str(tmp_path / "o")]

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary import regimes as rg
-from boundary.errors import BoundaryError
+from boundary.analysis import regimes as rg
+from boundary.core.errors import BoundaryError
 
 
 def paper_label(p, easy=0.6, boundary=0.10, K=256, cmin=0.4):

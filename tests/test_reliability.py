@@ -21,10 +21,10 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from boundary import artifacts
-from boundary.artifacts import atomic_dir, read_table, write_table
+from boundary.core import artifacts
+from boundary.core.artifacts import atomic_dir, read_table, write_table
 from boundary.cli import main as cli
-from boundary.errors import BoundaryError
+from boundary.core.errors import BoundaryError
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "workflow")}  # this tree's package in subprocesses
 SEEDS = pd.DataFrame({"method": ["a"] * 3 + ["b"] * 3, "metric": "m", "seed": [0, 1, 2] * 2,
@@ -122,7 +122,7 @@ def test_a_killed_write_leaves_scratch_that_the_next_run_removes(files):
     out = files / "o"
     assert cli(["seeds", str(files / "long.csv"), "--out", str(out)]) == 0
     before = (out / "seeds.csv").read_text()
-    code = ("import os, signal\nfrom boundary.artifacts import atomic_dir\n"
+    code = ("import os, signal\nfrom boundary.core.artifacts import atomic_dir\n"
             f"with atomic_dir({str(out)!r}, 'boundary seeds') as tmp:\n"
             "    (tmp / 'seeds.csv').write_text('half')\n"
             "    os.kill(os.getpid(), signal.SIGKILL)\n")
@@ -157,7 +157,7 @@ def test_count_file_problems(tmp_path, text, message):
 
 
 def test_the_report_names_a_listed_input_that_is_gone_and_leaves_out_unlisted_ones(tmp_path):
-    from boundary.report import find_counts
+    from boundary.analysis.report import find_counts
 
     listed = tmp_path / "eval" / "diagnostic" / "pba" / "seed0" / "counts.parquet"
     stale = tmp_path / "eval" / "diagnostic" / "old_method" / "seed0" / "counts.parquet"
@@ -247,7 +247,7 @@ def test_artifacts_get_the_umask(tmp_path, mask, file_mode, dir_mode):
 
 
 def test_run_key_depends_only_on_what_determines_the_weights(tiny_model_dir, tmp_path):
-    from boundary.train import run_key
+    from boundary.stages.train import run_key
 
     prompts = {"prompt": ["12+34="], "answer": ["1234"], "prompt_id": ["p0"]}
     base = tmp_path / "base"

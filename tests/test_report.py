@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary import report
-from boundary.errors import BoundaryError
-from boundary.evaluate import counts_from_samples
-from boundary.passk import add_pass_at_k
+from boundary.analysis import report
+from boundary.core.errors import BoundaryError
+from boundary.stages.evaluate import counts_from_samples
+from boundary.core.passk import add_pass_at_k
 
 KS = [1, 4, 16, 64]
 
@@ -31,7 +31,7 @@ def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1)
     w[:20] = 0
     cal = pd.DataFrame([(pid, j, bool(rng.random() < wi)) for pid, wi in zip(ids, w) for j in range(64)],
                        columns=["prompt_id", "sample_idx", "correct"])
-    from boundary.regimes import Thresholds, counts_from_calibration, label_counts
+    from boundary.analysis.regimes import Thresholds, counts_from_calibration, label_counts
     (root / "regimes").mkdir(parents=True)
     (root / "splits").mkdir(parents=True)
     pd.DataFrame({"prompt_id": ids, "problem": "12+34=", "answer": "1234", "source": "testbed"}).to_parquet(
@@ -163,7 +163,7 @@ def test_headline_interval_recomputed_from_counts(built):
 def test_controls_list_each_method_once_and_soft_gates_by_kind():
     from types import SimpleNamespace
 
-    from boundary import tables
+    from boundary.analysis import tables
 
     summary = pd.DataFrame([{"method": m, "metric": "passk", "regime": "all", "k": k, "mean": 0.3, "sd": 0.01}
                             for m in ("grpo", "pba", "pba_soft") for k in (1, 256)])
@@ -183,8 +183,8 @@ def test_controls_list_each_method_once_and_soft_gates_by_kind():
 def test_methods_ranking_matches_the_counts(built):
     """Every method ranked by benchmark pass@1 and boundary Δpass@K, each with the seed-level
     t interval of stats.py, recomputed here from the per-prompt counts."""
-    from boundary.passk import pass_at_k
-    from boundary.stats import t_interval
+    from boundary.core.passk import pass_at_k
+    from boundary.analysis.stats import t_interval
 
     table = pd.read_csv(built / "tables" / "methods_ranking.csv")
     assert set(table["method"]) == {"grpo", "pba", "global_kl", "pba_g4"}

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary.config import dumps
-from boundary.evaluate import counts_from_samples
-from boundary.passk import pass_at_k
+from boundary.core.config import dumps
+from boundary.stages.evaluate import counts_from_samples
+from boundary.core.passk import pass_at_k
 from boundary.sampling import SamplingParams, sample
 
 
@@ -94,8 +94,8 @@ def test_missing_split_is_one_line(tiny_model_dir, tmp_path):
 def test_an_extractor_that_finds_nothing_is_named_in_a_warning(tiny_model_dir):
     """The testbed model never writes \\boxed{}: the boxed extractor finds no answer, and the
     warning names the split."""
-    from boundary.rollouts import scored_samples
-    from boundary.verify import Verifier
+    from boundary.sampling.scoring import scored_samples
+    from boundary.tasks.verify import Verifier
 
     split = pd.DataFrame({"prompt_id": ["p0"], "prompt": ["12+34="], "answer": ["1234"]})
     said = []

@@ -90,7 +90,7 @@ def test_refilled_batches_sample_what_one_batch_samples(tiny_model_dir):
     """Rows merged into a running batch (left-padded cache, own positions) get the same
     next-token distribution as in a batch of their own: greedy-like sampling at a tiny
     temperature makes the completions comparable token by token."""
-    from boundary.models import load_model
+    from boundary.sampling.models import load_model
 
     model, tok = load_model(str(tiny_model_dir))
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6=", "1234+5678="]] * 4
@@ -105,7 +105,7 @@ def test_a_repeated_prompt_is_prefilled_once_and_its_rows_decode_apart(tiny_mode
     """n samples of a prompt share one prompt forward pass (its KV cache copied per row); the
     refill test above checks they sample what they would alone, this one that the prompt pass
     runs once per distinct prompt and that the rows still draw independently."""
-    from boundary.models import load_model
+    from boundary.sampling.models import load_model
 
     model, tok = load_model(str(tiny_model_dir))
     widths, forward = [], model.forward
@@ -118,7 +118,7 @@ def test_a_repeated_prompt_is_prefilled_once_and_its_rows_decode_apart(tiny_mode
 
 
 def test_teacher_forced_entropy_and_logps_match_the_decode_loop(tiny_model_dir):
-    from boundary.models import load_model
+    from boundary.sampling.models import load_model
 
     model, tok = load_model(str(tiny_model_dir))
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6="]] * 3

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from boundary import stats
-from boundary.errors import BoundaryError
+from boundary.analysis import stats
+from boundary.core.errors import BoundaryError
 
 
 def test_t_interval_matches_scipy():

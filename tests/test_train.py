@@ -15,11 +15,13 @@ import pandas as pd
 import pytest
 import torch
 
-from boundary.anchors import base_cross_entropy, policy_kl, support_floor
-from boundary.errors import BoundaryError
-from boundary.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
-from boundary.schedule import ActionSampler
-from boundary.train import PBATrainer, make_config, run_key
+from boundary.training.anchors import base_cross_entropy, policy_kl, support_floor
+from boundary.core.errors import BoundaryError
+from boundary.tasks.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
+from boundary.training.schedule import ActionSampler
+from boundary.stages.train import run_key
+from boundary.training.trainer import PBATrainer
+from boundary.training.trainer_config import make_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TinyModelConfig(hidden=32, layers=1, heads=2, intermediate=64)
@@ -328,13 +330,16 @@ def test_run_key_changes_with_every_input_the_run_is_trained_from(model_dir, spl
                run_key(model_dir, SETTINGS, 0, {**prompts, "answer": prompts["answer"][::-1]}, w),
                run_key(model_dir, SETTINGS, 0, prompts, 1.0 - w),
                run_key(model_dir, SETTINGS, 0, prompts, None)]
-    import boundary.train as train_module
+    import boundary.stages.train as train_stage
+    from boundary.core import sources
 
-    code = tmp_path / "boundary"
-    shutil.copytree(Path(train_module.__file__).parent, code)
-    monkeypatch.setattr(train_module, "__file__", str(code / "train.py"))
+    code = tmp_path / "boundary"  # the code the stage runs, as a copy we can edit
+    shutil.copytree(sources.PACKAGE, code, ignore=shutil.ignore_patterns("__pycache__"))
+    copies = [code / path.relative_to(sources.PACKAGE) for path in train_stage.code_files()]
+    monkeypatch.setattr(train_stage, "code_files", lambda: copies)
     assert run_key(model_dir, SETTINGS, 0, prompts, w) == key
-    (code / "anchors.py").write_text((code / "anchors.py").read_text() + "# changed\n")
+    anchors = code / "training" / "anchors.py"
+    anchors.write_text(anchors.read_text() + "# changed\n")
     changed.append(run_key(model_dir, SETTINGS, 0, prompts, w))
     assert key not in changed and len(set(changed)) == len(changed)
 

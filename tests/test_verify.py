@@ -3,8 +3,8 @@ import time
 import pandas as pd
 import pytest
 
-from boundary.errors import BoundaryError
-from boundary.verify import Verifier, extract_answer, last_boxed, normalize_answer, score_samples
+from boundary.core.errors import BoundaryError
+from boundary.tasks.verify import Verifier, extract_answer, last_boxed, normalize_answer, score_samples
 
 
 def test_extractors():
@@ -152,7 +152,7 @@ def test_a_math_verify_timeout_is_unverified(monkeypatch):
     """math-verify answers [] / False when its own alarm fires: that is no verdict."""
     import math_verify
 
-    from boundary import verify
+    from boundary.tasks import verify
 
     def parse_times_out(text, parsing_timeout):
         time.sleep(parsing_timeout)
@@ -167,7 +167,7 @@ def test_a_math_verify_timeout_is_unverified(monkeypatch):
 
 
 def test_extractors_for_models_that_do_not_box():
-    from boundary.verify import extract_answer
+    from boundary.tasks.verify import extract_answer
 
     text = "She has 1,234 apples, then 18 more. \\boxed{\\frac{1}{2}}"
     assert extract_answer(text, "boxed") == "\\frac{1}{2}"

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary import diagnose as dg
+from boundary.analysis import diagnose as dg
 
 ROOT = Path(__file__).resolve().parents[1]
 

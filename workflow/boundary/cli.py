@@ -13,71 +13,26 @@ import contextlib
 import importlib
 import sys
 
-from boundary.errors import BoundaryError
-from boundary.gpus import claim
+from boundary.core.errors import BoundaryError
+from boundary.core.gpus import claim
 
 COMMANDS = {
-    "pretrain": ("boundary.testbed", "pretrain the synthetic testbed's base model"),
-    "import-base": ("boundary.models", "a base model (folder, hub id or GGUF) as a plain folder"),
-    "data": ("boundary.data", "write the train, diagnostic and benchmark splits"),
-    "calibrate": ("boundary.calibrate", "frozen-base calibration samples (regime labels)"),
-    "gate-draws": ("boundary.calibrate", "frozen-base gate draws per refresh epoch"),
-    "regimes": ("boundary.regimes", "label regimes from the calibration cache"),
-    "masks": ("boundary.gate", "build a per-prompt action mask"),
-    "base-rollouts": ("boundary.base_rollouts", "frozen-base rollouts of a run's base-sampled anchors, before training"),
-    "train": ("boundary.launch", "GRPO / PBA / controls through one TRL trainer (a process per GPU)"),
-    "evaluate": ("boundary.evaluate", "n-sample evaluation -> samples + per-prompt counts"),
-    "report": ("boundary.report", "the paper's tables and figures"),
-    "diagnose": ("boundary.diagnose", "regimes, transitions, tables, figures from counts files"),
-    "seeds": ("boundary.stats", "seed means, SDs, t intervals and paired gains"),
-    "cluster-check": ("boundary.cluster", "name the rules a SLURM cluster can never schedule"),
+    "pretrain": ("boundary.stages.pretrain", "pretrain the synthetic testbed's base model"),
+    "import-base": ("boundary.stages.import_base", "a base model (folder, hub id or GGUF) as a plain folder"),
+    "data": ("boundary.stages.data", "write the train, diagnostic and benchmark splits"),
+    "calibrate": ("boundary.stages.calibrate", "frozen-base calibration samples (regime labels)"),
+    "gate-draws": ("boundary.stages.calibrate", "frozen-base gate draws per refresh epoch"),
+    "regimes": ("boundary.stages.regimes", "label regimes from the calibration cache"),
+    "masks": ("boundary.stages.masks", "build a per-prompt action mask"),
+    "base-rollouts": ("boundary.stages.base_rollouts",
+                      "frozen-base rollouts of a run's base-sampled anchors, before training"),
+    "train": ("boundary.stages.train", "GRPO / PBA / controls through one TRL trainer (a process per GPU)"),
+    "evaluate": ("boundary.stages.evaluate", "n-sample evaluation -> samples + per-prompt counts"),
+    "report": ("boundary.stages.report", "the paper's tables and figures"),
+    "diagnose": ("boundary.analysis.diagnose", "regimes, transitions, tables, figures from counts files"),
+    "seeds": ("boundary.analysis.stats", "seed means, SDs, t intervals and paired gains"),
+    "cluster-check": ("boundary.core.cluster", "name the rules a SLURM cluster can never schedule"),
 }
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse for subcommands: a bad or missing option is a BoundaryError, so the CLI prints
-    it as the same one line as every other user error."""
-
-    def error(self, message):
-        raise BoundaryError(message)
-
-
-def _typed(convert, check, wanted):
-    def parse(text):
-        try:
-            value = convert(text)
-        except ValueError:
-            value = None
-        if value is None or not check(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}")
-        return value
-    parse.__name__ = wanted  # argparse names the type in some messages
-    return parse
-
-
-def _whole(text: str) -> int:
-    return int(text.strip())  # int() refuses "1.9" and "1e3"
-
-
-def _ks(text: str) -> list[int] | None:
-    parts = text.split(",")
-    return [_whole(x) for x in parts] if all(x.strip() for x in parts) else None
-
-
-def _numbers(text: str) -> list[float] | None:
-    parts = text.split(",")
-    return [float(x) for x in parts] if all(x.strip() for x in parts) else None
-
-
-# Option types: a value outside its range is "argument --level: '1.5' is not ...".
-LEVEL = _typed(float, lambda x: 0 < x < 1, "a number between 0 and 1 (exclusive)")
-FRACTION = _typed(float, lambda x: 0 <= x <= 1, "a number between 0 and 1")
-POSITIVE = _typed(_whole, lambda x: x >= 1, "a whole number >= 1")
-NONNEGATIVE = _typed(_whole, lambda x: x >= 0, "a whole number >= 0")
-KS = _typed(_ks, lambda ks: all(k >= 1 for k in ks) and len(set(ks)) == len(ks),
-            "a comma-separated list of distinct whole numbers >= 1")
-EDGES = _typed(_numbers, lambda xs: len(set(xs)) >= 2 and all(0 <= x <= 1 for x in xs),
-               "at least two distinct comma-separated numbers between 0 and 1")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"boundary {name}: error: {err}")
         return 1
     except Exception as err:  # a full disk that no writer named: still one line
-        from boundary.artifacts import storage_full
+        from boundary.core.artifacts import storage_full
 
         why = storage_full(err)
         if why is None:

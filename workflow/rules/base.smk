@@ -6,7 +6,7 @@ if TESTBED:
         output:
             directory(f"{OUT}/models/base"),
         input:
-            code=code("testbed"),
+            code=code("pretrain"),
         params:
             settings=as_param(
                 {k: config["testbed"][k] for k in ("task", "model", "pretrain")}
@@ -31,7 +31,7 @@ else:
             directory(f"{OUT}/models/base"),
         input:
             source=[config["base_model"]] if Path(config["base_model"]).exists() else [],
-            code=code("models"),
+            code=code("import-base"),
         params:
             source=config["base_model"],
         threads: job_threads("base")

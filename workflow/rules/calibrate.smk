@@ -9,7 +9,7 @@ rule calibrate_base:
     input:
         model=base_model(),
         split=lambda wc: f"{OUT}/splits/{CALIBRATION_SPLIT[wc.part]}.parquet",
-        code=code("calibrate", "rollouts", "sampling", "models", "verify"),
+        code=code("calibrate"),
     wildcard_constraints:
         part="|_train",
     params:
@@ -36,7 +36,7 @@ rule gate_draws:
     input:
         model=base_model(),
         split=f"{OUT}/splits/train.parquet",
-        code=code("calibrate", "rollouts", "sampling", "models", "verify"),
+        code=code("gate-draws"),
     params:
         settings=as_param(gate_draw_settings()),
     threads: job_threads("sample")

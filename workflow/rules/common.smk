@@ -6,10 +6,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from boundary.anchors import BASE_SAMPLED
-from boundary.config import dumps, load_yaml, method_settings, validate_config
-from boundary.errors import BoundaryError
-from boundary.report import figure_names, load_settings, table_names
+from boundary.training.anchors import BASE_SAMPLED
+from boundary.core.config import dumps, load_yaml, method_settings, validate_config
+from boundary.core.errors import BoundaryError
+from boundary.analysis.report_settings import figure_names, load_settings, table_names
+from boundary.cli import COMMANDS
+from boundary.core import sources
 
 try:
     for _configfile in workflow.configfiles:  # Snakemake's loader keeps the last of a duplicate key
@@ -21,7 +23,6 @@ except BoundaryError as err:
 RUN = config["run"]
 OUT = f"results/{RUN}"
 TESTBED = config["testbed"] is not None
-PKG = Path(workflow.basedir) / "workflow" / "boundary"
 BENCHMARKS = (
     ["testbed"] if TESTBED else sorted(config["data"]["benchmarks"])
 )
@@ -62,14 +63,11 @@ def as_param(settings):
     return lambda wildcards: text
 
 
-def code(*modules):
-    """Package sources a stage runs: content changes rerun it, mere touches do not."""
-    base = ["cli", "config", "errors", "artifacts", "gpus"]
-    files = []
-    for m in base + list(modules):
-        package = PKG / m  # a package (sampling/) counts with every module in it
-        files += sorted(map(str, package.glob("*.py"))) if package.is_dir() else [str(PKG / f"{m}.py")]
-    return files
+def code(command):
+    """The package sources `boundary <command>` runs, derived from the import graph (dispatcher
+    and stage module, and everything they import): an edit reruns exactly the rules that run
+    it, compared by content (a touch alone reruns nothing)."""
+    return [str(path) for path in sources.files("boundary.cli", COMMANDS[command][0])]
 
 
 def base_model():

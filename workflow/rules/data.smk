@@ -6,7 +6,7 @@ rule splits:
     input:
         # The chat template is the imported base model's tokenizer's.
         model=[base_model()] if config["prompt"]["chat"] else [],
-        code=code("data", "testbed"),
+        code=code("data"),
     params:
         settings=as_param(
             {"testbed": config["testbed"], "data": config["data"], "prompt": config["prompt"]}

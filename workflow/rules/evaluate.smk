@@ -9,7 +9,7 @@ if config["sampling"]["shards"] == 1:
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
             split=eval_split,
-            code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
+            code=code("evaluate"),
         params:
             settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
         threads: job_threads("sample")
@@ -34,7 +34,7 @@ else:
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
             split=eval_split,
-            code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
+            code=code("evaluate"),
         params:
             settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
@@ -60,7 +60,7 @@ else:
                 f"{OUT}/eval/{wc.bench}/{wc.method}/seed{wc.seed}/shards/{{i}}.parquet",
                 i=range(config["sampling"]["shards"]),
             ),
-            code=code("evaluate", "rollouts", "sampling", "models", "verify", "passk"),
+            code=code("evaluate"),
         params:
             settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
         threads: job_threads("cpu")

@@ -9,7 +9,7 @@ rule mask:
             if config["masks"][wc.mask]["kind"] == "oracle"
             else []
         ),
-        code=code("gate"),
+        code=code("masks"),
     params:
         kind=lambda wc: config["masks"][wc.mask]["kind"],
         settings=lambda wc: dumps(mask_settings(wc.mask)),

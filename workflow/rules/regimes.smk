@@ -3,7 +3,7 @@ rule regimes:
         f"{OUT}/regimes/{{prefix}}regimes.parquet",
     input:
         calibration=lambda wc: f"{OUT}/rollouts/base_calibration{'_train' if wc.prefix else ''}.parquet",
-        code=code("regimes", "passk"),
+        code=code("regimes"),
     wildcard_constraints:
         prefix="|train_",
     params:

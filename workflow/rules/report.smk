@@ -11,8 +11,7 @@ rule report:
         split=f"{OUT}/splits/diagnostic.parquet",
         masks=mask_files(),
         logs=[f"{OUT}/train/{m}/seed{s}/log.parquet" for m in TRAINED for s in seeds_of(m)],
-        code=code("report", "diagnose", "attribution", "stats", "tables", "figures", "regimes", "passk",
-                  *[f"readers/{m}" for m in ("__init__", "common", "counts", "samples", "verl", "lighteval", "openrlhf")]),
+        code=code("report"),
     params:
         settings=as_param(REPORT),
         results=lambda wc, input: Path(input.regimes).parent.parent,

@@ -9,7 +9,7 @@ if PRE_DRAWN:
             model=base_model(),
             split=f"{OUT}/splits/train.parquet",
             mask=lambda wc: f"{OUT}/masks/{TRAINED[wc.method]['mask']}.parquet",
-            code=code("base_rollouts", "schedule", "train", "sampling", "models", "gate"),
+            code=code("base-rollouts"),
         wildcard_constraints:
             method="|".join(PRE_DRAWN),
         params:
@@ -55,8 +55,7 @@ for _method in TRAINED:
                 else []
             ),
             base_rollouts=lambda wc, _m=_method: base_rollout_files(_m, wc.seed),
-            code=code("train", "anchors", "objectives", "verify", "gate", "launch", "schedule",
-                      "base_rollouts", "sampling", "models"),
+            code=code("train"),
         params:
             settings=as_param(train_settings(_method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",

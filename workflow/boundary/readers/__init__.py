@@ -15,6 +15,8 @@
 the HTML page. With a `Grader` (a gold-answer file) every sample-level input is keyed by the
 gold file's prompt_id and, unless it only keys, re-graded with the project's verifier.
 A column or metric key holding verl's best@N or a max over n is warned about.
+
+May import: core, tasks (the verifier, for re-grading).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from boundary.errors import BoundaryError
+from boundary.core.errors import BoundaryError
 from boundary.readers import counts as counts_format
 from boundary.readers import lighteval, openrlhf, samples as samples_format, verl
 from boundary.readers.common import (Grader, biased_columns, columns_of, counts_from_samples, key_by_text,

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from boundary.artifacts import read_table
-from boundary.errors import BoundaryError
+from boundary.core.artifacts import read_table
+from boundary.core.errors import BoundaryError
 
 SAMPLE_COLUMNS = ["prompt_id", "prompt", "completion", "correct", "answer", "entropy"]
 
@@ -192,7 +192,7 @@ class Grader:
     """
 
     def __init__(self, path, extractor: str = "boxed", timeout: int = 5, workers: int = 2, regrade: bool = True):
-        from boundary.verify import EXTRACTORS
+        from boundary.tasks.verify import EXTRACTORS
 
         if extractor not in EXTRACTORS:
             raise BoundaryError(f"--extractor {extractor}: expected one of {', '.join(EXTRACTORS)}")
@@ -246,7 +246,7 @@ class Grader:
 
     def grade(self, samples: pd.DataFrame, path) -> pd.DataFrame:
         """Extract each completion's answer and verify it against the gold answer."""
-        from boundary.verify import Verifier, score_samples
+        from boundary.tasks.verify import Verifier, score_samples
 
         if samples["completion"].isna().any():
             raise BoundaryError(f"{path}: samples without completion text cannot be re-graded")

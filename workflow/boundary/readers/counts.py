@@ -16,8 +16,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from boundary.artifacts import read_table
-from boundary.errors import BoundaryError
+from boundary.core.artifacts import read_table
+from boundary.core.errors import BoundaryError
 from boundary.readers.common import warn_biased
 
 

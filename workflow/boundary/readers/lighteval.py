@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from boundary.errors import BoundaryError
-from boundary.passk import pass_at_k
+from boundary.core.errors import BoundaryError
+from boundary.core.passk import pass_at_k
 from boundary.readers.common import SAMPLE_COLUMNS, warn
 
 NEW = {"doc", "model_response"}

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from boundary.errors import BoundaryError
+from boundary.core.errors import BoundaryError
 from boundary.readers.common import SAMPLE_COLUMNS, read_jsonl, verdicts, warn
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from boundary.errors import BoundaryError
+from boundary.core.errors import BoundaryError
 from boundary.readers.common import SAMPLE_COLUMNS, columns_of, read_any, verdicts
 
 IDS = ("prompt_id", "problem_id", "question_id", "id", "uid", "idx", "index")

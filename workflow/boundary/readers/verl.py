@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from boundary.errors import BoundaryError
+from boundary.core.errors import BoundaryError
 from boundary.readers.common import SAMPLE_COLUMNS, read_jsonl, verdicts
 
 DUMP_KEYS = {"input", "output", "score", "step"}

@@ -7,6 +7,11 @@ completion's tokens of the entropy (nats) of softmax(logits / temperature) at th
 before top-p truncation. `hf` accumulates it while decoding; `vllm` exposes only top-k
 log-probs, so its entropy comes from one teacher-forced pass of the same model over the
 drawn tokens (`hf.teacher_forced`). Same seed, same backend and batch size: same samples.
+
+The package also holds base-model import and loading (models) and sample-and-verify
+(scoring: the one path of calibration, gate draws and evaluation).
+
+May import: core, tasks.
 """
 
 from __future__ import annotations

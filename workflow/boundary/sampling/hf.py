@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from boundary.gpus import jobs_per_gpu
-from boundary.models import load_model, stop_ids
+from boundary.core.gpus import jobs_per_gpu
+from boundary.sampling.models import load_model, stop_ids
 from boundary.sampling import Completion
 from boundary.sampling.nucleus import sample_step
 

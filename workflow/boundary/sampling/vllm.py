@@ -42,7 +42,7 @@ def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, 
     token log-probs from one teacher-forced pass once the engine is shut down."""
     from vllm import SamplingParams
 
-    from boundary.models import load_model
+    from boundary.sampling.models import load_model
     from boundary.sampling.hf import teacher_forced
 
     llm = _engine(str(model_path), seed, max(map(len, prompts)) + max_new)

@@ -1,0 +1,564 @@
+"""Prompt-level diagnosis of an RLVR run against its base: where did pass@k move, and why.
+
+Everything the paper reports about a trained policy comes from per-prompt counts files
+(prompt_id, n, c [, entropy, answers | unique_positives]) of the base and of each trained
+(method, seed), plus regime labels from an independent base calibration. All metrics are
+defined in docs/diagnostics.md; in short, per (method, seed, regime):
+
+    passk@k          mean over prompts of the unbiased per-prompt pass@k
+    delta_passk@k    mean over prompts of (trained - base) pass@k, same prompts
+    delta_cov        delta_passk at the largest k (the paper's pass@256 trained - base)
+    base_solved, solved, lost, gained   prompts with c > 0 under base / trained; lost =
+                     base-solved and trained-unsolved ("solved" = at least one positive in n)
+    entropy_retained mean trained entropy / mean base entropy over the regime's prompts
+    unique_positives mean over prompts of the number of distinct verifier-positive
+                     normalized answers (empty answers excluded)
+    lost_significant lost prompts whose one-sided Fisher exact p < 1 - level; lost_null the
+                     lost count expected if nothing changed; lost_floor the 0/n bound on p
+
+plus the attribution of Δpass@k to regimes and transition cells, the crossover k* and the
+area between the curves over log k (attribution.py), with per-prompt Beta-Binomial intervals.
+
+`boundary diagnose` runs this on what any trainer or evaluator writes (verl, OpenRLHF, TRL,
+lighteval, vLLM: see `boundary.readers`); the pipeline's `boundary report` calls the same
+`analyse` on its own eval artifacts.
+
+CLI:
+    boundary diagnose --base BASE --trained NAME:SEED=PATH [...] [--calibration CAL]
+                      [--mask NAME=PATH ...] [--pair A B] [--labels NAME=LABEL ...]
+                      [--ks 1,4,16,64,256]
+                      [--easy 0.6 --boundary 0.1 --coverage-k 256 --coverage-min 0.4]
+                      [--bins 0,0.01,...,1] [--resamples 10000] [--seed 0] [--no-figures]
+                      [--format auto|counts|samples|verl|lighteval|openrlhf] [--gold FILE
+                      [--keep-scores] [--extractor boxed] [--verify-timeout 5] [--verify-workers 2]]
+                      [--reward-threshold 0.5] [--step N] [--level 0.95] [--prior fit|jeffreys]
+                      --out DIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from boundary import readers
+from boundary.analysis import regimes as rg
+from boundary.core.artifacts import atomic_dir, output_folder, read_table, write_table
+from boundary.core.errors import BoundaryError
+from boundary.analysis.attribution import Attribution, cells
+from boundary.core.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
+from boundary.readers.counts import load_counts
+from boundary.analysis.stats import (bootstrap_blocks, bootstrap_means, credible_interval, fit_beta_binomial, lost_p_value, paired,
+                            percentile_interval, summarize, zero_predictive, zero_upper_bound)
+
+OWNER = "boundary diagnose"
+BASE = "base"
+ALL = "all"
+RUN_KEYS = ["method", "seed"]
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def load_calibration(path, fmt: str = "auto", options: readers.Options | None = None) -> pd.DataFrame:
+    """Base counts for regime labels: a counts file (prompt_id, n, c), per-sample rows
+    (prompt_id, correct) such as rollouts/base_calibration.parquet, or any readers format."""
+    return readers.read(path, fmt, options).counts
+
+
+def parse_run(spec: str) -> tuple[str, int, str]:
+    """NAME:SEED=PATH -> (name, seed, path)."""
+    head, sep, path = spec.partition("=")
+    name, sep2, seed = head.rpartition(":")
+    if not sep or not sep2 or not name or not path or not seed.lstrip("-").isdigit():
+        raise BoundaryError(f"--trained {spec}: expected NAME:SEED=PATH")
+    if name == BASE:
+        raise BoundaryError(f"--trained {spec}: the name {BASE!r} is reserved for --base")
+    return name, int(seed), path
+
+
+# ----------------------------------------------------------------------------- per prompt
+
+def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
+                 ks, bins=rg.DEFAULT_BINS, names: dict | None = None) -> pd.DataFrame:
+    """One row per (method, seed, prompt): counts, pass@k, and the base's values beside them.
+
+    `runs` maps (method, seed) -> counts frame; the base enters as method 'base', seed 0.
+    Every run must cover exactly the base's prompts (a transition needs both sides).
+    `names` maps (method, seed) -> file name for error messages.
+    """
+    names = names or {}
+    base_ids = set(base["prompt_id"])
+    frames = []
+    for (method, seed), counts in [((BASE, 0), base), *runs.items()]:
+        ids = set(counts["prompt_id"])
+        where = names.get((method, seed), f"{method}:{seed}")
+        if ids != base_ids:
+            extra, missing = sorted(ids - base_ids), sorted(base_ids - ids)
+            what = (f"{len(extra)} prompt_id(s) not in the base file (e.g. {extra[0]})" if extra
+                    else f"{len(missing)} base prompt_id(s) missing (e.g. {missing[0]})")
+            raise BoundaryError(f"{where}: {what}")
+        optional = {c: np.nan for c in ("entropy", "unique_positives") if c not in counts}  # library callers
+        frames.append(counts.assign(method=method, seed=int(seed), **optional))
+    f = pd.concat(frames, ignore_index=True)
+    for k in ks:
+        f[pass_at_k_column(k)] = pass_at_k(f["n"].to_numpy(), f["c"].to_numpy(), k)
+    cols = ["prompt_id", "n", "c", "entropy", "unique_positives"] + [pass_at_k_column(k) for k in ks]
+    b = f[(f["method"] == BASE)][cols].rename(columns={c: f"base_{c}" for c in cols[1:]})
+    f = f.merge(b, on="prompt_id", how="left")
+    if regimes is not None:
+        r = regimes[["prompt_id", "p_base", "regime"]].assign(prompt_id=regimes["prompt_id"].astype(str))
+        f = f.merge(r, on="prompt_id", how="left")
+        f["stratum"] = rg.strata(f["p_base"], bins)
+    else:
+        f["p_base"], f["regime"], f["stratum"] = np.nan, ALL, ALL
+    return f
+
+
+def check_regimes(base: pd.DataFrame, regimes: pd.DataFrame, where: str) -> None:
+    missing = sorted(set(base["prompt_id"]) - set(regimes["prompt_id"].astype(str)))
+    if missing:
+        raise BoundaryError(f"{where}: no calibration for {len(missing)} prompt_id(s) of the base file (e.g. {missing[0]})")
+
+
+# ----------------------------------------------------------------------------- metrics
+
+PRIORS = ("fit", "jeffreys")
+
+
+def add_evidence(frame: pd.DataFrame, level: float = 0.95, prior: str = "fit") -> pd.DataFrame:
+    """Per-prompt evidence beside the counts: a Beta-Binomial credible interval of p (prior
+    fitted per run by marginal likelihood, or Jeffreys'), and for "lost" the one-sided Fisher
+    exact p-value against the base's evaluation counts (lost_p), whether it is below 1 - level
+    (lost_significant), the chance that a base-solved prompt shows 0 of n if nothing changed
+    (lost_null, summed into the lost count that sampling alone produces: the Beta-Binomial
+    predictive of 0 in n draws from the base's posterior of p), and the detection floor of a
+    0/n prompt (lost_floor: p up to this is consistent with 0 of n at `level`)."""
+    if prior not in PRIORS:
+        raise BoundaryError(f"--prior {prior}: expected one of {', '.join(PRIORS)}")
+    f = frame.copy()
+    f["prior_a"], f["prior_b"] = 0.5, 0.5
+    if prior == "fit":
+        for _, idx in f.groupby(RUN_KEYS, sort=False).groups.items():
+            a, b = fit_beta_binomial(f.loc[idx, "n"], f.loc[idx, "c"])
+            f.loc[idx, "prior_a"], f.loc[idx, "prior_b"] = a, b
+    keys = f[["n", "c", "prior_a", "prior_b"]]
+    distinct = keys.drop_duplicates()  # a few hundred (n, c, prior) combinations, not every row
+    lo, hi = credible_interval(distinct["n"], distinct["c"], distinct["prior_a"].to_numpy(),
+                               distinct["prior_b"].to_numpy(), level)
+    bounds = keys.merge(distinct.assign(p_low=lo, p_high=hi), on=list(keys.columns), how="left")
+    f["p_low"], f["p_high"] = bounds["p_low"].to_numpy(), bounds["p_high"].to_numpy()
+    trained = (f["method"] != BASE).to_numpy()
+    base_solved = (f["base_c"] > 0).to_numpy() & trained
+    lost = base_solved & (f["c"] == 0).to_numpy()
+    f["lost_p"] = np.where(lost, lost_p_value(f["base_n"], f["base_c"], f["n"]), np.nan)
+    f["lost_significant"] = lost & (f["lost_p"].to_numpy() < 1 - level)
+    base_prior = f.loc[~trained, ["prior_a", "prior_b"]].iloc[0] if (~trained).any() else pd.Series([0.5, 0.5])
+    f["lost_null"] = np.where(base_solved, zero_predictive(f["n"], f["base_n"], f["base_c"], *base_prior), 0.0)
+    f["lost_floor"] = zero_upper_bound(f["n"], level)
+    return f
+
+
+PROMPT_COLUMNS = ["method", "seed", "prompt_id", "regime", "n", "c", "p_low", "p_high", "prior_a", "prior_b",
+                  "base_n", "base_c", "cell", "lost_p", "lost_significant"]
+
+
+def prompt_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """[prompts.csv] one row per (method, seed, prompt) with its evidence columns."""
+    f = frame.assign(cell=np.where(frame["method"] == BASE, pd.NA, cells(frame["base_c"], frame["c"])))
+    return f[PROMPT_COLUMNS].reset_index(drop=True)
+
+
+def _with_all(frame: pd.DataFrame, group: str) -> pd.DataFrame:
+    """The frame with every prompt also counted under group 'all'."""
+    if (frame[group] == ALL).all():
+        return frame
+    return pd.concat([frame.assign(**{group: ALL}), frame], ignore_index=True)
+
+
+def run_metrics(frame: pd.DataFrame, ks, group: str = "regime") -> pd.DataFrame:
+    """Long table (method, seed, <group>, metric, k, value) of every per-run metric."""
+    x = _with_all(frame, group)
+    x = x.assign(solved=x["c"] > 0, base_solved=x["base_c"] > 0)
+    x["lost"] = x["base_solved"] & ~x["solved"]
+    x["gained"] = ~x["base_solved"] & x["solved"]
+    spec = {}
+    for k in ks:
+        col = pass_at_k_column(k)
+        x[f"delta_{k}"] = x[col] - x[f"base_{col}"]
+        spec[f"passk@{k}"] = (col, "mean")
+        spec[f"delta_passk@{k}"] = (f"delta_{k}", "mean")
+    spec.update(n_prompts=("c", "size"), solved=("solved", "sum"), base_solved=("base_solved", "sum"),
+                lost=("lost", "sum"), gained=("gained", "sum"), entropy=("entropy", "mean"),
+                base_entropy=("base_entropy", "mean"), unique_positives=("unique_positives", "mean"))
+    if "lost_significant" in x:  # add_evidence ran
+        spec.update(lost_significant=("lost_significant", "sum"), lost_null=("lost_null", "sum"),
+                    lost_floor=("lost_floor", "max"))
+    agg = x.groupby(RUN_KEYS + [group], sort=False).agg(**spec)
+    agg["entropy_retained"] = agg["entropy"] / agg["base_entropy"]
+    agg["delta_cov"] = agg[f"delta_passk@{max(ks)}"]
+    agg = agg.drop(columns="base_entropy")
+    long = agg.reset_index().melt(id_vars=RUN_KEYS + [group], var_name="metric", value_name="value")
+    parts = long["metric"].str.split("@", n=1, expand=True)
+    long["metric"] = parts[0]
+    long["k"] = pd.to_numeric(parts[1] if 1 in parts else None, errors="coerce").astype("Int64")
+    long["value"] = long["value"].astype(float)
+    return long[RUN_KEYS + [group, "metric", "k", "value"]]
+
+
+def transitions(frame: pd.DataFrame, group: str = "regime") -> pd.DataFrame:
+    """Four-cell base/trained solved matrices per (method, seed, group), zero cells kept."""
+    x = _with_all(frame[frame["method"] != BASE], group)
+    x = x.assign(base_solved=x["base_c"] > 0, trained_solved=x["c"] > 0)
+    keys = RUN_KEYS + [group]
+    t = x.groupby(keys + ["base_solved", "trained_solved"], sort=False).size()
+    runs = x[keys].drop_duplicates()
+    cells = pd.DataFrame({"base_solved": [True, True, False, False], "trained_solved": [True, False, True, False]})
+    full = runs.merge(cells, how="cross")
+    out = full.merge(t.rename("count").reset_index(), on=list(full.columns), how="left")
+    out["count"] = out["count"].fillna(0).astype(np.int64)
+    return out
+
+
+def _passk_wide(frame: pd.DataFrame, ks, group: str = "regime"):
+    """Per-prompt pass@k series (prompts in sorted prompt_id order x (col, method, seed)), and
+    each prompt's group label; labels None when there is no group split."""
+    cols = [pass_at_k_column(k) for k in ks]
+    wide = frame.pivot(index="prompt_id", columns=RUN_KEYS, values=cols)  # columns: (col, method, seed)
+    groups = frame.drop_duplicates("prompt_id").set_index("prompt_id")[group].reindex(wide.index)
+    return wide, groups, (groups.to_numpy() if (groups != ALL).any() else None)
+
+
+def _bootstrap_rows(wide, groups, draws, level: float, group: str) -> pd.DataFrame:
+    overall, per = draws
+    base_of = np.array([wide.columns.get_loc((col, BASE, 0)) for col, _, _ in wide.columns])
+    trained = np.array([method != BASE for _, method, _ in wide.columns])
+    rows = []
+    for g, d in [(ALL, overall), *per.items()]:
+        sel = np.ones(len(groups), bool) if g == ALL else (groups == g).to_numpy()
+        mean = wide.to_numpy()[sel].mean(axis=0)
+        lo, hi = percentile_interval(d, level)
+        dlo, dhi = percentile_interval(d - d[:, base_of], level)  # paired: same resamples
+        for j, (col, method, s) in enumerate(wide.columns):
+            k = int(col.rsplit("_", 1)[1])
+            rows.append((method, s, g, "passk", k, mean[j], lo[j], hi[j]))
+            if trained[j]:
+                rows.append((method, s, g, "delta_passk", k, mean[j] - mean[base_of[j]], dlo[j], dhi[j]))
+    out = pd.DataFrame(rows, columns=RUN_KEYS + [group, "metric", "k", "mean", "boot_low", "boot_high"])
+    out["k"] = out["k"].astype("Int64")
+    return out
+
+
+def bootstrap_table(frame: pd.DataFrame, ks, resamples: int, seed: int, level: float = 0.95,
+                    group: str = "regime") -> pd.DataFrame:
+    """Prompt-bootstrap percentile intervals of passk and delta_passk per run and group.
+
+    Prompts are resampled within groups (regimes), and every run shares each resample, so a
+    run's delta_passk draw is its passk draw minus the base's on the same prompts."""
+    wide, groups, labels = _passk_wide(frame, ks, group)
+    return _bootstrap_rows(wide, groups, bootstrap_means(wide.to_numpy(), resamples, seed, labels), level, group)
+
+
+def sensitivity(frame: pd.DataFrame, ks, grid, level: float = 0.95) -> pd.DataFrame:
+    """Boundary findings re-derived under each nearby cutoff set: how many prompts are
+    Boundary, and per method the seed summary of delta_cov, delta_passk at the smallest k,
+    and lost prompts over them."""
+    x = frame[frame["method"] != BASE]
+    run_code, runs = pd.factorize(pd.MultiIndex.from_frame(x[RUN_KEYS]))
+    k_lo, k_hi = min(ks), max(ks)
+    quantities = {
+        ("delta_cov", pd.NA): (x[pass_at_k_column(k_hi)] - x[f"base_{pass_at_k_column(k_hi)}"]).to_numpy(),
+        ("delta_passk", k_lo): (x[pass_at_k_column(k_lo)] - x[f"base_{pass_at_k_column(k_lo)}"]).to_numpy(),
+        ("lost", pd.NA): ((x["base_c"] > 0) & (x["c"] == 0)).to_numpy(float),
+    }
+    per_prompt = frame.drop_duplicates("prompt_id")[["prompt_id", "p_base"]]
+    rows = []
+    for i, th in enumerate(grid):
+        ids = per_prompt.loc[rg.label(per_prompt["p_base"], th) == "Boundary", "prompt_id"]
+        sel = x["prompt_id"].isin(ids).to_numpy()
+        n_sel = np.bincount(run_code[sel], minlength=len(runs))
+        for (metric, k), q in quantities.items():
+            total = np.bincount(run_code[sel], weights=q[sel], minlength=len(runs))
+            value = total if metric == "lost" else np.where(n_sel > 0, total / np.maximum(n_sel, 1), np.nan)
+            for (method, seed), val in zip(runs, value):
+                rows.append((i, th.easy, th.boundary, th.coverage_k, th.coverage_min, len(ids),
+                             method, seed, metric, k, val))
+    cols = ["variant", "easy", "boundary", "coverage_k", "coverage_min", "n_boundary"]
+    long = pd.DataFrame(rows, columns=cols + ["method", "seed", "metric", "k", "value"])
+    long["k"] = long["k"].astype("Int64")
+    return summarize(long, cols + ["method", "metric", "k"], level=level)
+
+
+def mask_metrics(masks: dict) -> pd.DataFrame:
+    """Protected fraction, anchor/drop shares, mean anchor weight and flips per mask and epoch.
+
+    protected = action != 'sharpen' (anchored or dropped); flip = action differs from the
+    prompt's previous epoch (False at the first epoch). epoch <NA> rows pool all epochs;
+    flip_rate there is flips over rows after the first epoch, G0 the median gate draw count
+    and required_successes the fewest frozen-base successes of any sharpened row."""
+    rows = []
+    for name, m in masks.items():
+        m = m.assign(protected=m["action"] != "sharpen", anchor=m["action"] == "anchor",
+                     drop=m["action"] == "drop", flip=m["flip"].astype(bool))
+        by = m.groupby("epoch").agg(protected_fraction=("protected", "mean"), anchor_fraction=("anchor", "mean"),
+                                    drop_fraction=("drop", "mean"), mean_weight=("weight", "mean"),
+                                    flips=("flip", "sum"), n_prompts=("prompt_id", "nunique"))
+        later = m[m["epoch"] > m["epoch"].min()]
+        pooled = pd.DataFrame(dict(protected_fraction=m["protected"].mean(), anchor_fraction=m["anchor"].mean(),
+                                   drop_fraction=m["drop"].mean(), mean_weight=m["weight"].mean(),
+                                   flips=m["flip"].sum(), n_prompts=m["prompt_id"].nunique(),
+                                   flip_rate=later["flip"].mean() if len(later) else 0.0), index=[pd.NA])
+        if {"successes", "G0"} <= set(m.columns):  # the gate as the mask shows it
+            sharpened = m.loc[~m["protected"], "successes"]
+            pooled["G0"] = float(m["G0"].median())
+            pooled["required_successes"] = float(sharpened.min()) if len(sharpened) else np.nan
+        both = pd.concat([by.assign(flip_rate=np.nan), pooled])
+        both.index.name = "epoch"
+        long = both.reset_index().melt(id_vars="epoch", var_name="metric", value_name="value")
+        rows.append(long.assign(mask=name).dropna(subset=["value"]))
+    if not rows:
+        return pd.DataFrame(columns=["mask", "epoch", "metric", "value"])
+    out = pd.concat(rows, ignore_index=True)
+    out["epoch"] = out["epoch"].astype("Int64")
+    out["value"] = out["value"].astype(float)
+    return out[["mask", "epoch", "metric", "value"]]
+
+
+MASK_COLUMNS = ["prompt_id", "epoch", "action", "weight", "flip"]
+
+
+def load_mask(path) -> pd.DataFrame:
+    m = read_table(path, MASK_COLUMNS)
+    bad = ~m["action"].isin(["sharpen", "anchor", "drop"])
+    if bad.any():
+        raise BoundaryError(f"{path}: unknown action {m.loc[bad, 'action'].iloc[0]!r} (sharpen, anchor or drop)")
+    if m.duplicated(["prompt_id", "epoch"]).any():
+        raise BoundaryError(f"{path}: duplicate (prompt_id, epoch) rows")
+    return m
+
+
+# ----------------------------------------------------------------------------- analysis
+
+@dataclass
+class Diagnosis:
+    """Every table `diagnose` derives from one split's counts (csv names in brackets)."""
+
+    ks: list
+    regimes: pd.DataFrame | None   # [regimes.csv] prompt_id, p_base, regime
+    frame: pd.DataFrame            # per (method, seed, prompt), not written
+    metrics: pd.DataFrame          # [metrics.csv] per seed: method, seed, regime, metric, k, value
+    summary: pd.DataFrame          # [summary.csv] over seeds: method, metric, regime, k, mean, sd, ci
+    transitions: pd.DataFrame      # [transitions.csv]
+    bootstrap: pd.DataFrame        # [bootstrap.csv]
+    strata: pd.DataFrame | None    # [strata.csv] summary by p_base stratum
+    sensitivity: pd.DataFrame | None  # [sensitivity.csv]
+    pairs: pd.DataFrame | None = None  # [pairs.csv] seed-paired A - B
+    masks: pd.DataFrame | None = None  # [masks.csv]
+    attribution: pd.DataFrame | None = None  # [attribution.csv] Δpass@k and area by regime and cell
+    crossover: pd.DataFrame | None = None    # [crossover.csv] k* with its interval
+    curves: pd.DataFrame | None = None       # [curves.csv] base and trained pass@k at every k <= K
+    prompts: pd.DataFrame | None = None      # [prompts.csv] per-prompt evidence
+    level: float = 0.95
+    thresholds: rg.Thresholds | None = None
+    bins: tuple = rg.DEFAULT_BINS
+
+    @property
+    def passk(self) -> pd.DataFrame:
+        p = self.metrics[self.metrics["metric"] == "passk"]
+        return p[["method", "seed", "regime", "k", "value"]].reset_index(drop=True)
+
+    def csv_tables(self) -> dict:
+        out = {"passk": self.passk, "metrics": self.metrics, "summary": self.summary,
+               "transitions": self.transitions, "bootstrap": self.bootstrap}
+        if self.regimes is not None:
+            out["regimes"] = self.regimes[["prompt_id", "p_base", "regime"]]
+        for name in ("strata", "sensitivity", "pairs", "masks", "attribution", "crossover", "curves",
+                     "prompts"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+
+def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None, ks=DEFAULT_KS,
+            resamples: int = 10_000, boot_seed: int = 0, pairs=(), bins=rg.DEFAULT_BINS,
+            masks: dict | None = None, names: dict | None = None, level: float = 0.95,
+            prior: str = "fit", attribution: bool = True) -> Diagnosis:
+    """Diagnose trained runs against the base on one split (regimes None: no regime split)."""
+    if not 0 < level < 1:
+        raise BoundaryError(f"--level {level}: must be between 0 and 1 (e.g. 0.95)")
+    all_n = np.concatenate([base["n"].to_numpy()] + [r["n"].to_numpy() for r in runs.values()])
+    ks_ok = usable_ks(all_n, ks)
+    if not ks_ok:
+        raise BoundaryError(f"ks {list(ks)}: none is <= the smallest n ({int(all_n.min())})")
+    if len(ks_ok) < len(ks):
+        warn(f"ks {sorted(set(ks) - set(ks_ok))} exceed the smallest n ({int(all_n.min())}); dropped")
+    if regimes is not None:  # a calibration may cover more prompts than were evaluated
+        regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
+        regimes = regimes[regimes["prompt_id"].isin(set(base["prompt_id"]))].reset_index(drop=True)
+    frame = add_evidence(prompt_frame(base, runs, regimes, ks_ok, bins, names), level, prior)
+    metrics = run_metrics(frame, ks_ok)
+    summary = summarize(metrics, ["method", "metric", "regime", "k"], level=level)
+    strata = sens = th = None
+    if regimes is not None:
+        th = rg.thresholds_of(regimes)
+        by_stratum = run_metrics(frame, ks_ok, group="stratum")
+        strata = summarize(by_stratum, ["method", "metric", "stratum", "k"], level=level)
+        sens = sensitivity(frame, ks_ok, rg.sensitivity_grid(th), level)
+    pair_tables = []
+    for a, b in pairs:
+        p = paired(metrics, a, b, ["metric", "regime", "k"], level=level)
+        pair_tables.append(p.assign(a=a, b=b))
+    pair_df = (pd.concat(pair_tables, ignore_index=True)[["a", "b", "metric", "regime", "k", "mean", "sd",
+                                                           "ci_low", "ci_high", "n_seeds"]]
+               if pair_tables else None)
+    # One pass of prompt resamples serves the pass@k intervals and the attribution.
+    wide, groups, labels = _passk_wide(frame, ks_ok)
+    blocks = [(wide.to_numpy(), labels is not None)]
+    attr = Attribution(frame, ks_ok) if attribution and runs else None
+    if attr is not None:
+        assert list(attr.labels) == list(groups) and attr.P == len(wide)  # same prompt order
+        blocks += attr.blocks
+    draws = bootstrap_blocks(blocks, resamples, boot_seed, labels)
+    attr_table, cross, curves = (attr.tables(draws[1:], resamples, boot_seed, level) if attr is not None
+                                 else (None, None, None))
+    return Diagnosis(
+        ks=ks_ok, regimes=regimes, frame=frame, metrics=metrics, summary=summary,
+        transitions=transitions(frame), bootstrap=_bootstrap_rows(wide, groups, draws[0], level, "regime"),
+        strata=strata, sensitivity=sens, pairs=pair_df,
+        masks=mask_metrics(masks) if masks else None, attribution=attr_table, crossover=cross, curves=curves,
+        prompts=prompt_table(frame), level=level, thresholds=th, bins=tuple(bins))
+
+
+# ----------------------------------------------------------------------------- output
+
+def publish(tmp: Path, out: Path) -> None:
+    """Move a fully written temp folder into place: nothing in `out` is ever half-written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    for entry in sorted(tmp.iterdir()):
+        target = out / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv=None) -> None:
+    from boundary.analysis import figures, page, tables  # matplotlib only when the CLI draws
+    from boundary.core.options import EDGES, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
+
+    ap = ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="base counts or samples, any --format (parquet, csv or jsonl)")
+    ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH")
+    ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels")
+    ap.add_argument("--mask", action="append", default=[], metavar="NAME=PATH", help="a PBA-style mask parquet")
+    ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired gains A - B (e.g. pba grpo)")
+    ap.add_argument("--labels", action="append", default=[], metavar="NAME=LABEL",
+                    help="display name of a method in tables and figures")
+    ap.add_argument("--ks", type=KS, default=",".join(map(str, DEFAULT_KS)))
+    th0 = rg.Thresholds()
+    ap.add_argument("--easy", type=FRACTION, default=th0.easy)
+    ap.add_argument("--boundary", type=FRACTION, default=th0.boundary)
+    ap.add_argument("--coverage-k", type=POSITIVE, default=th0.coverage_k)
+    ap.add_argument("--coverage-min", type=FRACTION, default=th0.coverage_min)
+    ap.add_argument("--bins", type=EDGES, default=",".join(f"{b:g}" for b in rg.DEFAULT_BINS),
+                    help="p_base strata edges")
+    ap.add_argument("--resamples", type=POSITIVE, default=10_000, help="prompt-bootstrap resamples")
+    ap.add_argument("--seed", type=NONNEGATIVE, default=0, help="bootstrap seed")
+    ap.add_argument("--no-figures", action="store_true", help="skip figures and the HTML page (faster)")
+    ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
+    tools = ap.add_argument_group("inputs from other tools (docs/diagnostics.md, Inputs)")
+    tools.add_argument("--format", default="auto", choices=("auto",) + readers.FORMATS,
+                       help="format of every input file (default: detected per file)")
+    tools.add_argument("--gold", help="gold answers (prompt_id and/or problem, answer): key prompts by it "
+                                      "and re-grade every sample-level input with the project's verifier")
+    tools.add_argument("--keep-scores", action="store_true", help="with --gold: key prompts only, keep the tools' verdicts")
+    tools.add_argument("--extractor", default="boxed", help="answer extractor for re-grading (boxed, last_number)")
+    tools.add_argument("--verify-timeout", type=POSITIVE, default=5, help="seconds per math-verify check")
+    tools.add_argument("--verify-workers", type=POSITIVE, default=2, help="math-verify worker processes")
+    tools.add_argument("--reward-threshold", type=float, default=0.5, help="reward/score above it is correct")
+    tools.add_argument("--step", type=int, help="verl dump folder: the step to read (default: latest)")
+    ev = ap.add_argument_group("uncertainty")
+    ev.add_argument("--level", type=FRACTION, default=0.95, help="level of every interval and of the lost test")
+    ev.add_argument("--prior", default="fit", choices=PRIORS,
+                    help="per-prompt p intervals: Beta-Binomial prior fitted per run, or Jeffreys'")
+    args = ap.parse_args(argv)
+
+    out = output_folder(args.out, OWNER)  # before the analysis: a bad --out fails at once
+    ks = args.ks
+    bins = args.bins
+    th = rg.Thresholds(args.easy, args.boundary, args.coverage_k, args.coverage_min)
+    grader = (readers.Grader(args.gold, args.extractor, args.verify_timeout, args.verify_workers,
+                             regrade=not args.keep_scores) if args.gold else None)
+    options = readers.Options(args.reward_threshold, args.step, grader, args.extractor, args.verify_timeout,
+                              args.verify_workers)
+    try:
+        data = {(BASE, 0): readers.read(args.base, args.format, options)}
+        runs, names = {}, {(BASE, 0): args.base}
+        for spec in args.trained:
+            name, seed, path = parse_run(spec)
+            if (name, seed) in runs:
+                raise BoundaryError(f"--trained {spec}: {name}:{seed} given twice")
+            data[(name, seed)] = readers.read(path, args.format, options)
+            runs[(name, seed)] = data[(name, seed)].counts
+            names[(name, seed)] = path
+        cal = load_calibration(args.calibration, args.format, options) if args.calibration else None
+    finally:
+        if grader is not None:
+            grader.close()
+    base = data[(BASE, 0)].counts
+    if args.calibration:
+        check_regimes(base, cal, args.calibration)
+        cal = cal[cal["prompt_id"].isin(set(base["prompt_id"]))]
+    else:
+        warn(f"no --calibration: regimes are labelled from {args.base}, the same samples that measure "
+             "base pass@k, so they are not independent (boundary prompts get base pass@256 = 1)")
+        cal = base
+    regimes = rg.label_counts(cal, th)
+    masks = {}
+    for spec in args.mask:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise BoundaryError(f"--mask {spec}: expected NAME=PATH")
+        masks[name] = load_mask(path)
+    labels = {}
+    for spec in args.labels:
+        name, sep, text = spec.partition("=")
+        if not sep or not name:
+            raise BoundaryError(f"--labels {spec}: expected NAME=LABEL")
+        labels[name] = text
+    methods = sorted({m for m, _ in runs})
+    pairs = []
+    if args.pair:
+        if args.pair[0] == args.pair[1]:
+            raise BoundaryError(f"--pair {args.pair[0]} {args.pair[1]}: two different methods, please")
+        for m in args.pair:
+            if m not in methods:
+                raise BoundaryError(f"--pair {m}: not among the --trained names ({', '.join(methods)})")
+        pairs = [tuple(args.pair)]
+    diag = analyse(base, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names, args.level,
+                   args.prior)
+
+    with atomic_dir(out, OWNER) as tmp:  # --out holds exactly this run's files
+        for name, table in diag.csv_tables().items():
+            write_table(table, tmp / f"{name}.csv")
+        view = tables.View.for_diagnose(methods, pair=tuple(args.pair) if args.pair else None)
+        view.labels.update(labels)
+        tables.write_diagnose_tables(diag, view, tmp / "tables")
+        if not args.no_figures:
+            figures.write_diagnose_figures(diag, view, tmp / "figures")
+            page.write_page(diag, view, tmp / "figures", tmp / "report.html",
+                            {key: d.samples for key, d in data.items() if d.samples is not None},
+                            {p: t for d in data.values() for p, t in d.problems.items()})
+    print(f"diagnose: {len(runs)} run(s), {len(base)} prompts -> {out}")

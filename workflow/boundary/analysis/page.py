@@ -1,0 +1,226 @@
+"""One self-contained HTML page per diagnosis: every figure embedded as a base64 PNG, tables
+inline, no scripts or styles from elsewhere, so it opens from disk in any browser.
+
+Sections: the headline per method (pass@k, Δpass@k, crossover k*, area over log k, lost with
+its detection floor), the figures `figures.write_diagnose_figures` drew, the attribution of
+Δpass@k at the largest k by regime and transition cell, and the worst lost prompts with their
+problem text and a few sampled answers where the inputs were samples.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from boundary.core.artifacts import write_text
+
+FIGURES = [("passk_curves", "pass@k curves (seed mean, one-SD band; dashed: base pass@K)"),
+           ("delta_curves", "Δpass@k at every k, with the crossover k*"),
+           ("attribution", "Where Δpass@k comes from: regimes and transition cells"),
+           ("paired_gain", "Seed-paired gain"),
+           ("regime_passk", "pass@k per regime"),
+           ("transitions", "Base → trained transitions"),
+           ("p_base_hist", "Base success rate and regime thresholds"),
+           ("strata_delta", "Δpass@k by p_base stratum")]
+WORST = 12     # lost prompts listed
+SHOWN = 3      # distinct sampled answers shown per side (most frequent first)
+CLIP = 1200    # characters of problem or answer text shown
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1100px;color:#222;
+     line-height:1.4;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
+th,td{border:1px solid #ddd;padding:.25em .5em;text-align:right;vertical-align:top}
+th{background:#f4f4f4}td.l,th.l{text-align:left}
+figure{margin:1em 0}figure img{max-width:100%;height:auto}figcaption{font-size:.85em;color:#555}
+pre{white-space:pre-wrap;background:#f8f8f8;padding:.5em;font-size:.8em;margin:.2em 0;max-height:20em;overflow:auto}
+.ok{color:#009E73}.bad{color:#D55E00}.note{color:#555;font-size:.85em}
+"""
+
+
+def esc(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def clip(text, limit: int = CLIP) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more characters]"
+
+
+def pts(x, digits: int = 1, sign: bool = True) -> str:
+    if x is None or not np.isfinite(x):
+        return "n/a"
+    x = 0.0 if round(100 * x, digits) == 0 else 100 * x  # no "-0.0"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def interval(lo, hi, digits: int = 1) -> str:
+    return f"[{pts(lo, digits)}, {pts(hi, digits)}]"
+
+
+def kfmt(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return "none ≤ K" if math.isinf(x) else str(int(x))
+
+
+def table(header, rows, left=1) -> str:
+    head = "".join(f'<th class="l">{esc(h)}</th>' if i < left else f"<th>{esc(h)}</th>" for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(f'<td class="l">{c}</td>' if i < left else f"<td>{c}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def figure(png: Path, caption: str) -> str:
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    return (f'<figure><img alt="{esc(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{esc(caption)}</figcaption></figure>")
+
+
+def _summary(diag, method, metric, regime="all", k=None):
+    s = diag.summary
+    r = s[(s["method"] == method) & (s["metric"] == metric) & (s["regime"] == regime)]
+    r = r[r["k"].isna()] if k is None else r[r["k"] == k]
+    return r.iloc[0] if len(r) else None
+
+
+def headline(diag, view, methods) -> str:
+    k_hi, k_lo = max(diag.ks), min(diag.ks)
+    rows = []
+    for m in methods:
+        a = diag.attribution
+        area = a[(a["method"] == m) & a["seed"].isna() & (a["quantity"] == "area_log_k")
+                 & (a["regime"] == "all") & (a["cell"] == "all")]
+        x = diag.crossover[(diag.crossover["method"] == m) & diag.crossover["seed"].isna()]
+        lo1 = _summary(diag, m, "delta_passk", k=k_lo)
+        hi1 = _summary(diag, m, "delta_passk", k=k_hi)
+        lost, sig = _summary(diag, m, "lost"), _summary(diag, m, "lost_significant")
+        null, floor = _summary(diag, m, "lost_null"), _summary(diag, m, "lost_floor")
+        K = int(x["K"].iloc[0]) if len(x) else k_hi
+        r = x.iloc[0] if len(x) else None
+        area_cell = "n/a"
+        if len(area):
+            ar = area.iloc[0]
+            area_cell = (f"{pts(ar['value'], 2)} {interval(ar['boot_low'], ar['boot_high'], 2)}"
+                         f"<br><span class='note'>÷ ln K: {pts(ar['value'] / math.log(K), 2) if K > 1 else 'n/a'}</span>")
+        rows.append([esc(view.label(m)), str(int(x["n_seeds"].iloc[0])) if len(x) else "?",
+                     pts(lo1["mean"]) if lo1 is not None else "n/a", pts(hi1["mean"]) if hi1 is not None else "n/a",
+                     f"{kfmt(r['kstar'])} [{kfmt(r['kstar_low'])}, {kfmt(r['kstar_high'])}]" if r is not None else "n/a",
+                     area_cell,
+                     f"{lost['mean']:.1f}" if lost is not None else "n/a",
+                     f"{sig['mean']:.1f}" if sig is not None else "n/a",
+                     f"{null['mean']:.1f}" if null is not None else "n/a",
+                     f"{floor['mean']:.3g}" if floor is not None else "n/a"])
+    lvl = f"{100 * diag.level:g}%"
+    return table(["Method", "Seeds", f"Δp@{k_lo} (pts)", f"Δp@{k_hi} (pts)", f"k* [{lvl}]",
+                  f"Area over ln k (pts·ln k) [{lvl}]", "Lost", "Lost, significant", "Lost if unchanged",
+                  "0/n floor on p"], rows)
+
+
+def attribution_table(diag, view, methods) -> str:
+    a, k_hi = diag.attribution, max(diag.ks)
+    sub = a[a["seed"].isna() & (a["quantity"] == "delta_passk") & (a["k"] == k_hi)]
+    regimes = [r for r in dict.fromkeys(sub["regime"]) if r != "all"] + ["all"]
+    cells = ["kept", "lost", "gained", "never", "all"]
+    out = []
+    for m in methods:
+        s = sub[sub["method"] == m]
+        rows = []
+        for reg in regimes:
+            row = [esc(reg)]
+            for cell in cells:
+                v = s[(s["regime"] == reg) & (s["cell"] == cell)]
+                row.append("n/a" if v.empty else f"{pts(v['value'].iloc[0])}<br><span class='note'>"
+                                                 f"{interval(v['boot_low'].iloc[0], v['boot_high'].iloc[0])}</span>")
+            rows.append(row)
+        out.append(f"<h3>{esc(view.label(m))}</h3>" + table(["Regime \\ cell"] + cells, rows))
+    return "".join(out)
+
+
+def shown(completions: pd.Series) -> list[str]:
+    """The most frequent distinct completions, with how often each was sampled."""
+    counts = completions.astype(str).value_counts()
+    return [f"<pre>{esc(clip(t))}</pre><p class='note'>× {int(c)}</p>" if c > 1 else f"<pre>{esc(clip(t))}</pre>"
+            for t, c in counts.head(SHOWN).items()]
+
+
+def worst_lost(diag, view, samples: dict, problems: dict) -> str:
+    """Lost prompts ranked by how many runs lost them significantly, then by the Fisher p."""
+    p = diag.prompts
+    lost = p[(p["method"] != "base") & p["lost_p"].notna()]
+    if lost.empty:
+        return "<p>No prompt was lost (solved by the base, unsolved after training) in any run.</p>"
+    rank = lost.groupby("prompt_id").agg(runs=("lost_p", "size"), significant=("lost_significant", "sum"),
+                                         best_p=("lost_p", "min")).sort_values(["significant", "runs", "best_p"],
+                                                                               ascending=[False, False, True])
+    base = p[p["method"] == "base"].set_index("prompt_id")
+    p_base = diag.regimes.set_index("prompt_id")["p_base"] if diag.regimes is not None else pd.Series(dtype=float)
+    parts = []
+    for pid, r in rank.head(WORST).iterrows():
+        b = base.loc[pid]
+        runs = p[(p["prompt_id"] == pid) & (p["method"] != "base")]
+        per_run = ", ".join(f"{esc(view.label(m))} s{s}: {c}/{n}" for m, s, c, n in
+                            runs[["method", "seed", "c", "n"]].itertuples(index=False))
+        head = (f"<b>{esc(pid)}</b> · {esc(b['regime'])} · p_base {p_base.get(pid, float('nan')):.3g} · "
+                f"base {int(b['c'])}/{int(b['n'])} · lost in {int(r['runs'])} run(s), "
+                f"{int(r['significant'])} significant (best p = {r['best_p']:.2g})")
+        body = [f"<p class='note'>{per_run}</p>"]
+        if pid in problems:
+            body.append(f"<p>Problem:</p><pre>{esc(clip(problems[pid]))}</pre>")
+        base_s = samples.get(("base", 0))
+        if base_s is not None:
+            pos = base_s[(base_s["prompt_id"] == pid) & base_s["correct"].astype(bool)]
+            body += [f"<p class='ok'>Base, verified correct ({len(pos)} of "
+                     f"{int((base_s['prompt_id'] == pid).sum())}):</p>"] + shown(pos["completion"])
+        lost_runs = lost[lost["prompt_id"] == pid].sort_values("lost_p")
+        for m, s in lost_runs[["method", "seed"]].head(1).itertuples(index=False):
+            run_s = samples.get((m, int(s)))
+            if run_s is not None:
+                mine = run_s[run_s["prompt_id"] == pid]
+                body += [f"<p class='bad'>{esc(view.label(m))} seed {s}, none correct ({len(mine)} samples):</p>"
+                         ] + shown(mine["completion"])
+        parts.append(f"<details{' open' if len(parts) < 3 else ''}><summary>{head}</summary>{''.join(body)}</details>")
+    note = (f"<p class='note'>Lost = solved by the base (c &gt; 0) and unsolved after training (0 of n). "
+            f"Significant: one-sided Fisher exact test against the base's counts at level {diag.level:g}. "
+            f"{len(rank)} prompt(s) lost in some run; the {min(WORST, len(rank))} with the strongest evidence:</p>")
+    return note + "".join(parts)
+
+
+def write_page(diag, view, figures_dir: Path, path: Path, samples: dict | None = None,
+               problems: dict | None = None) -> Path:
+    """Write the page; `samples` maps (method, seed) to sample rows, `problems` prompt_id to text."""
+    samples, problems = samples or {}, problems or {}
+    methods = [m for m in view.main if m in set(diag.summary["method"])]
+    n_prompts = int(diag.prompts[diag.prompts["method"] == "base"].shape[0])
+    runs = diag.prompts[diag.prompts["method"] != "base"][["method", "seed"]].drop_duplicates()
+    regimes = (diag.regimes["regime"].value_counts().to_dict() if diag.regimes is not None else {})
+    figs = "".join(figure(Path(figures_dir) / f"{name}.png", caption) for name, caption in FIGURES
+                   if (Path(figures_dir) / f"{name}.png").exists())
+    sections = [
+        f"<h1>pass@k diagnosis</h1><p>{n_prompts} prompts; base and {len(runs)} trained run(s) of "
+        f"{len(methods)} method(s); regimes: "
+        + (", ".join(f"{esc(k)} {v}" for k, v in regimes.items()) or "none") +
+        f". Intervals: {100 * diag.level:g}% paired prompt bootstrap, nested over seeds.</p>",
+        "<h2>Headline</h2>" + (headline(diag, view, methods) if diag.attribution is not None else "<p>n/a</p>"),
+        "<p class='note'>k*: smallest k where trained pass@k falls below base. Area: ∫ Δpass@k d(ln k) "
+        "from 1 to K; ÷ ln K is the log-k average. Lost if unchanged: the lost count that n fresh samples "
+        "of the base itself would show (Beta-Binomial predictive). 0/n floor: a prompt with 0 of n correct is consistent with any p up to this.</p>",
+        "<h2>Figures</h2>" + figs,
+        f"<h2>Attribution of Δpass@{max(diag.ks)} (points, seed mean, interval below)</h2>"
+        + (attribution_table(diag, view, methods) if diag.attribution is not None else "<p>n/a</p>"),
+        "<h2>Worst lost prompts</h2>" + worst_lost(diag, view, samples, problems),
+    ]
+    # Counts decoded figures once loaded, so a check (or a reader) can see they all rendered.
+    script = ("<script>addEventListener('load',function(){var n=0;for(var i of document.images)"
+              "{if(i.complete&&i.naturalWidth>0)n++}document.body.setAttribute('data-figures-rendered',n)})</script>")
+    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>pass@k diagnosis</title>"
+            f"<style>{STYLE}</style></head><body data-figures=\"{figs.count('<figure>')}\">"
+            + "".join(sections) + script + "</body></html>\n")
+    write_text(page, path)
+    return Path(path)

@@ -1,0 +1,202 @@
+"""The report stage: every table and figure of the paper from the pipeline's per-prompt artifacts.
+
+It is `diagnose` run over the pipeline's own files -- the same `analyse`, tables and figures --
+plus what only the pipeline has: several benchmarks, the controls and gate-ablation tables
+(which need masks and the run settings), and training logs.
+
+CLI:
+    boundary report --results results/{run} --settings SETTINGS [--out-dir results/{run}]
+
+SETTINGS is a JSON file or string (see docs/diagnostics.md for every key):
+    baseline, method      the GRPO baseline and PBA method names      ("grpo", "pba")
+    main                  methods of the seed-resolved tables         ([baseline, method])
+    labels                display name per method                     ({"pba": "GRPO+PBA"})
+    diagnostic            eval folder of the regime-study split       ("diagnostic")
+    benchmarks            {eval folder: display name}, in table order
+    headline              benchmark of the mechanism/headline tables  (first benchmark)
+    ks                    pass@k values                               ([1, 4, 16, 64, 256])
+    controls              [{method, label, setting}]   rows of the controls table
+    ablations             [{method, mask, G0, tau, kind}] rows of the gate-ablation table (kind: gate|soft)
+    group_size, gate_G0   G and G0 of the gate-resolution table       (8, 8)
+    ranked                methods of the methods-ranking table/figure ([]: every method evaluated)
+    strata_bins           p_base strata edges
+    bootstrap             {resamples, seed}                            (10000, 0)
+    level                 interval level                               (0.95)
+
+Reads (under --results): regimes/regimes.parquet, splits/{diagnostic}.parquet,
+eval/*/*/seed*/counts.parquet, masks/*.parquet (optional), train/*/seed*/log.parquet (optional).
+Writes (under --out-dir): eval_counts.parquet (every counts row with benchmark, method, seed,
+and p_base/regime on the diagnostic split); release/{diagnostic}_split.jsonl (the split with
+its regime labels, as in the paper's release manifest); tables/{name}.{tex,md,csv} for names in
+`table_names(settings)`; figures/{name}.{pdf,png} for `figure_names(settings)`;
+diagnostics/{split}/{regimes,passk,metrics,summary,transitions,bootstrap,pairs,strata,
+sensitivity,masks,attribution,crossover,curves,prompts}.csv (the audit tables; pairs, strata,
+sensitivity and masks where they apply).
+All of it is written to a temp folder first and moved into place at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from boundary.analysis import tables
+from boundary.core.artifacts import read_table, scratch_dir, write_table
+from boundary.analysis.diagnose import BASE, analyse, check_regimes, load_counts, load_mask, mask_metrics, publish, warn
+from boundary.core.errors import BoundaryError
+from boundary.analysis.regimes import strata_order
+from boundary.analysis.report_settings import DIAGNOSTIC_FIGURES, DIAGNOSTIC_TABLES, figure_names, table_names
+
+SEED_DIR = re.compile(r"seed(-?\d+)$")
+
+
+def expected(paths, results: Path, pattern: str) -> list[Path]:
+    """The files the report summarises: `paths` as given (the pipeline lists its inputs, so a
+    stale file of a method no longer configured is never mixed in), each of which must exist,
+    or else every file under `results` that matches `pattern`."""
+    if paths is None:
+        return sorted(results.glob(pattern))
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise BoundaryError(f"{path}: file not found (the report summarises it)")
+    return sorted(map(Path, paths))
+
+
+def find_counts(results: Path, paths=None) -> dict:
+    """{split: {(method, seed): path}} from eval/{split}/{method}/seed{seed}/counts.parquet."""
+    found = {}
+    for path in expected(paths, results, "eval/*/*/seed*/counts.parquet"):
+        m = SEED_DIR.match(path.parent.name)
+        if m:
+            split, method = path.parts[-4], path.parts[-3]
+            found.setdefault(split, {})[(method, int(m.group(1)))] = path
+    return found
+
+
+def load_split(split: str, paths: dict):
+    if (BASE, 0) not in paths:
+        raise BoundaryError(f"eval/{split}/{BASE}/seed0/counts.parquet: file not found (the base evaluation)")
+    base = load_counts(paths[(BASE, 0)])
+    runs = {key: load_counts(p) for key, p in paths.items() if key != (BASE, 0)}
+    names = {key: str(p) for key, p in paths.items()}
+    return base, runs, names
+
+
+def merged_counts(found: dict) -> pd.DataFrame:
+    """eval_counts.parquet: every per-prompt counts row with its benchmark, method and seed."""
+    frames = []
+    for split, paths in found.items():
+        for (method, seed), path in paths.items():
+            frames.append(pd.read_parquet(path).assign(benchmark=split, method=method, seed=seed))
+    if not frames:
+        return pd.DataFrame(columns=["benchmark", "method", "seed", "prompt_id", "n", "c"])
+    df = pd.concat(frames, ignore_index=True)
+    first = ["benchmark", "method", "seed", "prompt_id", "n", "c"]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def _placeholder_table(name: str, caption: str, note: str) -> tables.Table:
+    return tables.Table(name, caption, ["Note"], [[note]], pd.DataFrame({"note": [note]}), [note])
+
+
+def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) -> None:
+    """Write the whole report into `out` (a fresh folder). `inputs` ({counts, masks, logs}:
+    lists of paths) names exactly the files to summarise; otherwise every one under results."""
+    inputs = inputs or {}
+    from boundary.analysis import figures  # matplotlib only when drawing: the Snakefile imports the names above
+    view = tables.View.from_settings(settings)
+    found = find_counts(results, inputs.get("counts"))
+    diag_split = settings["diagnostic"]
+    if diag_split not in found:
+        raise BoundaryError(f"{results}/eval/{diag_split}: no counts files (the regime-study evaluation)")
+    regimes = read_table(results / "regimes" / "regimes.parquet", ["prompt_id", "p_base", "regime"])
+    masks = {p.stem: load_mask(p) for p in expected(inputs.get("masks"), results, "masks/*.parquet")}
+    mask_table = mask_metrics(masks) if masks else None
+    boot, level, ks, bins = settings["bootstrap"], float(settings["level"]), settings["ks"], settings["strata_bins"]
+    pairs = [(view.method, view.baseline)]
+
+    def run(split, regimes_or_none):
+        base, runs, names = load_split(split, found[split])
+        if regimes_or_none is not None:
+            check_regimes(base, regimes_or_none, str(results / "regimes" / "regimes.parquet"))
+        have = {m for m, _ in runs}
+        pr = [p for p in pairs if set(p) <= have]
+        return analyse(base, runs, regimes_or_none, ks, int(boot.get("resamples", 10_000)), int(boot.get("seed", 0)),
+                       pr, bins, masks if split == diag_split else None, names, level)
+
+    diag = run(diag_split, regimes.assign(prompt_id=regimes["prompt_id"].astype(str)))
+    benches = {b: run(b, None) for b in settings["benchmarks"] if b in found}
+    for b in settings["benchmarks"]:
+        if b not in found:
+            warn(f"{results}/eval/{b}: no counts files; its tables and figures say 'not run'")
+    for split in found:
+        if split != diag_split and split not in settings["benchmarks"]:
+            warn(f"{results}/eval/{split}: not in settings.benchmarks; left out of the tables")
+
+    # Audit tables, per split.
+    for split, d in [(diag_split, diag), *benches.items()]:
+        for name, table in d.csv_tables().items():
+            write_table(table, out / "diagnostics" / split / f"{name}.csv")
+    counts = merged_counts(found)
+    labels = regimes[["prompt_id", "p_base", "regime"]].assign(prompt_id=regimes["prompt_id"].astype(str),
+                                                              benchmark=diag_split)
+    counts = counts.assign(prompt_id=counts["prompt_id"].astype(str)).merge(labels, on=["benchmark", "prompt_id"],
+                                                                           how="left")
+    write_table(counts, out / "eval_counts.parquet")
+    split = read_table(results / "splits" / f"{diag_split}.parquet", ["prompt_id"])
+    split = split.assign(prompt_id=split["prompt_id"].astype(str)).merge(
+        labels.drop(columns="benchmark"), on="prompt_id", how="left")
+    write_table(split, out / "release" / f"{diag_split}_split.jsonl")
+
+    # Tables.
+    tdir = out / "tables"
+    headline = benches.get(settings["headline"]) if settings["headline"] else None
+    headline_label = view.bench_label(settings["headline"]) if headline is not None else diag_split
+    if headline is None:
+        warn("headline benchmark not evaluated: the mechanism and headline tables use the diagnostic split")
+        headline = diag
+    curves = (tables.benchmark_curves(benches, view) if benches else
+              _placeholder_table("benchmark_curves", "Full benchmark pass@k curves", "No benchmark was evaluated."))
+    for b, label in settings["benchmarks"].items():
+        if b not in benches and benches:
+            curves.rows.append([label, tables.NOT_RUN] + [""] * (len(curves.columns) - 2))
+            curves.notes.append(f"{label}: not run.")
+    ts = [curves,
+          tables.mechanism_summary(headline, diag, view), tables.headline_intervals(headline, diag, view),
+          tables.controls(diag, view), tables.gate_ablation(diag, mask_table, view), tables.gate_resolution(view),
+          tables.masks_table(mask_table), tables.methods_ranking(headline, diag, view, headline_label)]
+    for b, label in settings["benchmarks"].items():
+        ts.append(tables.seed_curves(b, benches[b], view) if b in benches else
+                  _placeholder_table(f"seeds_{b}", f"Seed-resolved {label} pass@k results", f"{label}: not run."))
+    ts += tables.diagnostic_tables(diag, view, strata_order(bins))
+    for t in ts:
+        t.write(tdir)
+
+    # Figures.
+    fdir = out / "figures"
+    for b, label in settings["benchmarks"].items():
+        d = benches.get(b)
+        if d is None:
+            figures.placeholder(fdir, f"passk_{b}", f"{label}: not run")
+            figures.placeholder(fdir, f"paired_gain_{b}", f"{label}: not run")
+            continue
+        figures.passk_curves(d, view, label, fdir, f"passk_{b}")
+        figures.paired_gain(d, view, fdir, f"paired_gain_{b}")
+    figures.regime_passk(diag, view, fdir)
+    figures.transition_heatmaps(diag, view, fdir)
+    figures.p_base_histogram(diag, fdir)
+    figures.strata_delta(diag, view, strata_order(bins), fdir)
+    base_p1 = tables.stat(headline.summary, tables.BASE, "passk", k=1)
+    figures.methods_ranking(tables.ranked_methods(headline, diag, view),
+                            base_p1.mean if isinstance(base_p1, tables.Stat) else float("nan"), view,
+                            headline_label, max(diag.ks), fdir)
+    logs = []
+    for path in expected(inputs.get("logs"), results, "train/*/seed*/log.parquet"):
+        m = SEED_DIR.match(path.parent.name)
+        if m:
+            logs.append(pd.read_parquet(path).assign(method=path.parts[-3], seed=int(m.group(1))))
+    logs_df = pd.concat(logs, ignore_index=True) if logs else pd.DataFrame(columns=["method", "seed", "step"])
+    figures.training_curves(logs_df[logs_df["method"].isin(view.main)] if logs else logs_df, view, fdir)

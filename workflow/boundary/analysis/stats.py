@@ -1,0 +1,280 @@
+"""Seed statistics: mean, sample SD, Student-t intervals, seed-paired gains, prompt bootstrap
+(nested over seeds), and per-prompt evidence (Beta-Binomial intervals, the "lost" test).
+
+Seeds are the unit of replication for training (the paper's primary interval): with s seeds,
+the interval is mean +- t_{0.975, s-1} * sd / sqrt(s), sd with ddof=1. One seed (or a fixed
+base) gives sd, ci_low and ci_high = NaN rather than a fake zero-width interval.
+The prompt bootstrap is the audit interval for one run: resample prompts with replacement,
+recompute the mean, take percentiles; nested over seeds, each resample also redraws the
+training seeds (with replacement) on top of the shared prompt resample.
+
+CLI (the paper's summarize_seeds):
+    boundary seeds FILE [--pair A B] [--level 0.95] --out DIR
+FILE is a long table (CSV, parquet or JSONL) with columns method, metric, seed, value, plus
+optional key columns benchmark, regime, k. Writes DIR/seeds.csv (keys, mean, sd, ci_low,
+ci_high, n_seeds) and, with --pair A B, DIR/pairs.csv (the seed-paired differences A - B,
+over the seeds both methods have).
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pandas as pd
+from scipy import optimize
+from scipy import stats as sps
+from scipy.special import betaln, digamma, gammaln
+from threadpoolctl import threadpool_limits
+
+from boundary.core.artifacts import atomic_dir, output_folder, read_table, write_table
+from boundary.core.errors import BoundaryError
+
+OWNER = "boundary seeds"
+OPTIONAL_KEYS = ("benchmark", "regime", "k")
+SUMMARY_COLUMNS = ["mean", "sd", "ci_low", "ci_high", "n_seeds"]
+
+
+def t_interval(mean, sd, n, level: float = 0.95):
+    """Two-sided Student-t interval, df = n - 1; NaN where n < 2."""
+    mean, sd, n = (np.asarray(x, dtype=float) for x in (mean, sd, n))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = sps.t.ppf(0.5 + level / 2, np.where(n >= 2, n - 1, np.nan)) * sd / np.sqrt(n)
+    return mean - half, mean + half
+
+
+def summarize(df: pd.DataFrame, keys, value: str = "value", level: float = 0.95) -> pd.DataFrame:
+    """Mean, sample SD, t interval and count of `value` over the rows of each key group."""
+    keys = list(keys)
+    g = df.groupby(keys, dropna=False, sort=False)[value]
+    out = g.agg(mean="mean", sd="std", n_seeds="count").reset_index()  # std: ddof=1, NaN for 1
+    out["ci_low"], out["ci_high"] = t_interval(out["mean"], out["sd"], out["n_seeds"], level)
+    return out[keys + SUMMARY_COLUMNS]
+
+
+def paired(df: pd.DataFrame, a: str, b: str, keys=("metric",), value: str = "value",
+           level: float = 0.95) -> pd.DataFrame:
+    """Seed-paired differences A - B per key group (seeds both methods have), summarised."""
+    keys = list(keys)
+    left = df[df["method"] == a][keys + ["seed", value]]
+    right = df[df["method"] == b][keys + ["seed", value]]
+    both = left.merge(right, on=keys + ["seed"], suffixes=("_a", "_b"))
+    both[value] = both[f"{value}_a"] - both[f"{value}_b"]
+    return summarize(both, keys, value, level)
+
+
+def resample_counts(codes, n_strata: int, resamples: int, seed: int = 0, chunk: int = 500):
+    """Prompt resamples as count matrices, chunk by chunk: yields (start, m, [W_g]), W_g an
+    (m x size_g) float32 matrix of how often each prompt of stratum g is drawn in each of the
+    m resamples (prompts drawn with replacement within their stratum; rows sum to size_g).
+
+    Every bootstrap here draws from this one generator, so calls with the same seed and strata
+    see the same resamples."""
+    codes = np.asarray(codes)
+    sizes = np.bincount(codes, minlength=n_strata) if codes.size else np.zeros(n_strata, int)
+    rng = np.random.default_rng(seed)
+    for start in range(0, resamples, chunk):
+        m = min(chunk, resamples - start)
+        ws = []
+        for size in sizes:
+            idx = rng.integers(0, size, size=(m, size))
+            idx += (np.arange(m) * size)[:, None]  # row r's draws count into r * size + prompt
+            ws.append(np.bincount(idx.ravel(), minlength=m * size).reshape(m, size).astype(np.float32))
+        yield start, m, ws
+
+
+def bootstrap_blocks(blocks, resamples: int = 10_000, seed: int = 0, strata=None, chunk: int = 500):
+    """Resampled column means of several (prompts x series) blocks under the same resamples.
+
+    `blocks` is a list of (values, by_stratum); returns one (overall, {stratum: means}) per
+    block, each an array (resamples x series); per-stratum means only where by_stratum (they
+    cost memory). The count matrix W of a chunk of resamples times the blocks side by side
+    gives every series' resampled sum in one BLAS call per stratum; all series share each
+    resample, so differences of series are paired.
+    """
+    arrays = []
+    for values, _ in blocks:
+        v = np.asarray(values, dtype=np.float64)
+        arrays.append(v[:, None] if v.ndim == 1 else v)
+    n_prompts = arrays[0].shape[0] if arrays else 0
+    widths = np.cumsum([0] + [v.shape[1] for v in arrays])
+    values = np.hstack(arrays) if arrays else np.zeros((0, 0))
+    labels = np.zeros(n_prompts, dtype=object) if strata is None else np.asarray(strata, dtype=object)
+    codes, names = pd.factorize(labels)  # first-seen order
+    parts = []
+    for g in range(len(names)):
+        # float32 BLAS on deviations from the stratum mean: the mean itself stays exact.
+        block = values[codes == g]
+        centre = block.mean(axis=0)
+        parts.append(((block - centre).astype(np.float32), centre))
+    total = np.zeros((resamples, values.shape[1]))
+    keep = [by_stratum and strata is not None for _, by_stratum in blocks]
+    kept = np.concatenate([np.arange(widths[i], widths[i + 1]) for i, k in enumerate(keep) if k] or [[]]).astype(int)
+    per = [np.empty((resamples, len(kept))) for _ in names]
+    # One BLAS thread: these products are too small for threads to pay, and on a shared
+    # machine OpenBLAS's spinning threads made them 2-5x slower (benchmarks/bench_diagnose.py).
+    with threadpool_limits(1, "blas"):
+        for start, m, ws in resample_counts(codes, len(names), resamples, seed, chunk):
+            for g, (w, (block, centre)) in enumerate(zip(ws, parts)):
+                size = len(block)
+                sums = (w @ block).astype(np.float64) + size * centre  # rows of w sum to size
+                total[start:start + m] += sums
+                if len(kept):
+                    per[g][start:start + m] = sums[:, kept] / size
+    total /= max(n_prompts, 1)
+    if n_prompts == 0:
+        total[:] = np.nan
+    result, at = [], 0
+    for i, k in enumerate(keep):
+        width = widths[i + 1] - widths[i]
+        stratum = {name: p[:, at:at + width] for name, p in zip(names, per)} if k else {}
+        at += width if k else 0
+        result.append((total[:, widths[i]:widths[i + 1]], stratum))
+    return result
+
+
+def bootstrap_means(values, resamples: int = 10_000, seed: int = 0, strata=None, chunk: int = 500):
+    """Resampled column means of `values` (prompts x series): (overall, {stratum: means}),
+    each an array (resamples x series).
+
+    A resample draws prompts with replacement -- within each stratum when `strata` (one label
+    per prompt) is given, so stratum sizes stay fixed as in a regime-controlled split.
+    """
+    return bootstrap_blocks([(values, strata is not None)], resamples, seed, strata, chunk)[0]
+
+
+def seed_weights(n_seeds: int, resamples: int, seed: int = 0) -> np.ndarray:
+    """(resamples x n_seeds) weights of seeds drawn with replacement (counts / n_seeds): the
+    outer level of a bootstrap nested over training seeds. Its own stream, apart from the
+    prompt resamples of the same seed."""
+    rng = np.random.default_rng([seed, 1])
+    idx = rng.integers(0, n_seeds, size=(resamples, n_seeds)) + (np.arange(resamples) * n_seeds)[:, None]
+    counts = np.bincount(idx.ravel(), minlength=resamples * n_seeds).reshape(resamples, n_seeds)
+    return counts / n_seeds
+
+
+def nested_over_seeds(draws, weights) -> np.ndarray:
+    """Seed-mean draws from per-seed draws (seeds x resamples x series) that share the prompt
+    resamples, each resample re-weighting the seeds by `weights` (resamples x seeds)."""
+    return np.einsum("bs,sbj->bj", weights, np.asarray(draws))
+
+
+def percentile_interval(draws, level: float = 0.95):
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(draws, [alpha, 1 - alpha], axis=0)
+    return lo, hi
+
+
+def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 0.95, strata=None):
+    """Percentile prompt-bootstrap intervals of the column means of `values`.
+    Returns ((lo, hi) of the overall means, {stratum: (lo, hi) of that stratum's means})."""
+    overall, per = bootstrap_means(values, resamples, seed, strata)
+    return percentile_interval(overall, level), {g: percentile_interval(d, level) for g, d in per.items()}
+
+
+# ----------------------------------------------------------------------------- per prompt
+
+def _log_comb(n, k):
+    return gammaln(np.asarray(n, float) + 1) - gammaln(np.asarray(k, float) + 1) - gammaln(np.asarray(n, float) - k + 1)
+
+
+def lost_p_value(base_n, base_c, n) -> np.ndarray:
+    """One-sided Fisher exact p-value that a prompt with base_c of base_n base successes and 0
+    of n trained successes lost mass: under equal success rates, the chance that all base_c
+    + 0 successes fall on the base side, C(base_n, base_c) / C(base_n + n, base_c).
+    (scipy.stats.fisher_exact([[base_c, base_n - base_c], [0, n]], 'greater').)"""
+    base_n, base_c, n = (np.asarray(x, float) for x in (base_n, base_c, n))
+    return np.exp(_log_comb(base_n, base_c) - _log_comb(base_n + n, base_c))
+
+
+def zero_upper_bound(n, level: float = 0.95) -> np.ndarray:
+    """One-sided upper confidence bound on p after 0 successes in n draws: 1 - (1-level)^(1/n).
+    A 0/n prompt is consistent with any p below it (about 3/n at 95%): the detection floor."""
+    return 1.0 - (1.0 - level) ** (1.0 / np.asarray(n, float))
+
+
+def zero_predictive(n, base_n, base_c, a: float = 0.5, b: float = 0.5) -> np.ndarray:
+    """Chance of 0 successes in n fresh draws from a prompt whose base showed base_c of base_n,
+    p drawn from its Beta(base_c + a, base_n - base_c + b) posterior (Beta-Binomial
+    predictive): how often "lost" appears with nothing changed."""
+    n, base_n, base_c = (np.asarray(x, float) for x in (n, base_n, base_c))
+    a1, b1 = base_c + a, base_n - base_c + b
+    return np.exp(betaln(a1, b1 + n) - betaln(a1, b1))
+
+
+def fit_beta_binomial(n, c, bounds=(1e-2, 1e4)) -> tuple[float, float]:
+    """Maximum marginal likelihood (a, b) of the Beta-Binomial model c ~ Bin(n, p),
+    p ~ Beta(a, b) over a run's prompts (empirical Bayes). Bounded, so a degenerate run (every
+    prompt 0/n) still gives a proper prior."""
+    n, c = np.asarray(n, np.int64), np.asarray(c, np.int64)
+    pairs, weight = np.unique(np.stack([n, c]), axis=1, return_counts=True)
+    nn, cc = pairs[0].astype(float), pairs[1].astype(float)
+    lo, hi = np.log(bounds[0]), np.log(bounds[1])
+
+    def nll(theta):
+        a, b = np.exp(theta)
+        ll = betaln(cc + a, nn - cc + b) - betaln(a, b)
+        da = digamma(cc + a) - digamma(nn + a + b) - digamma(a) + digamma(a + b)
+        db = digamma(nn - cc + b) - digamma(nn + a + b) - digamma(b) + digamma(a + b)
+        return -np.sum(weight * ll), -np.array([np.sum(weight * da) * a, np.sum(weight * db) * b])
+
+    p = np.clip(np.sum(weight * cc) / max(np.sum(weight * nn), 1), 0.05, 0.95)
+    start = np.log([p, 1 - p])  # prior mean at the pooled rate, strength 1
+    res = optimize.minimize(nll, start, jac=True, method="L-BFGS-B", bounds=[(lo, hi), (lo, hi)])
+    a, b = np.exp(res.x)
+    return float(a), float(b)
+
+
+def credible_interval(n, c, a: float = 0.5, b: float = 0.5, level: float = 0.95):
+    """Equal-tailed posterior interval of p under a Beta(a, b) prior: Beta(c + a, n - c + b)
+    quantiles. a = b = 0.5 is Jeffreys' prior; fit_beta_binomial gives the empirical one."""
+    n, c = np.asarray(n, float), np.asarray(c, float)
+    alpha = (1 - level) / 2
+    return sps.beta.ppf(alpha, c + a, n - c + b), sps.beta.ppf(1 - alpha, c + a, n - c + b)
+
+
+def seed_keys(df: pd.DataFrame) -> list[str]:
+    return ["method", "metric"] + [k for k in OPTIONAL_KEYS if k in df.columns]
+
+
+def main(argv=None) -> None:
+    from boundary.core.options import LEVEL, ArgumentParser
+
+    ap = ArgumentParser(prog="boundary seeds", description=__doc__.splitlines()[0])
+    ap.add_argument("file", help="long table: method, metric, seed, value [, benchmark, regime, k]")
+    ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired differences A - B")
+    ap.add_argument("--level", type=LEVEL, default=0.95)
+    ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
+    args = ap.parse_args(argv)
+    out = output_folder(args.out, OWNER)
+    df = read_table(args.file, ["method", "metric", "seed", "value"])
+    keys = seed_keys(df)
+    if df.empty:
+        raise BoundaryError(f"{args.file}: no rows")
+    if not pd.api.types.is_numeric_dtype(df["value"]) or not np.isfinite(df["value"]).all():
+        raise BoundaryError(f"{args.file}: column value must hold finite numbers, no blanks")
+    seed = pd.to_numeric(df["seed"], errors="coerce")
+    if seed.isna().any() or (seed != np.round(seed)).any():
+        raise BoundaryError(f"{args.file}: column seed must hold whole numbers")
+    dup = df.duplicated(keys + ["seed"])
+    if dup.any():
+        row = df[dup].iloc[0]
+        raise BoundaryError(f"{args.file}: duplicate row for {', '.join(f'{k}={row[k]}' for k in keys + ['seed'])}")
+    seeds = summarize(df, keys, level=args.level)
+    pairs = None
+    if args.pair:
+        a, b = args.pair
+        if a == b:
+            raise BoundaryError(f"--pair {a} {b}: two different methods, please")
+        for m in (a, b):
+            if m not in set(df["method"]):
+                raise BoundaryError(f"{args.file}: --pair method {m!r} not in column method")
+        pairs = paired(df, a, b, [k for k in keys if k != "method"], level=args.level)
+        if pairs.empty:
+            raise BoundaryError(f"{args.file}: methods {a} and {b} share no seed")
+        pairs.insert(0, "b", b)
+        pairs.insert(0, "a", a)
+    with atomic_dir(out, OWNER) as tmp:  # --out holds exactly this run's files
+        write_table(seeds, tmp / "seeds.csv")
+        if pairs is not None:
+            write_table(pairs, tmp / "pairs.csv")
+    print(f"seeds: {len(seeds)} summaries -> {out / 'seeds.csv'}")

@@ -1,0 +1,597 @@
+"""The paper's tables as LaTeX (booktabs tabular, ready to \\input), Markdown and CSV.
+
+A table is built from `Diagnosis` objects (diagnose.py) and a `View` (which method is the
+GRPO baseline, which is PBA, display labels, controls, gate ablations). Cells are `Stat`s:
+seed mean +- sample SD where several seeds exist, a bare value for one seed or the fixed base.
+pass@k quantities print in points (x100). A method that was not run prints "not run" and the
+table's note names it: never a silent blank. The CSV holds the numbers behind the cells.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from boundary.core.artifacts import write_table, write_text
+from boundary.analysis.regimes import REGIMES
+
+NOT_RUN = "not run"
+BASE = "base"
+
+
+# ----------------------------------------------------------------------------- view
+
+@dataclass
+class View:
+    """Which methods a table shows and how they are called (from the report settings)."""
+
+    baseline: str | None = "grpo"
+    method: str | None = "pba"
+    labels: dict = field(default_factory=dict)
+    main: list = field(default_factory=list)      # methods of the seed-resolved tables
+    controls: list = field(default_factory=list)  # [{method, label, setting}]
+    ablations: list = field(default_factory=list)  # [{method, mask, G0, tau}]
+    benchmarks: dict = field(default_factory=dict)  # name -> display name
+    headline: str | None = None                   # benchmark of the mechanism/headline tables
+    group_size: int = 8                            # GRPO rollouts per prompt (gate resolution)
+    gate_G0: int = 8
+    ranked: list = field(default_factory=list)     # methods of the ranking table (empty: every one)
+
+    def label(self, method: str) -> str:
+        return self.labels.get(method, "Base" if method == BASE else method)
+
+    def bench_label(self, bench: str) -> str:
+        return self.benchmarks.get(bench, bench)
+
+    @classmethod
+    def for_diagnose(cls, methods, pair=None) -> "View":
+        if pair:
+            a, b = pair
+            return cls(baseline=b, method=a, main=[b, a])
+        return cls(baseline=None, method=None, main=list(methods))
+
+    @classmethod
+    def from_settings(cls, s: dict) -> "View":
+        baseline, method = s.get("baseline", "grpo"), s.get("method", "pba")
+        return cls(baseline=baseline, method=method, labels=dict(s.get("labels", {})),
+                   main=list(s.get("main", [baseline, method])), controls=list(s.get("controls", [])),
+                   ablations=list(s.get("ablations", [])), benchmarks=dict(s.get("benchmarks", {})),
+                   headline=s.get("headline"), group_size=int(s.get("group_size", 8)),
+                   gate_G0=int(s.get("gate_G0", 8)), ranked=list(s.get("ranked", [])))
+
+
+# ----------------------------------------------------------------------------- cells
+
+@dataclass
+class Stat:
+    mean: float
+    sd: float = float("nan")
+    digits: int = 1
+    suffix: str = ""
+    sign: bool = False
+
+    def _num(self, x: float) -> str:
+        if round(x, self.digits) == 0:
+            x = 0.0  # no "-0.0"
+        text = f"{x:+.{self.digits}f}" if self.sign else f"{x:.{self.digits}f}"
+        return "0" if self.sign and x == 0 and self.digits == 0 else text
+
+    def md(self) -> str:
+        if self.mean is None or not np.isfinite(self.mean):
+            return "n/a"
+        if np.isfinite(self.sd):
+            return f"{self._num(self.mean)} ± {self.sd:.{self.digits}f}{self.suffix}"
+        return f"{self._num(self.mean)}{self.suffix}"
+
+    def tex(self) -> str:
+        if self.mean is None or not np.isfinite(self.mean):
+            return "n/a"
+        suffix = self.suffix.replace("%", r"\%")
+        if np.isfinite(self.sd):
+            return f"${self._num(self.mean)}{{\\pm}}{self.sd:.{self.digits}f}${suffix}"
+        return f"${self._num(self.mean)}${suffix}" if self.sign else f"{self._num(self.mean)}{suffix}"
+
+
+TEX_SYMBOLS = {"±": r"$\pm$", "→": r"$\to$", "Δ": r"$\Delta$", "≥": r"$\ge$", "↓": r"$\downarrow$",
+               "↑": r"$\uparrow$", "−": "-", "ŵ": r"$\hat{w}$", "τ": r"$\tau$", "–": "--", "w*": r"$w^\star$"}
+
+
+def tex_escape(text: str) -> str:
+    if text.startswith("$") and text.endswith("$"):
+        return text  # already math
+    out = text
+    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_")):
+        out = out.replace(a, b)
+    for a, b in TEX_SYMBOLS.items():
+        out = out.replace(a, b)
+    return out
+
+
+def _numeric(cell) -> bool:
+    if isinstance(cell, Stat) or cell in (NOT_RUN, "n/a", "--", ""):
+        return True
+    try:
+        float(str(cell).strip("[]%").split(",")[0].split("–")[0])
+        return True
+    except ValueError:
+        return False
+
+
+@dataclass
+class Table:
+    name: str
+    caption: str
+    columns: list
+    rows: list                       # list of lists of str | Stat
+    data: pd.DataFrame               # the numbers behind the cells (CSV)
+    notes: list = field(default_factory=list)
+
+    def md(self) -> str:
+        cell = lambda c: c.md() if isinstance(c, Stat) else str(c)
+        lines = [f"**{self.caption}**", "", "| " + " | ".join(self.columns) + " |",
+                 "|" + "|".join("---" for _ in self.columns) + "|"]
+        lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in self.rows]
+        lines += [""] + [f"_{n}_" for n in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def tex(self) -> str:
+        cell = lambda c: c.tex() if isinstance(c, Stat) else tex_escape(str(c))
+        # Text columns left-aligned, number columns centred.
+        spec = "".join("c" if j > 0 and all(_numeric(r[j]) for r in self.rows if j < len(r)) else "l"
+                       for j in range(len(self.columns)))
+        ascii_ = lambda t: t.replace("±", "+-").replace("−", "-").encode("ascii", "replace").decode()
+        lines = [f"% {self.name}: {ascii_(self.caption)}"] + [f"% note: {ascii_(n)}" for n in self.notes]
+        lines += [f"\\begin{{tabular}}{{@{{}}{spec}@{{}}}}", r"\toprule",
+                  " & ".join(tex_escape(c) for c in self.columns) + r" \\", r"\midrule"]
+        lines += [" & ".join(cell(c) for c in row) + r" \\" for row in self.rows]
+        lines += [r"\bottomrule", r"\end{tabular}"]
+        return "\n".join(lines) + "\n"
+
+    def write(self, folder: Path) -> list[Path]:
+        folder = Path(folder)
+        paths = [folder / f"{self.name}.{ext}" for ext in ("tex", "md", "csv")]
+        write_text(self.tex(), paths[0])
+        write_text(self.md(), paths[1])
+        write_table(self.data, paths[2])
+        return paths
+
+
+# ----------------------------------------------------------------------------- lookups
+
+def _rows(summary: pd.DataFrame, method, metric, regime="all", k=None) -> pd.DataFrame:
+    s = summary[(summary["method"] == method) & (summary["metric"] == metric) & (summary["regime"] == regime)]
+    return s[s["k"].isna()] if k is None else s[s["k"] == k]
+
+
+def stat(summary, method, metric, regime="all", k=None, scale=1.0, **fmt) -> Stat | str:
+    """One summary row as a cell; NOT_RUN when the method has no row."""
+    r = _rows(summary, method, metric, regime, k)
+    if r.empty:
+        return NOT_RUN
+    r = r.iloc[0]
+    return Stat(r["mean"] * scale, r["sd"] * scale, **fmt)
+
+
+def per_seed(metrics, method, metric, regime="all", k=None) -> pd.Series:
+    m = metrics[(metrics["method"] == method) & (metrics["metric"] == metric) & (metrics["regime"] == regime)]
+    m = m[m["k"].isna()] if k is None else m[m["k"] == k]
+    return m.set_index("seed")["value"].sort_index()
+
+
+def _missing_note(methods, present, view) -> list[str]:
+    missing = [view.label(m) for m in dict.fromkeys(methods) if m and m not in present]
+    return [f"Not run: {', '.join(missing)}."] if missing else []
+
+
+def _kcol(k: int) -> str:
+    return f"p@{k}"
+
+
+def _data(summary, methods, metrics, regimes=("all",), extra=None) -> pd.DataFrame:
+    d = summary[summary["method"].isin(methods) & summary["metric"].isin(metrics) & summary["regime"].isin(regimes)]
+    d = d.copy()
+    for key, value in (extra or {}).items():
+        d.insert(0, key, value)
+    return d.reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- tables
+
+def benchmark_curves(benches: dict, view: View) -> Table:
+    """Full benchmark pass@k curves: base fixed, trained seed mean +- SD (tab:benchmark_curves)."""
+    ks = max((d.ks for d in benches.values()), key=len, default=[])
+    rows, data, present = [], [], set()
+    for bench, d in benches.items():
+        present |= set(d.summary["method"])
+        for i, m in enumerate([BASE] + view.main):
+            rows.append([view.bench_label(bench) if i == 0 else "", view.label(m)]
+                        + [stat(d.summary, m, "passk", k=k, scale=100) if k in d.ks else "n/a" for k in ks])
+        data.append(_data(d.summary, [BASE] + view.main, ["passk"], extra={"benchmark": bench}))
+    return Table("benchmark_curves", "Full benchmark pass@k curves (seed mean ± sample SD; base fixed)",
+                 ["Benchmark", "Method"] + [_kcol(k) for k in ks], rows, _concat(data),
+                 _missing_note(view.main, present, view))
+
+
+def _concat(frames) -> pd.DataFrame:
+    frames = [f for f in frames if f is not None and not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def mechanism_summary(bench, diag, view: View) -> Table:
+    """Benchmark p@1/p@K beside the boundary signature (tab:mechanism_summary)."""
+    k_hi = max(diag.ks)
+    bench_name = view.bench_label(view.headline) if view.headline else "Benchmark"
+    cols = ["Method", f"{bench_name} p@1", f"{bench_name} p@{max(bench.ks)}", f"Boundary Δp@{k_hi}",
+            "Boundary lost ↓", "Boundary entropy ↑"]
+    rows = []
+    for m in [BASE] + view.main:
+        row = [view.label(m), stat(bench.summary, m, "passk", k=1, scale=100),
+               stat(bench.summary, m, "passk", k=max(bench.ks), scale=100)]
+        if m == BASE:
+            row += ["--", "--", Stat(100.0, digits=0, suffix="%")]
+        else:
+            row += [stat(diag.summary, m, "delta_passk", "Boundary", k_hi, 100, digits=0, sign=True),
+                    stat(diag.summary, m, "lost", "Boundary", digits=0),
+                    stat(diag.summary, m, "entropy_retained", "Boundary", scale=100, digits=0, suffix="%")]
+        rows.append(row)
+    data = _concat([_data(bench.summary, [BASE] + view.main, ["passk"], extra={"split": view.headline or "benchmark"}),
+                    _data(diag.summary, view.main, ["delta_passk", "lost", "entropy_retained"], ("Boundary",),
+                          extra={"split": "diagnostic"})])
+    present = set(bench.summary["method"]) & set(diag.summary["method"])
+    return Table("mechanism_summary", "Cross-seed mechanism summary (seed mean ± seed SD)", cols, rows, data,
+                 _missing_note(view.main, present, view))
+
+
+def headline_intervals(bench, diag, view: View) -> Table:
+    """Seed-level 95% Student-t intervals of the headline contrasts (tab:headline_intervals)."""
+    a, b, k_hi = view.method, view.baseline, max(diag.ks)
+    rows, data = [], []
+
+    def add(quantity, s: pd.DataFrame, scale, digits, sign=True):
+        if s is None or s.empty or not np.isfinite(s.iloc[0]["mean"]):
+            rows.append([quantity, NOT_RUN, NOT_RUN, NOT_RUN])
+            return
+        r = s.iloc[0]
+        f = "+" if sign else ""
+        ci = (f"[{r['ci_low'] * scale:{f}.{digits}f}, {r['ci_high'] * scale:{f}.{digits}f}]"
+              if np.isfinite(r["ci_low"]) else "n/a (one seed)")
+        rows.append([quantity, Stat(r["mean"] * scale, digits=digits, sign=sign),
+                     f"{r['sd'] * scale:.{digits}f}" if np.isfinite(r["sd"]) else "n/a", ci])
+        data.append(s.assign(quantity=quantity))
+
+    gains = bench.pairs if bench.pairs is not None else pd.DataFrame(columns=["a", "b", "metric", "regime", "k"])
+    for k in (1, max(bench.ks)):
+        g = gains[(gains["a"] == a) & (gains["b"] == b) & (gains["metric"] == "passk")
+                  & (gains["regime"] == "all") & (gains["k"] == k)]
+        add(f"{view.label(a)}−{view.label(b)} gain at p@{k}", g, 100, 2)
+    for m in (b, a):
+        add(f"{view.label(m)} boundary Δp@{k_hi}", _rows(diag.summary, m, "delta_passk", "Boundary", k_hi), 100, 1)
+    for m in (b, a):
+        add(f"{view.label(m)} boundary lost prompts", _rows(diag.summary, m, "lost", "Boundary"), 1, 0, False)
+    present = set(bench.summary["method"]) & set(diag.summary["method"])
+    return Table("headline_intervals", "Seed-level two-sided 95% Student-t intervals (df = seeds − 1)",
+                 ["Quantity", "Mean", "Seed SD", "95% CI"], rows, _concat(data),
+                 _missing_note([b, a], present, view))
+
+
+def controls(diag, view: View) -> Table:
+    """Matched controls with their exact settings, on the diagnostic split (tab:control_hparams)."""
+    k_hi = max(diag.ks)
+    listed = {e["method"] for e in view.controls}  # a config may list the two itself, with settings
+    baseline = {"method": view.baseline, "label": f"{view.label(view.baseline)} baseline", "setting": ""}
+    method = {"method": view.method, "label": view.label(view.method), "setting": ""}
+    entries = [e for e in (baseline, *view.controls, method)
+               if e in view.controls or e["method"] not in listed]
+    rows = []
+    for e in entries:
+        m = e["method"]
+        rows.append([e.get("label", view.label(m)), e.get("setting", ""),
+                     stat(diag.summary, m, "passk", k=1, scale=100), stat(diag.summary, m, "passk", k=k_hi, scale=100),
+                     stat(diag.summary, m, "delta_passk", "Boundary", k_hi, 100, digits=0, sign=True)])
+    methods = [e["method"] for e in entries]
+    data = _concat([_data(diag.summary, methods, ["passk"]),
+                    _data(diag.summary, methods, ["delta_passk"], ("Boundary",))])
+    return Table("controls", "Diagnostic controls and exact hyperparameters (diagnostic split)",
+                 ["Control", "Exact setting", "p@1", f"p@{k_hi}", f"Boundary Δp@{k_hi}"], rows, data,
+                 _missing_note(methods, set(diag.summary["method"]), view))
+
+
+def required_successes(G0: int, tau: float) -> int:
+    """Frozen-base successes s needed to sharpen under the gate s / G0 >= tau."""
+    return max(1, math.ceil(tau * G0 - 1e-9))
+
+
+def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
+    """Gate ablations with effective thresholds (tab:gate_ablation_main).
+
+    G0 and the required successes come from the mask itself where it was built (the gate as
+    it acted), else from the settings' G0 and tau; a disagreement is noted under the table."""
+    k_hi = max(diag.ks)
+    rows, data, notes = [], [], []
+    for e in view.ablations:
+        G0, tau = int(e["G0"]), float(e["tau"])
+        req = required_successes(G0, tau)
+        pooled = {}
+        if mask_metrics is not None:
+            mm = mask_metrics[(mask_metrics["mask"] == e.get("mask")) & mask_metrics["epoch"].isna()]
+            pooled = dict(zip(mm["metric"], mm["value"]))
+        protected = (Stat(100 * pooled["protected_fraction"], digits=0, suffix="%")
+                     if "protected_fraction" in pooled else NOT_RUN)
+        if e.get("kind") == "soft":  # a weight from a lower confidence bound, not a success count
+            rule, req_cell, eff_cell, extra = f"soft (LCB, τ={tau:g})", "–", "–", {"soft": True}
+        else:
+            seen_G0, seen_req = pooled.get("G0", np.nan), pooled.get("required_successes", np.nan)
+            if np.isfinite(seen_G0) and np.isfinite(seen_req) and (int(seen_G0), int(seen_req)) != (G0, req):
+                notes.append(f"{e.get('mask')}: settings give G0={G0}, {req} success(es); the mask shows "
+                             f"G0={int(seen_G0)}, {int(seen_req)}; the mask is printed.")
+                G0, req = int(seen_G0), int(seen_req)
+            rule = "≥1 success" if req == 1 else f"τ={tau:g}"
+            req_cell, eff_cell, extra = str(req), f"{req / G0:.4g}", {"required_successes": req,
+                                                                    "effective_w": req / G0}
+        rows.append([str(G0), rule, req_cell, eff_cell, protected,
+                     stat(diag.summary, e["method"], "passk", k=1, scale=100),
+                     stat(diag.summary, e["method"], "passk", k=k_hi, scale=100)])
+        data.append(_data(diag.summary, [e["method"]], ["passk"]).assign(
+            G0=G0, tau=tau, **extra,
+            protected=protected.mean / 100 if isinstance(protected, Stat) else np.nan))
+    methods = [e["method"] for e in view.ablations]
+    return Table("gate_ablation", "Gate ablations with effective thresholds (diagnostic split)",
+                 ["G0", "Rule", "Req. succ.", "Eff. ŵ", "Protected", "p@1", f"p@{k_hi}"], rows, _concat(data),
+                 _missing_note(methods, set(diag.summary["method"]), view) + notes)
+
+
+def gate_resolution(view: View, masses=(0.002, 0.01, 0.05, 0.10)) -> Table:
+    """Resolution of the one-success gate (tab:gate): exact binomial probabilities."""
+    detect = [1 - (1 - w) ** view.gate_G0 for w in masses]
+    miss = [(1 - w) ** view.group_size for w in masses]
+    rows = [["Gate detects at least one success"] + [Stat(100 * p, suffix="%") for p in detect],
+            ["GRPO group has no positive rollout"] + [Stat(100 * p, suffix="%") for p in miss]]
+    data = pd.DataFrame({"w_star": masses, "gate_detects": detect, "group_no_positive": miss,
+                         "G0": view.gate_G0, "G": view.group_size})
+    return Table("gate_resolution", f"Resolution of the one-success gate (G0={view.gate_G0}, G={view.group_size})",
+                 ["Correct-mode mass w*"] + [f"{w:g}" for w in masses], rows, data)
+
+
+def seed_curves(bench_name: str, d, view: View) -> Table:
+    """Seed-resolved pass@k table of one benchmark (tab:appendix_omni_seeds / math_seeds)."""
+    rows = [[view.label(BASE), "fixed"] + [stat(d.summary, BASE, "passk", k=k, scale=100) for k in d.ks]]
+    for m in view.main:
+        if m not in set(d.summary["method"]):
+            rows.append([view.label(m), NOT_RUN] + [NOT_RUN] * len(d.ks))
+            continue
+        for s in sorted(d.metrics.loc[d.metrics["method"] == m, "seed"].unique()):
+            rows.append([view.label(m), str(s)] + [Stat(100 * per_seed(d.metrics, m, "passk", k=k).get(s, np.nan))
+                                                    for k in d.ks])
+        rows.append([view.label(m), "mean"] + [stat(d.summary, m, "passk", k=k, scale=100) for k in d.ks])
+    data = d.metrics[d.metrics["method"].isin([BASE] + view.main) & (d.metrics["metric"] == "passk")
+                     & (d.metrics["regime"] == "all")]
+    return Table(f"seeds_{bench_name}", f"Seed-resolved {view.bench_label(bench_name)} pass@k results",
+                 ["Method", "Seed", *[_kcol(k) for k in d.ks]], rows, data.reset_index(drop=True),
+                 _missing_note(view.main, set(d.summary["method"]), view))
+
+
+def _seed_matrix(name, caption, diag, view, items) -> Table:
+    """Metric rows x (per-seed columns, mean column) for each main method (appendix tables)."""
+    methods = [m for m in view.main if m in set(diag.metrics["method"])]
+    seeds = {m: sorted(diag.metrics.loc[diag.metrics["method"] == m, "seed"].unique()) for m in methods}
+    cols = ["Metric"]
+    for m in methods:
+        cols += [f"{view.label(m)} s{s}" for s in seeds[m]] + [f"{view.label(m)} mean"]
+    rows, data = [], []
+    for label, metric, regime, k, scale, fmt in items:
+        row = [label]
+        for m in methods:
+            vals = per_seed(diag.metrics, m, metric, regime, k)
+            row += [Stat(vals.get(s, np.nan) * scale, **fmt) for s in seeds[m]]
+            row.append(stat(diag.summary, m, metric, regime, k, scale, **fmt))
+        rows.append(row)
+        data.append(_data(diag.summary, methods, [metric], (regime,)).pipe(
+            lambda d: d[d["k"].isna()] if k is None else d[d["k"] == k]).assign(row=label))
+    return Table(name, caption, cols, rows, _concat(data), _missing_note(view.main, set(diag.metrics["method"]), view))
+
+
+def diag_seeds(diag, view: View) -> Table:
+    k_hi = max(diag.ks)
+    items = [("All p@1", "passk", "all", 1, 100, {}),
+             (f"All p@{k_hi}", "passk", "all", k_hi, 100, {}),
+             ("All base-solved → lost", "lost", "all", None, 1, {"digits": 0}),
+             ("Out-of-reach positive unique", "unique_positives", "OutOfReach", None, 1, {})]
+    return _seed_matrix("diag_seeds", "Seed-resolved aggregate diagnostic results", diag, view, items)
+
+
+def boundary_seeds(diag, view: View) -> Table:
+    k_hi = max(diag.ks)
+    items = [("Base-solved → lost", "lost", "Boundary", None, 1, {"digits": 0}),
+             (f"Δp@{k_hi}", "delta_passk", "Boundary", k_hi, 100, {"digits": 0, "sign": True}),
+             ("Entropy retained", "entropy_retained", "Boundary", None, 100, {"digits": 0, "suffix": "%"}),
+             ("Positive unique", "unique_positives", "Boundary", None, 1, {})]
+    return _seed_matrix("boundary_seeds", "Seed-resolved boundary diagnostics", diag, view, items)
+
+
+def regime_counts(diag, view: View) -> Table:
+    """Prompts per regime with base pass@k (calibration labels; evaluation counts)."""
+    k_hi = max(diag.ks)
+    reg = diag.regimes
+    rows = []
+    for r in list(REGIMES) + ["all"]:
+        ids = reg if r == "all" else reg[reg["regime"] == r]
+        rows.append([r, str(len(ids)), Stat(100 * len(ids) / max(len(reg), 1), suffix="%"),
+                     f"{ids['p_base'].min():.3g}–{ids['p_base'].max():.3g}" if len(ids) else "--"]
+                    + ([stat(diag.summary, BASE, "passk", r, 1, 100), stat(diag.summary, BASE, "passk", r, k_hi, 100)]
+                       if len(ids) else ["--", "--"]))
+    th = diag.thresholds
+    notes = [f"Thresholds: easy {th.easy:g}, boundary {th.boundary:g}, coverage_k {th.coverage_k}, "
+             f"coverage_min {th.coverage_min:g}."] if th else []
+    data = reg.groupby("regime").agg(prompts=("prompt_id", "size"), p_min=("p_base", "min"),
+                                     p_max=("p_base", "max")).reset_index()
+    return Table("regime_counts", "Regimes of the diagnostic split (frozen-base calibration)",
+                 ["Regime", "Prompts", "Share", "p_base range", "Base p@1", f"Base p@{k_hi}"], rows, data, notes)
+
+
+def regime_diagnostics(diag, view: View) -> Table:
+    """Per-regime diagnostics of each main method (seed mean ± SD): where pass@k moved."""
+    k_hi = max(diag.ks)
+    items = [("delta_passk", 1, 100, {"sign": True}), ("delta_passk", k_hi, 100, {"sign": True}),
+             ("lost", None, 1, {"digits": 0}), ("gained", None, 1, {"digits": 0}),
+             ("entropy_retained", None, 100, {"digits": 0, "suffix": "%"}), ("unique_positives", None, 1, {})]
+    regimes = ["all"] + [r for r in REGIMES if r in set(diag.summary["regime"])]
+    rows = []
+    for m in view.main:
+        for r in regimes:
+            rows.append([view.label(m), r] + [stat(diag.summary, m, metric, r, k, scale, **fmt)
+                                              for metric, k, scale, fmt in items])
+    data = _data(diag.summary, view.main, [i[0] for i in items], regimes)
+    return Table("regime_diagnostics", "Per-regime diagnostics (seed mean ± SD; Δ in points)",
+                 ["Method", "Regime", "Δp@1", f"Δp@{k_hi}", "Lost", "Gained", "Entropy retained",
+                  "Positive unique"], rows, data, _missing_note(view.main, set(diag.summary["method"]), view))
+
+
+def transitions_table(diag, view: View) -> Table:
+    """Seed-mean four-cell transitions per regime (base solved/unsolved x trained)."""
+    t = diag.transitions
+    methods = [m for m in view.main if m in set(t["method"])]
+    cells = [(True, True, "solved→solved"), (True, False, "solved→lost"),
+             (False, True, "unsolved→gained"), (False, False, "unsolved→unsolved")]
+    rows = []
+    for m in methods:
+        for r in ["all"] + [x for x in REGIMES if x in set(t["regime"])]:
+            sub = t[(t["method"] == m) & (t["regime"] == r)]
+            row = [view.label(m), r]
+            for bs, ts, _ in cells:
+                v = sub[(sub["base_solved"] == bs) & (sub["trained_solved"] == ts)]["count"]
+                row.append(Stat(v.mean(), v.std(ddof=1) if len(v) > 1 else np.nan, digits=0))
+            rows.append(row)
+    return Table("transitions", "Base/trained transitions (seed mean ± SD of prompt counts)",
+                 ["Method", "Regime"] + [c for _, _, c in cells], rows,
+                 t[t["method"].isin(methods)].reset_index(drop=True), _missing_note(view.main, set(t["method"]), view))
+
+
+def sensitivity_table(diag, view: View) -> Table:
+    """Boundary findings under nearby regime cutoffs (variant 0 = the configured cutoffs)."""
+    s = diag.sensitivity
+    methods = [m for m in view.main if m in set(s["method"])]
+    cols = ["easy", "boundary", "cov. k", "cov. min", "Boundary prompts"]
+    for m in methods:
+        cols += [f"{view.label(m)} Δcov", f"{view.label(m)} lost"]
+    rows = []
+    for _, g in s.groupby("variant", sort=True):
+        r0 = g.iloc[0]
+        row = [f"{r0['easy']:g}", f"{r0['boundary']:g}", str(int(r0["coverage_k"])), f"{r0['coverage_min']:g}",
+               str(int(r0["n_boundary"]))]
+        for m in methods:
+            for metric, scale, fmt in (("delta_cov", 100, {"digits": 1, "sign": True}), ("lost", 1, {"digits": 0})):
+                v = g[(g["method"] == m) & (g["metric"] == metric)]
+                row.append(Stat(v["mean"].iloc[0] * scale, v["sd"].iloc[0] * scale, **fmt) if len(v) else "n/a")
+        rows.append(row)
+    return Table("sensitivity", "Cutoff sensitivity of the boundary findings (Δcov in points)", cols, rows,
+                 s[s["method"].isin(methods)].reset_index(drop=True), _missing_note(view.main, set(s["method"]), view))
+
+
+def strata_table(diag, view: View, order) -> Table:
+    """Continuous stratification by p_base: Δp@1 and Δp@K per stratum."""
+    s, k_hi = diag.strata, max(diag.ks)
+    methods = [m for m in view.main if m in set(s["method"])]
+    cols = ["p_base stratum", "Prompts"]
+    for m in methods:
+        cols += [f"{view.label(m)} Δp@1", f"{view.label(m)} Δp@{k_hi}", f"{view.label(m)} lost"]
+    rows = []
+    for st in [o for o in order if o in set(s["stratum"])] + ["all"]:
+        n = s[(s["method"] == BASE) & (s["metric"] == "n_prompts") & (s["stratum"] == st)]["mean"]
+        row = [st, str(int(n.iloc[0])) if len(n) else "0"]
+        for m in methods:
+            sub = s[(s["method"] == m) & (s["stratum"] == st)]
+            for metric, k, scale, fmt in (("delta_passk", 1, 100, {"sign": True}), ("delta_passk", k_hi, 100, {"sign": True}),
+                                          ("lost", None, 1, {"digits": 0})):
+                v = sub[(sub["metric"] == metric) & (sub["k"].isna() if k is None else sub["k"] == k)]
+                row.append(Stat(v["mean"].iloc[0] * scale, v["sd"].iloc[0] * scale, **fmt) if len(v) else "n/a")
+        rows.append(row)
+    return Table("strata", "pass@k change by base success rate p_base (points)", cols, rows,
+                 s[s["method"].isin([BASE] + methods)].reset_index(drop=True),
+                 _missing_note(view.main, set(s["method"]), view))
+
+
+def ranked_methods(bench, diag, view: View) -> pd.DataFrame:
+    """Every ranked method's benchmark pass@1 and boundary Delta pass@K (seed mean, SD and
+    Student-t interval from the seed summary), with its rank by each (1 = highest), sorted by
+    the boundary rank. Methods not evaluated are left out (the table notes them)."""
+    k_hi = max(diag.ks)
+    rows = []
+    for m in view.ranked or [m for m in dict.fromkeys(diag.summary["method"]) if m != BASE]:
+        p1, d = _rows(bench.summary, m, "passk", k=1), _rows(diag.summary, m, "delta_passk", "Boundary", k_hi)
+        if p1.empty or d.empty:
+            continue
+        p1, d = p1.iloc[0], d.iloc[0]
+        rows.append({"method": m, "label": view.label(m), "seeds": int(p1["n_seeds"]),
+                     **{f"passk1_{c}": p1[c] for c in ("mean", "sd", "ci_low", "ci_high")},
+                     **{f"boundary_delta_{c}": d[c] for c in ("mean", "sd", "ci_low", "ci_high")}})
+    df = pd.DataFrame(rows, columns=["method", "label", "seeds"] + [f"{q}_{c}" for q in ("passk1", "boundary_delta")
+                                                                     for c in ("mean", "sd", "ci_low", "ci_high")])
+    df["rank_passk1"] = df["passk1_mean"].rank(ascending=False, method="min").astype("Int64")
+    df["rank_boundary"] = df["boundary_delta_mean"].rank(ascending=False, method="min").astype("Int64")
+    return df.sort_values(["rank_boundary", "rank_passk1"], ignore_index=True)
+
+
+def methods_ranking(bench, diag, view: View, bench_name: str) -> Table:
+    """Every method ranked by `bench_name` pass@1 and by boundary Delta pass@K (points): seed
+    mean +- sample SD, the seed-level Student-t interval (df = seeds - 1), the rank by each."""
+    k_hi = max(diag.ks)
+    df = ranked_methods(bench, diag, view)
+
+    def ci(lo, hi, sign):
+        f = "+" if sign else ""
+        return f"[{100 * lo:{f}.1f}, {100 * hi:{f}.1f}]" if np.isfinite(lo) else "n/a (one seed)"
+
+    base = _rows(bench.summary, BASE, "passk", k=1)
+    rows = [["Base", "fixed", Stat(100 * base.iloc[0]["mean"]) if len(base) else NOT_RUN, "", "", "0", "", ""]]
+    for r in df.itertuples():
+        rows.append([r.label, str(r.seeds), Stat(100 * r.passk1_mean, 100 * r.passk1_sd),
+                     ci(r.passk1_ci_low, r.passk1_ci_high, False), str(r.rank_passk1),
+                     Stat(100 * r.boundary_delta_mean, 100 * r.boundary_delta_sd, sign=True),
+                     ci(r.boundary_delta_ci_low, r.boundary_delta_ci_high, True), str(r.rank_boundary)])
+    notes = [f"Sorted by boundary rank. p@1 on {bench_name}; Δp@{k_hi} against the frozen base on the "
+             f"diagnostic split's Boundary prompts. Intervals: seed-level 95% Student-t."]
+    ranked = view.ranked or list(df["method"])
+    return Table("methods_ranking", f"Methods ranked by {bench_name} pass@1 and boundary Δpass@{k_hi} (points)",
+                 ["Method", "Seeds", f"{bench_name} p@1", "95% CI", "Rank", f"Boundary Δp@{k_hi}", "95% CI", "Rank"],
+                 rows, df, _missing_note(ranked, set(df["method"]), view) + notes)
+
+
+def masks_table(mask_metrics: pd.DataFrame | None) -> Table:
+    """Gate behaviour per mask, pooled over refresh epochs (the run card's mask statistics)."""
+    cols = ["Mask", "Protected", "Anchor", "Drop", "Mean weight", "Flips", "Flip rate", "Prompts"]
+    if mask_metrics is None or mask_metrics.empty:
+        return Table("masks", "Protection masks", cols, [], pd.DataFrame(), ["No masks were built."])
+    pooled = mask_metrics[mask_metrics["epoch"].isna()].pivot(index="mask", columns="metric", values="value")
+    rows = []
+    for name, r in pooled.iterrows():
+        rows.append([name, Stat(100 * r["protected_fraction"], digits=0, suffix="%"),
+                     Stat(100 * r["anchor_fraction"], digits=0, suffix="%"),
+                     Stat(100 * r["drop_fraction"], digits=0, suffix="%"), Stat(r["mean_weight"], digits=2),
+                     str(int(r["flips"])), Stat(100 * r["flip_rate"], digits=1, suffix="%"), str(int(r["n_prompts"]))])
+    return Table("masks", "Protection masks, pooled over refresh epochs", cols, rows,
+                 mask_metrics.reset_index(drop=True))
+
+
+# ----------------------------------------------------------------------------- sets
+
+def diagnostic_tables(diag, view: View, order) -> list[Table]:
+    """Tables that need only the regime-labelled diagnostic split."""
+    out = [regime_counts(diag, view), diag_seeds(diag, view), boundary_seeds(diag, view),
+           regime_diagnostics(diag, view), transitions_table(diag, view), sensitivity_table(diag, view), strata_table(diag, view, order)]
+    return out
+
+
+def write_diagnose_tables(diag, view: View, folder: Path) -> list[Path]:
+    """What `boundary diagnose` can show from one split: its curves plus the diagnostic tables."""
+    from boundary.analysis.regimes import strata_order
+    tables = [benchmark_curves({"counts": diag}, view), seed_curves("counts", diag, view)]
+    tables += diagnostic_tables(diag, view, strata_order(diag.bins))
+    if view.baseline and view.method:
+        tables.append(headline_intervals(diag, diag, view))
+    if diag.masks is not None:
+        tables.append(masks_table(diag.masks))
+    return [p for t in tables for p in t.write(folder)]

@@ -1,0 +1,314 @@
+"""Artifacts: atomic writes of files and folders, and readers that fail with one clear line.
+
+Every stage writes through `write_table` / `atomic_path` (temp file in the same folder, then
+rename) or `atomic_dir` (temp folder beside the target, then swapped in whole), so an
+interrupted job never leaves a half-written artifact that Snakemake would take as complete,
+and a rerun never leaves an earlier run's files beside its own. Files and folders get the
+user's umask (mkstemp and mkdtemp alone would make them private), and a full disk or quota
+is one line naming the path that could not be written.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import pandas as pd
+
+from boundary.core.errors import BoundaryError
+
+# Columns read verbatim as text from CSV and JSONL: "000" stays "000", "1.10" stays "1.10".
+ID_COLUMNS = ("prompt_id",)
+_FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+         errno.EFBIG: "file size limit exceeded"}
+_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|File too large|os error (28|122|27)\b")
+
+
+# ----------------------------------------------------------------------------- permissions
+
+@functools.cache
+def umask() -> int:
+    """The process umask, read without changing it (os.umask can only set it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # no /proc: set and restore (at import-time use only)
+    os.umask(mask)
+    return mask
+
+
+def _as_created(path: Path, folder: bool) -> None:
+    """Give a mkstemp/mkdtemp path the mode open()/mkdir() would have (they make 0600/0700)."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~umask())
+
+
+def _as_created_tree(folder: Path) -> None:
+    """The same for a whole tree: some writers (temp-file downloads) create 0600 files too."""
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            _as_created(path, folder=path.is_dir())
+
+
+# ----------------------------------------------------------------------------- full disk
+
+def storage_full(err: BaseException, near: str | os.PathLike | None = None) -> str | None:
+    """Why `err` means the storage is full ("no space left on device", ...), or None.
+
+    Writers report it as OSError errno, as text (pyarrow, safetensors), or not at all
+    (torch's zip writer): then a folder `near` with no free blocks left decides."""
+    code = getattr(err, "errno", None)
+    if code in _FULL:
+        return _FULL[code]
+    match = _FULL_TEXT.search(str(err))
+    if match:
+        text = match.group(0)
+        return next((v for k, v in _FULL.items() if os.strerror(k) == text or f"os error {k}" == text),
+                    _FULL[errno.ENOSPC])
+    if near is not None:
+        try:
+            folder = Path(near)
+            while not folder.exists() and folder != folder.parent:
+                folder = folder.parent
+            if os.statvfs(folder).f_bavail == 0:
+                return _FULL[errno.ENOSPC]
+        except OSError:
+            pass
+    return None
+
+
+class StorageFull(BoundaryError):
+    def __init__(self, path, why: str):
+        super().__init__(f"{path}: cannot be written: {why}")
+        self.why = why
+
+
+@contextmanager
+def storage_errors(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a full disk or quota inside the block into one line naming `path` (the outermost
+    such block names it: the output a user asked for, not a temp file inside it)."""
+    try:
+        yield
+    except StorageFull as err:
+        raise StorageFull(path, err.why) from None
+    except BoundaryError:
+        raise
+    except Exception as err:
+        why = storage_full(err, path)
+        if why is None:
+            raise
+        raise StorageFull(path, why) from None
+
+
+# ----------------------------------------------------------------------------- atomic files
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    try:
+        _as_created(Path(tmp), folder=False)
+        with storage_errors(path):
+            yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_table(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Write a table atomically; the format follows the suffix (.parquet, .csv, .jsonl)."""
+    path = Path(path)
+    if path.suffix not in (".parquet", ".csv", ".jsonl"):
+        raise ValueError(f"write_table: unsupported suffix {path.suffix!r} for {path}")
+    with atomic_path(path) as tmp:
+        if path.suffix == ".parquet":
+            df.to_parquet(tmp, index=False)
+        elif path.suffix == ".csv":
+            df.to_csv(tmp, index=False)
+        else:
+            df.to_json(tmp, orient="records", lines=True)
+
+
+def write_text(text: str, path: str | os.PathLike) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(obj, path: str | os.PathLike) -> None:
+    write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", path)
+
+
+# ----------------------------------------------------------------------------- atomic folders
+
+_PARTIAL = "partial"
+
+
+def _scratch_name(path: Path, kind: str) -> str:
+    return f".{path.name}.{kind}.{os.getpid()}@{socket.gethostname()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_scratch(path: Path) -> None:
+    """Remove scratch folders beside `path` left by killed processes of this host."""
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.{_PARTIAL}\.(\d+)@(.*)\.[^.]+$")
+    host = socket.gethostname()
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return
+    for entry in siblings:
+        m = pattern.match(entry.name)
+        if m and m.group(2) == host and not _alive(int(m.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+@contextmanager
+def scratch_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """A fresh hidden folder beside `path` (the user's umask), removed when the block ends.
+
+    Its name holds this process's id and host, so the next call for the same `path` removes
+    one that a killed process left behind."""
+    path = Path(path)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_scratch(path)
+        tmp = Path(tempfile.mkdtemp(prefix=_scratch_name(path, _PARTIAL), dir=path.parent))
+    try:
+        _as_created(tmp, folder=True)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2); False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
+
+
+MARKER = ".boundary"  # names the command that wrote a folder: it may replace that folder
+
+
+def output_folder(path: str | os.PathLike, owner: str | None = None) -> Path:
+    """`path` as a folder that `atomic_dir(path, owner)` may replace; otherwise one line.
+
+    With an owner (a user-facing command such as "boundary diagnose"), an existing folder is
+    replaced only if it is empty or that command wrote it, so `--out ~/data` can never wipe
+    a user's files."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BoundaryError(f"{path}: exists and is not a folder")
+    if owner and path.is_dir() and any(path.iterdir()):
+        marker = path / MARKER
+        written_by = marker.read_text().strip() if marker.is_file() else None
+        if written_by != owner:
+            raise BoundaryError(f"{path}: not empty and not written by {owner} (it would be replaced "
+                                "as a whole); give a new or empty folder")
+    return path
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike, owner: str | None = None) -> Iterator[Path]:
+    """Yield an empty temp folder beside `path`; if the block succeeds it replaces `path` as a
+    whole, so `path` holds exactly this run's files (nothing of an earlier run).
+
+    An existing folder is exchanged with the new one in one rename and then removed; a kill
+    before that leaves `path` as it was (and a scratch folder that the next call removes).
+    A file at `path`, a folder the owner did not write (see `output_folder`), or a full disk
+    is one line naming `path`."""
+    path = output_folder(path, owner)
+    with scratch_dir(path) as tmp:
+        with storage_errors(path):
+            yield tmp
+            if owner:
+                (tmp / MARKER).write_text(owner + "\n")
+        _as_created_tree(tmp)
+        if not path.exists():
+            os.rename(tmp, path)
+        elif not _exchange(tmp, path):  # no renameat2: move the old folder aside first
+            aside = Path(tempfile.mkdtemp(prefix=_scratch_name(path, _PARTIAL), dir=path.parent))
+            os.rename(path, aside / path.name)
+            os.rename(tmp, path)
+            shutil.rmtree(aside, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- reading
+
+def _read_csv(path: Path, ids: Iterable[str]) -> pd.DataFrame:
+    ids = list(ids)
+    df = pd.read_csv(path, dtype={c: str for c in ids})
+    for col in ids:
+        if col in df and df[col].isna().any():  # "NA", "null", ...: ids are text, read verbatim
+            df[col] = pd.read_csv(path, usecols=[col], dtype=str, keep_default_na=False)[col]
+    return df
+
+
+def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: bool = False,
+               ids: Iterable[str] = ID_COLUMNS) -> pd.DataFrame:
+    """Read parquet, CSV or JSONL; a missing file, unknown type, missing column or (with
+    `nonempty`) a file without rows is one line.
+
+    Columns in `ids` are read from CSV and JSONL as text, verbatim; a blank one is an error."""
+    path = Path(path)
+    if not path.exists():
+        raise BoundaryError(f"{path}: file not found")
+    if path.is_dir():
+        raise BoundaryError(f"{path}: is a folder, not a file")
+    ids = tuple(ids)
+    readers = {".parquet": pd.read_parquet, ".csv": lambda p: _read_csv(p, ids),
+               ".jsonl": lambda p: pd.read_json(p, lines=True, dtype={c: str for c in ids}),
+               ".json": lambda p: pd.read_json(p, lines=True, dtype={c: str for c in ids})}
+    reader = readers.get(path.suffix.lower())
+    if reader is None:
+        raise BoundaryError(f"{path}: unknown file type {path.suffix!r} (use parquet, csv or jsonl)")
+    try:
+        df = reader(path)
+    except Exception as err:  # corrupt or unreadable file
+        detail = " ".join(str(err).split())  # one line, whatever the reader's message
+        raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {detail})") from None
+    if nonempty and df.empty:
+        raise BoundaryError(f"{path}: no rows")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise BoundaryError(f"{path}: missing column(s) {', '.join(missing)}")
+    for col in ids:
+        if col in df.columns:
+            blank = df[col].isna() | (df[col].astype(str).str.strip() == "")
+            if blank.any():
+                raise BoundaryError(f"{path}: blank {col} in row {int(blank.to_numpy().argmax()) + 1}")
+    return df

@@ -1,0 +1,218 @@
+"""Config: load, fill defaults and validate against the JSON schema; per-stage settings.
+
+Config values reach code only as validated config -> rule params -> CLI `--settings` JSON.
+Each rule gets only the values that affect it, serialised with sorted keys, so Snakemake's
+params trigger reruns exactly the stages a change invalidates.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+
+import yaml
+
+from boundary.core.errors import BoundaryError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+
+@functools.cache
+def _schema_text() -> str:
+    return SCHEMA_PATH.read_text()
+
+
+def _schema() -> dict:
+    return yaml.safe_load(_schema_text())
+
+
+def _resolve(sub: dict, root: dict) -> dict:
+    ref = sub.get("$ref", "")
+    if not ref:
+        return sub
+    return {**root["definitions"][ref.rsplit("/", 1)[-1]], **sub}  # local keys win
+
+
+def _is_object(schema: dict) -> bool:
+    """An object schema, nullable ones (`type: [object, "null"]`) included."""
+    kind = schema.get("type")
+    return kind == "object" or isinstance(kind, list) and "object" in kind
+
+
+def _fill_defaults(node: dict, schema: dict, root: dict | None = None) -> None:
+    """Fill `default:` values of the schema into the config, recursively (objects only)."""
+    root = root or schema
+    for key, sub in schema.get("properties", {}).items():
+        sub = _resolve(sub, root)
+        if key not in node and "default" in sub:
+            node[key] = copy.deepcopy(sub["default"])
+        if isinstance(node.get(key), dict) and _is_object(sub):
+            _fill_defaults(node[key], sub, root)
+    extra = schema.get("additionalProperties")
+    extra = _resolve(extra, root) if isinstance(extra, dict) else None
+    if extra and _is_object(extra):
+        for key, value in node.items():
+            if key not in schema.get("properties", {}) and isinstance(value, dict):
+                _fill_defaults(value, extra, root)
+
+
+def _where(error) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "<top level>"
+
+
+def validate_config(config: dict) -> dict:
+    """Return a validated copy with defaults filled; raise one line naming the bad field."""
+    import jsonschema
+
+    if not isinstance(config, dict):
+        raise BoundaryError(f"config: must be a mapping of sections, not a {type(config).__name__}")
+    config = copy.deepcopy(config)
+    schema = _schema()
+    _fill_defaults(config, schema)
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config),
+                    key=lambda e: (len(list(e.absolute_path)), _where(e)))
+    if errors:
+        err = errors[0]
+        if err.validator == "additionalProperties":
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            where = _where(err)
+            field = f"{where}.{extra[0]}" if where != "<top level>" else extra[0]
+            raise BoundaryError(f"config: unknown key {field!r}")
+        raise BoundaryError(f"config: {_where(err)}: {err.message}")
+    _check_references(config)
+    return config
+
+
+def _check_references(config: dict) -> None:
+    """Cross-field rules a JSON schema cannot state."""
+    masks = config["masks"]
+    for name, method in config["methods"].items():
+        if method.get("mask") and method["mask"] not in masks:
+            raise BoundaryError(f"config: methods.{name}.mask: no mask named {method['mask']!r}")
+        source = method.get("checkpoint_of")
+        if source is not None:
+            if source not in config["methods"] or config["methods"][source].get("checkpoint_of"):
+                raise BoundaryError(f"config: methods.{name}.checkpoint_of: "
+                                    f"{source!r} is not a trained method")
+            if method.get("step") not in config["train"]["checkpoints"]:
+                raise BoundaryError(f"config: methods.{name}.step: must be one of "
+                                    f"train.checkpoints {config['train']['checkpoints']}")
+    if config.get("testbed") is None and config.get("base_model") is None:
+        raise BoundaryError("config: base_model: required when there is no testbed section")
+    if config.get("testbed") is None and not config.get("data"):
+        raise BoundaryError("config: data: required when there is no testbed section")
+    if max(config["evaluate"]["ks"]) > config["evaluate"]["n"]:
+        raise BoundaryError("config: evaluate.ks: every k must be <= evaluate.n")
+    if any(step > config["train"]["steps"] for step in config["train"].get("checkpoints", [])):
+        raise BoundaryError("config: train.checkpoints: every step must be <= train.steps")
+    regimes = config["regimes"]
+    if regimes.get("boundary", 0) > regimes.get("easy", 1):
+        raise BoundaryError("config: regimes: boundary must be <= easy")
+    if regimes.get("coverage_min", 0) >= 1:
+        raise BoundaryError("config: regimes.coverage_min: must be < 1")
+    if "{problem}" not in config["prompt"]["template"]:
+        raise BoundaryError("config: prompt.template: must contain {problem}")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML silently keeps the last)."""
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key, line: int):
+        super().__init__(f"line {line}: duplicate key {key!r}")
+
+
+def _unique_mapping(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise _DuplicateKey(key, key_node.start_mark.line + 1)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def load_yaml(path: str | Path) -> dict:
+    """A config file's mapping; a missing file, bad YAML or a duplicate key is one line."""
+    path = Path(path)
+    if not path.is_file():
+        raise BoundaryError(f"{path}: config file not found")
+    try:
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except _DuplicateKey as err:
+        raise BoundaryError(f"{path}: {err}") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise BoundaryError(f"{path}: not valid YAML{line} ({err.__class__.__name__})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BoundaryError(f"{path}: cannot be read ({err.__class__.__name__})") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BoundaryError(f"{path}: the config must be a mapping of sections, not a {type(raw).__name__}")
+    return raw
+
+
+def load_config(path: str | Path) -> dict:
+    return validate_config(load_yaml(path))
+
+
+def method_settings(spec: dict) -> dict:
+    """A `methods:` entry as its training run gets it: without the keys that only name,
+    schedule or point at other runs (label, seeds, setting, checkpoint_of, step)."""
+    return {k: v for k, v in spec.items() if k not in ("label", "seeds", "setting", "checkpoint_of", "step")}
+
+
+def dumps(settings) -> str:
+    """The one serialisation of settings: sorted keys, so equal settings print equally."""
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"))
+
+
+def load_stage_settings(value: str) -> dict:
+    """Settings from a JSON string (what rules pass) or a path to a JSON file."""
+    text = value
+    if not value.lstrip().startswith("{"):
+        path = Path(value)
+        if not path.exists():
+            raise BoundaryError(f"--settings: {value}: not JSON and no such file")
+        text = path.read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BoundaryError(f"--settings: invalid JSON ({err.msg})") from None
+
+
+def schema_defaults(section: str) -> dict:
+    """The defaults the schema gives a section's keys (`methods` means one method entry):
+    `default:` values, which validation fills into the config, and `x-default:` values, which
+    it leaves unset so a method's settings (and its training key) don't change when another
+    method gains a knob; code that reads an unset key takes its `x-default` from here."""
+    schema = _schema()
+    node = _resolve(schema["properties"][section], schema)
+    if section == "methods":
+        node = node["additionalProperties"]
+    out = {}
+    for key, sub in node.get("properties", {}).items():
+        sub = _resolve(sub, schema)
+        for word in ("default", "x-default"):
+            if word in sub:
+                out[key] = copy.deepcopy(sub[word])
+    return out
+
+
+def schema_keys(section: str) -> set[str]:
+    """Every key the schema allows in a section (`methods`: in one method entry)."""
+    schema = _schema()
+    node = _resolve(schema["properties"][section], schema)
+    if section == "methods":
+        node = node["additionalProperties"]
+    return set(node.get("properties", {}))

@@ -1,0 +1,144 @@
+"""The GPUs of one job: `boundary --gpus N <stage>` claims N devices no other job holds.
+
+Snakemake counts `resources: gpu` but never says which device a job gets, so on a
+workstation concurrent GPU jobs all land on GPU 0. Here a job takes one lock file per
+device (flock, held for the life of the process: the kernel drops it however the process
+ends, so a killed job never leaves a slot taken) and hands its devices to the stage and
+any processes it starts through CUDA_VISIBLE_DEVICES. A job that asks for 0 GPUs sees none,
+so it cannot land on a device another job claimed. Under SLURM the scheduler has already
+picked the job's devices (it sets CUDA_VISIBLE_DEVICES); they are used as given.
+
+A small model leaves a large GPU mostly idle (a 135M model's sampling steps are launch-bound),
+so a workstation may let each device hold several jobs at once: $BOUNDARY_JOBS_PER_GPU slots
+per device, one lock file each; a job's N GPUs are still N distinct devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from boundary.core.errors import BoundaryError
+
+LOCK_DIR_ENV = "BOUNDARY_GPU_LOCKS"  # where the per-device lock files live (one per machine)
+SLOTS_ENV = "BOUNDARY_JOBS_PER_GPU"  # jobs one device may hold at once (default 1)
+
+
+def visible() -> list[str]:
+    """Devices this process may use: CUDA_VISIBLE_DEVICES when set, else every device
+    torch counts (NVML, which does not initialise CUDA)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    devices = []
+    for entry in env.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):  # CUDA stops at the first invalid entry
+            break
+        devices.append(entry)
+    return devices
+
+
+def describe(devices: list[str]) -> str:
+    where = ("CUDA_VISIBLE_DEVICES=" + os.environ["CUDA_VISIBLE_DEVICES"]
+             if "CUDA_VISIBLE_DEVICES" in os.environ else "all devices torch counts")
+    return f"{len(devices)} GPU(s) ({where})"
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "boundary-gpus")
+
+
+def jobs_per_gpu() -> int:
+    value = os.environ.get(SLOTS_ENV, "1")
+    if not value.isdigit() or int(value) < 1:
+        raise BoundaryError(f"${SLOTS_ENV}: {value!r} is not a positive job count")
+    return int(value)
+
+
+def _try_lock(folder: Path, device: str, slots: int):
+    """An open file holding an exclusive lock on one of `device`'s slots, or None if other
+    jobs hold them all."""
+    name = re.sub(r'[^A-Za-z0-9_.-]', '_', device)
+    for slot in range(slots):
+        path = folder / (f"gpu-{name}.lock" if slot == 0 else f"gpu-{name}.slot{slot}.lock")
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return fd
+    return None
+
+
+def _take(devices: list[str], n: int, folder: Path) -> tuple[list[str], list[int]] | None:
+    """All-or-nothing: n free devices and their locks, or None (nothing held)."""
+    chosen, fds, slots = [], [], jobs_per_gpu()
+    for device in devices:
+        fd = _try_lock(folder, device, slots)
+        if fd is not None:
+            chosen.append(device)
+            fds.append(fd)
+            if len(chosen) == n:
+                return chosen, fds
+    for fd in fds:
+        os.close(fd)
+    return None
+
+
+@contextlib.contextmanager
+def claim(n: int, poll_seconds: float = 2.0):
+    """Hold n GPUs for the block: CUDA_VISIBLE_DEVICES names them (empty for n = 0).
+
+    Waits, saying so once, while other jobs hold too many devices (Snakemake runs more GPU
+    jobs than there are devices unless given `--resources gpu=<count>`)."""
+    if n < 0:
+        raise BoundaryError(f"--gpus: {n} is not a GPU count")
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    fds: list[int] = []
+    try:
+        if n == 0:
+            chosen = []
+        else:
+            devices = visible()
+            if len(devices) < n:
+                raise BoundaryError(f"--gpus {n}: this job sees {describe(devices)}")
+            if os.environ.get("SLURM_JOB_ID"):  # the scheduler chose them for this job alone
+                chosen = devices[:n]
+            else:
+                chosen, fds = _wait_for(devices, n, poll_seconds)
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
+        yield chosen
+    finally:
+        for fd in fds:
+            os.close(fd)
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
+def _wait_for(devices: list[str], n: int, poll_seconds: float) -> tuple[list[str], list[int]]:
+    folder = lock_dir()
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(PermissionError):
+            folder.chmod(0o1777)  # shared by every user's jobs on this machine
+    taken, said = _take(devices, n, folder), False
+    while taken is None:
+        if not said:
+            print(f"gpus: waiting for {n} of {describe(devices)}: the others are held by other "
+                  f"jobs (locks in {folder})", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(poll_seconds)
+        taken = _take(devices, n, folder)
+    return taken

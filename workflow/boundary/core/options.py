@@ -1,0 +1,57 @@
+"""Command-line options shared by the dispatcher and every stage: the parser that turns a bad
+option into the one-line `BoundaryError`, and the checked option types.
+
+Lives in core so stages never import the dispatcher (cli.py), which loads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from boundary.core.errors import BoundaryError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for subcommands: a bad or missing option is a BoundaryError, so the CLI prints
+    it as the same one line as every other user error."""
+
+    def error(self, message):
+        raise BoundaryError(message)
+
+
+def _typed(convert, check, wanted):
+    def parse(text):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not check(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}")
+        return value
+    parse.__name__ = wanted  # argparse names the type in some messages
+    return parse
+
+
+def _whole(text: str) -> int:
+    return int(text.strip())  # int() refuses "1.9" and "1e3"
+
+
+def _ks(text: str) -> list[int] | None:
+    parts = text.split(",")
+    return [_whole(x) for x in parts] if all(x.strip() for x in parts) else None
+
+
+def _numbers(text: str) -> list[float] | None:
+    parts = text.split(",")
+    return [float(x) for x in parts] if all(x.strip() for x in parts) else None
+
+
+# Option types: a value outside its range is "argument --level: '1.5' is not ...".
+LEVEL = _typed(float, lambda x: 0 < x < 1, "a number between 0 and 1 (exclusive)")
+FRACTION = _typed(float, lambda x: 0 <= x <= 1, "a number between 0 and 1")
+POSITIVE = _typed(_whole, lambda x: x >= 1, "a whole number >= 1")
+NONNEGATIVE = _typed(_whole, lambda x: x >= 0, "a whole number >= 0")
+KS = _typed(_ks, lambda ks: all(k >= 1 for k in ks) and len(set(ks)) == len(ks),
+            "a comma-separated list of distinct whole numbers >= 1")
+EDGES = _typed(_numbers, lambda xs: len(set(xs)) >= 2 and all(0 <= x <= 1 for x in xs),
+               "at least two distinct comma-separated numbers between 0 and 1")

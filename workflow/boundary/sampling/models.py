@@ -1,0 +1,133 @@
+"""Base models as researchers hold them, made into one plain folder that every stage loads.
+
+A source is a save_pretrained folder, a hub id (needs network; untested here) or a GGUF file.
+`import_base` writes weights (safetensors), tokenizer with its chat template, and a generation
+config whose `eos_token_id` lists every stop id; `load_model` reads that folder the one way
+every stage does. GGUF weights are dequantised into a plain state dict: transformers keeps
+them packed on CUDA (dequantising in every matmul) and 5.17 refuses to save a GGUF-loaded
+model. The GGUF tokenizer can report another eos than the file's metadata (5.17 gives SmolLM2
+`<|im_start|>`), so the stop ids come from the metadata and the tokenizer's eos is set to the
+first of them: TRL stops at the tokenizer's eos as well as the generation config's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from pathlib import Path
+
+from boundary.core.artifacts import atomic_dir
+from boundary.core.errors import BoundaryError
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _short(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+
+
+def _gguf_eos_ids(path: Path) -> list[int]:
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.eos_token_id")
+    return [int(field.parts[field.data[0]][0])] if field is not None else []
+
+
+def _load_source(source: str):
+    """(model, tokenizer, extra stop ids) from a folder, a GGUF file or a hub id."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(source)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise BoundaryError(f"{path}: GGUF file not found")
+        kwargs = {"gguf_file": path.name}
+        folder = str(path.parent)
+        try:
+            extra = _gguf_eos_ids(path)
+            tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        except Exception as err:  # a GGUF transformers cannot read, whatever the cause
+            raise BoundaryError(f"{path}: transformers cannot read this GGUF ({_short(err)})") from None
+        return _dequantised(model), tokenizer, extra
+    if path.exists():
+        if not path.is_dir():
+            raise BoundaryError(f"{path}: not a model folder or a .gguf file")
+        if not any((path / name).exists() for name in TOKENIZER_FILES):
+            raise BoundaryError(f"{path}: no tokenizer in the model folder "
+                                f"(none of {', '.join(TOKENIZER_FILES)})")
+        if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+            raise BoundaryError(f"{path}: no weights in the model folder (*.safetensors or *.bin)")
+    try:  # a folder, or a hub id when the network allows it
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
+    except Exception as err:
+        raise BoundaryError(f"{source}: cannot load the model ({_short(err)})") from None
+    return model, tokenizer, []
+
+
+def _dequantised(model):
+    """A fresh model of the same config holding the dequantised weights, GGUF marks removed."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    plain.load_state_dict(model.state_dict())
+    return plain
+
+
+def stop_ids(generation_config, tokenizer=None) -> list[int]:
+    """Every eos id of a generation config (int or list), the tokenizer's only as a fallback."""
+    eos = generation_config.eos_token_id if generation_config is not None else None
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if not ids and tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids = [tokenizer.eos_token_id]
+    return ids
+
+
+def import_base(source: str, out: str | Path) -> dict:
+    """Materialise `source` as a plain folder at `out` (atomically); returns what it wrote."""
+    model, tokenizer, extra = _load_source(source)
+    generation = model.generation_config
+    ids = list(dict.fromkeys(extra + stop_ids(generation, tokenizer)))
+    if not ids:
+        raise BoundaryError(f"{source}: no eos token id in the generation config or tokenizer")
+    generation.eos_token_id = ids if len(ids) > 1 else ids[0]
+    if tokenizer.eos_token_id not in ids:
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(ids[0])
+    if tokenizer.pad_token is None:  # batched sampling pads; eos is the usual stand-in
+        tokenizer.pad_token = tokenizer.eos_token
+    if generation.pad_token_id is None:
+        generation.pad_token_id = tokenizer.pad_token_id
+    if not getattr(tokenizer, "chat_template", None):
+        print(f"import-base: {source}: the tokenizer has no chat template (prompt.chat needs one)")
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    info = {"source": str(source), "model_type": model.config.model_type,
+            "parameters": sum(p.numel() for p in model.parameters()), "dtype": str(model.dtype),
+            "eos_token_id": ids, "eos_token": tokenizer.eos_token,
+            "chat_template": bool(getattr(tokenizer, "chat_template", None))}
+    print("import-base: " + ", ".join(f"{k}={v}" for k, v in info.items()))
+    return info
+
+
+@functools.lru_cache(maxsize=2)
+def load_model(path: str, device: str | None = None):
+    """(model, tokenizer) from an imported folder: bf16 on a GPU, fp32 on CPU, eval mode, no
+    gradients, left padding. Cached: a stage that samples one model several times loads it once."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise BoundaryError(f"{path}: no such model folder")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    # Frozen, as the trainer holds its base: parameters without grad take other CPU matmul
+    # kernels, so the same rollouts then carry bit-identical log-probs in stage and trainer.
+    return model.to(device).eval().requires_grad_(False), tokenizer

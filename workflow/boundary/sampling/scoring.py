@@ -1,0 +1,67 @@
+"""Sample-and-verify: the one path from a model and a split to scored completions.
+
+Calibration, gate draws and evaluation all go through `scored_samples`, so the frozen-base
+cache and the evaluation counts are produced by identical sampling and verification code.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pandas as pd
+
+from boundary.core.errors import BoundaryError
+from boundary.sampling import SamplingParams, sample
+from boundary.tasks.verify import Verifier, score_samples
+
+
+def parse_shard(shard: str | None) -> tuple[int, int]:
+    """(I, K) from a shard "I/K"; no shard is (0, 1)."""
+    if not shard:
+        return 0, 1
+    try:
+        index, count = (int(x) for x in shard.split("/"))
+        assert 0 <= index < count
+    except (ValueError, AssertionError):
+        raise BoundaryError(f"--shard: {shard!r} is not I/K with 0 <= I < K") from None
+    return index, count
+
+
+def shard_of(split: pd.DataFrame, shard: str | None) -> tuple[pd.DataFrame, int]:
+    """Rows I, I+K, ... of the split for shard "I/K", and a seed offset that keeps the shards'
+    random streams apart (so K shards give other, equally valid samples than one job)."""
+    if not shard:
+        return split, 0
+    index, count = parse_shard(shard)
+    return split.iloc[index::count], 7919 * (index + 1)
+
+
+def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
+                   extractor: str, verifier: Verifier, log=print, label: str = "split") -> pd.DataFrame:
+    """n samples per prompt of the split, with extracted answer and math-verify verdict; a
+    warning naming the split (`label`) when most completions have no extractable answer."""
+    prompts = split["prompt"] if "prompt" in split else split["problem"]
+    samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log)
+    samples = score_samples(samples, dict(zip(split["prompt_id"], split["answer"])), extractor, verifier)
+    missing = (samples["answer"] == "").mean() if len(samples) else 0.0
+    if missing > 0.5:  # most likely the wrong extractor (or prompt) for this benchmark
+        log(f"warning: {label}: extractor {extractor!r} found no answer in {missing:.0%} of "
+            f"{len(samples)} completions")
+    return samples
+
+
+@contextmanager
+def verifier_for(settings: dict):
+    """One math-verify worker pool for a whole stage, closed when the stage ends."""
+    verifier = Verifier(timeout=settings["verify"]["timeout"], workers=settings["verify"]["workers"])
+    try:
+        yield verifier
+    finally:
+        verifier.close()
+
+
+def sampling_params(stage: dict, sampling: dict, seed: int, n: int) -> SamplingParams:
+    """SamplingParams from a stage's settings (temperature, top_p) and the sampling section."""
+    return SamplingParams(n=n, temperature=stage["temperature"], top_p=stage["top_p"],
+                          max_new_tokens=sampling["max_new_tokens"], seed=seed,
+                          batch_size=sampling["batch_size"], backend=sampling["backend"])

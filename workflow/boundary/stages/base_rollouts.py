@@ -1,0 +1,69 @@
+"""The `base-rollouts` stage: the frozen-base rollouts of a run's base-sampled anchors, drawn before training."""
+
+from __future__ import annotations
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+import numpy as np
+import pandas as pd
+from boundary.training.anchors import BASE_SAMPLED
+from boundary.core.errors import BoundaryError
+from boundary.training.schedule import step_weights
+from boundary.training.base_rollouts import COLUMNS, draw_block, hf_sampler, plan, prompt_hash, tokenize, vllm_sampler
+
+
+def main(argv=None):
+    from boundary.core.artifacts import read_table, write_table
+    from boundary.core.config import load_stage_settings
+    from boundary.training.gate import read_mask
+    from boundary.sampling.scoring import parse_shard
+    from boundary.training.schedule import anchor_weights_for
+    from boundary.training.trainer import action_sampler
+    from boundary.training.trainer_config import make_config
+
+    parser = argparse.ArgumentParser(prog="boundary base-rollouts", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="base model folder (save_pretrained)")
+    parser.add_argument("--train-split", required=True, help="splits/train.parquet")
+    parser.add_argument("--mask", required=True, help="masks/{mask}.parquet of the method")
+    parser.add_argument("--settings", required=True, help="JSON string or file: train + method, as `train` takes")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--backend", default="hf", choices=("hf", "vllm"), help="sampling backend")
+    parser.add_argument("--shard", help="I/K: draw only blocks I, I+K, ... (cluster scatter)")
+    parser.add_argument("--out", required=True, help="base_rollouts/{method}/seed{S}/{I}.parquet")
+    args = parser.parse_args(argv)
+    index, count = parse_shard(args.shard)
+    settings = load_stage_settings(args.settings)
+    cfg = make_config(settings, args.seed, "unused")  # validated exactly as training reads them
+    if cfg.anchor not in BASE_SAMPLED or cfg.masked_action != "anchor":
+        raise BoundaryError(f"--settings: anchor {cfg.anchor!r} with masked_action {cfg.masked_action!r} "
+                            f"draws no base rollouts (needs an anchor of {BASE_SAMPLED}, masked_action anchor)")
+    split = read_table(args.train_split, ["prompt_id"], nonempty=True)
+    texts = (split["prompt"] if "prompt" in split else split["problem"]).tolist()
+    names = split["prompt_id"].tolist()
+    epochs = math.ceil(cfg.max_steps / cfg.refresh_steps)
+    weights = anchor_weights_for(read_mask(args.mask), names, epochs, args.mask)
+    batches = action_sampler(cfg, weights).schedule
+    size = cfg.base_generation_batch_size or cfg.generation_batch_size
+    blocks = plan(batches, weights, cfg.num_generations, cfg.refresh_steps, args.seed, size)[index::count]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    prompt_ids = tokenize(tokenizer, texts)
+    if args.backend == "vllm":
+        draw = vllm_sampler(args.model, cfg.temperature, cfg.top_p, cfg.max_completion_length)
+    else:
+        from boundary.sampling.models import load_model
+
+        model, _ = load_model(args.model)
+        draw = hf_sampler(model, tokenizer, cfg.temperature, cfg.top_p, cfg.max_completion_length)
+    hashes = [prompt_hash(ids) for ids in prompt_ids]
+    records = []
+    for n, block in enumerate(blocks, 1):
+        drawn = draw_block(block, draw, prompt_ids, batches, cfg.num_generations, args.seed)
+        records += [(block.epoch, block.index, step, pos, names[row], hashes[row],
+                     np.asarray(c.tokens, dtype=np.int32), np.asarray(c.logps, dtype=np.float32),
+                     c.finish_reason) for (step, pos), (row, c) in drawn.items()]
+        print(f"base-rollouts: block {n}/{len(blocks)} (epoch {block.epoch}): {len(block.keys)} rollouts", flush=True)
+    table = pd.DataFrame(records, columns=COLUMNS).sort_values(["step", "position"], ignore_index=True)
+    write_table(table, args.out)

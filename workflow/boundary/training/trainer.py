@@ -1,0 +1,429 @@
+"""PBATrainer: TRL's GRPOTrainer with per-prompt actions (sharpen / anchor / drop).
+
+
+Each train prompt has, in each gate refresh epoch (epoch = step // refresh_steps), an action
+read from its mask: sharpen (the GRPO surrogate), anchor, or drop (never sampled). Methods
+are settings, not code paths:
+
+  grpo        no mask, beta_kl = 0                 entropy   entropy_coef = 0.012 (TRL's)
+  pba         mask = PBA gate, anchor, beta_a      global_kl beta_kl = 0.035, kl_estimator
+  random      mask = random 70%, same anchor       drop      PBA mask, masked_action = drop
+  oracle      mask = Boundary labels               ablations gate masks with other G0 / tau
+
+Per rollout i of a batch of B, with anchor weight w_i (1 anchored, 0 sharpened, soft in
+between), the loss is the paper's minibatch average
+
+  (1/B) sum_i [ (1 - w_i) L_GRPO,i  +  w_i beta_a A_i ]  +  beta_kl (1/B) sum_i KL_i,
+
+where A_i is the anchor (see anchors.py): `policy` is a KL(pi || pi_base) estimate (k1, k2 or
+k3) on the policy's rollout; `base` is the cross-entropy of the policy on a fresh frozen-base
+rollout of the prompt, drawn *instead of* its policy rollouts (an anchored prompt does not
+use policy rollouts); `support` is that cross-entropy only where the policy has fallen below
+min(pi_base, floor). With a base-sampled anchor a soft weight is realised per prompt and step
+as a Bernoulli(w) hard action: rollouts come from one model.
+
+The frozen base never changes and the schedule is known in advance (schedule.py), so every
+base rollout of the run is known before training: the `base_rollouts` stage draws them with
+the sampling backend of calibration and evaluation, and the trainer reads them (`--base-rollouts`).
+Given no such file, the trainer draws the same blocks in place at each refresh epoch's first
+step, with the same function and seeds (base_rollouts.py); a row off the schedule is drawn on
+the spot. Policy rollouts come from TRL: transformers `generate`, or vLLM (`use_vllm`,
+`vllm_mode` colocate or server, TRL's own settings).
+
+Several processes (one per GPU, see launch.py) each generate a contiguous slice of every
+step's batch, as accelerate shards the sampler, and take the base rollouts of their own rows.
+Per-prompt actions are a function of (seed, step, prompt), so every process agrees on them;
+metrics are sums and counts gathered from every process; one process writes.
+
+TRL's loop is used as is: actions enter through `_generate_and_score_completions` (rollout
+source, anchor weights, frozen-base log-probs only for the rows that need them), the loss
+through `_compute_loss` (the surrogate with advantages scaled by 1 - w, plus the anchor on the
+same forward pass), and drop through the train sampler.
+
+Pinned to TRL 1.16.0 (pyproject.toml). Overridden hooks, and why:
+- `_get_train_sampler`: the run's schedule (schedule.ActionSampler): dropped prompts are never
+  sampled, and every step's prompts are known ahead for the base rollouts;
+- `_generate_and_score_completions`: per-row anchor weights and rollout source, frozen-base
+  log-probs for the rows whose terms read them, the field's advantages;
+- `_generate_single_turn`: anchored rows of a base-sampled anchor take frozen-base rollouts
+  from the supply (base_rollouts.BaseRolloutSupply) instead of the policy's;
+- `_calculate_rewards`: keeps this process's rewards for the methods' advantages;
+- `_get_per_token_logps_and_entropies`: keeps the surrogate's log-probs for the anchor;
+- `_compute_loss`: the surrogate with advantages scaled by 1 - w, plus the anchor and the
+  global KL on the same forward pass.
+The config is trainer_config.PBAConfig; the `boundary train` stage is stages/train.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from trl import GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head
+
+from boundary.core.errors import BoundaryError
+from boundary.training import base_rollouts, objectives
+from boundary.training.anchors import (ANCHORS, BASE_SAMPLED, BASE_SCORED, base_cross_entropy,
+                                       base_forward_kl, base_js, policy_kl, support_floor)
+from boundary.training.base_rollouts import BaseRolloutSupply
+from boundary.training.schedule import ActionSampler, eligible_prompts, step_weights
+from boundary.training.trainer_config import PBAConfig
+
+# Metrics of a generation batch, as (sum, count) over every process's rows; summed ones are totals.
+GENERATION_METRICS = ("protected_fraction", "reward_policy", "base_rollouts_on_demand",
+                      "base_draw_seconds", "generate_seconds")
+SUMMED = {"base_rollouts_on_demand"}
+
+def action_sampler(cfg: "PBAConfig", anchor_weights: np.ndarray) -> ActionSampler:
+    """The run's sampler: every step's prompts (the `base_rollouts` stage computes the same)."""
+    return ActionSampler(eligible_prompts(anchor_weights, cfg.masked_action),
+                         cfg.generation_batch_size // cfg.num_generations, cfg.num_generations,
+                         cfg.num_iterations * cfg.steps_per_generation, cfg.max_steps,
+                         cfg.refresh_steps, cfg.seed)
+
+
+def needs_frozen_base(cfg: "PBAConfig", anchoring: bool, pre_drawn: bool) -> bool:
+    """Whether training runs the frozen base: for the global KL, the policy anchor's scores,
+    and base-sampled anchors' rollouts unless they were drawn ahead (with their log-probs)."""
+    return cfg.beta_kl > 0 or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn))
+
+
+class PBATrainer(GRPOTrainer):
+    """GRPOTrainer with per-prompt actions (sharpen / anchor / drop) from a mask.
+
+    `anchor_weights` is a float array [epochs, n_prompts] aligned with the train dataset's
+    rows (None: every prompt is sharpened, i.e. GRPO and the global controls);
+    `base_rollouts` the `base_rollouts` stage's files for this run (None: drawn in place).
+    """
+
+    def __init__(self, model, *args, anchor_weights: np.ndarray | None = None,
+                 base_model=None, base_rollouts: list | None = None, **kwargs):
+        cfg: PBAConfig = kwargs["args"]
+        n = len(kwargs["train_dataset"])
+        self.anchor_weights = (np.zeros((1, n)) if anchor_weights is None
+                               else np.asarray(anchor_weights, dtype=float))
+        if self.anchor_weights.shape[1] != n:
+            raise ValueError("anchor_weights must have one column per train prompt")
+        anchoring = cfg.masked_action == "anchor" and self.anchor_weights.any()
+        if anchoring and cfg.anchor is None:
+            raise BoundaryError(f"anchor: required when a mask anchors prompts (one of {ANCHORS})")
+        if cfg.use_vllm and anchoring and cfg.anchor in BASE_SAMPLED and not base_rollouts:
+            raise BoundaryError(f"use_vllm: anchor {cfg.anchor} reads pre-drawn base rollouts "
+                                "(the base_rollouts stage; boundary train --base-rollouts)")
+        # The frozen base is loaded only when some term needs it.
+        needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollouts))
+        if needs_base and base_model is None:
+            base_model = copy.deepcopy(model)  # before TRL patches the policy
+        if torch.cuda.is_available():
+            # cuDNN attention builds a plan for every new (batch, length) shape: ~10 s for one
+            # generate call at an unseen batch size on an H200, and the base anchor changes the
+            # policy's generate batch every step. Flash / memory-efficient attention do not.
+            torch.backends.cuda.enable_cudnn_sdp(False)
+        super().__init__(model, *args, **kwargs)
+        self._row = {pid: i for i, pid in enumerate(self.train_dataset["prompt_id"])}
+        self.anchoring, self.base_model = anchoring, None
+        if needs_base:
+            base_model.requires_grad_(False).eval()
+            if cfg.bf16:  # frozen: no fp32 master weights needed, and bf16 decodes far faster
+                base_model.to(torch.bfloat16)
+            add_fused_lm_head(base_model, temperature=self.temperature,
+                              cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
+            self.base_model = self.accelerator.prepare_model(base_model, evaluation_mode=True)
+        self._from_base: list[bool] | None = None  # per row: drawn from the frozen base
+        self._drawn_logps: list | None = None  # per row: base log-probs from its draw, if any
+        self._pre_drawn = list(base_rollouts or [])  # the base_rollouts stage's files
+        self._batches: list[list[int]] | None = None  # every step's prompt rows (the schedule)
+        self._supply: BaseRolloutSupply | None = None  # base rollouts of base-sampled anchors
+        self._surrogate_logps = None
+        self._rewards = None
+        self._stats: dict[str, list[float]] = {}  # this generation batch's (sum, count) metrics
+
+    # --- sampling: drop removes prompts from the sampler -----------------------------------
+
+    def _get_train_sampler(self, dataset=None):
+        sampler = action_sampler(self.args, self.anchor_weights)
+        self._batches = sampler.schedule  # every step's prompts, for the base rollouts
+        if self.anchoring and self.args.anchor in BASE_SAMPLED:
+            size = self.args.base_generation_batch_size or self.args.generation_batch_size
+            blocks = base_rollouts.plan(self._batches, self.anchor_weights, self.num_generations,
+                                        self.args.refresh_steps, self.args.seed, size)
+            self._supply = BaseRolloutSupply(
+                self._pre_drawn, blocks, self._batches, self.num_generations, self.args.seed,
+                self.args.refresh_steps, self._base_sampler,
+                lambda: base_rollouts.tokenize(self.processing_class, self.train_dataset["prompt"]))
+        return sampler
+
+    # --- rollouts: per-prompt actions, rollout source, frozen-base log-probs ---------------
+
+    def _row_weights(self, inputs) -> np.ndarray:
+        """Anchor weight of each rollout's prompt in this step's refresh epoch."""
+        if not self.anchoring or not self.model.training:
+            return np.zeros(len(inputs))
+        return self._weights_at(self.state.global_step, [self._row[x["prompt_id"]] for x in inputs])
+
+    def _weights_at(self, step: int, rows) -> np.ndarray:
+        return step_weights(self.anchor_weights, step, rows, self.args.refresh_steps, self.args.seed,
+                            self.args.anchor in BASE_SAMPLED)
+
+    def _local_slice(self) -> range:
+        """The positions in every step's batch (prompt place x G + rollout) that this process
+        generates: accelerate hands process i the sampler's i-th run of per-process batch size."""
+        size = self.args.generation_batch_size // self.accelerator.num_processes
+        return range(self.accelerator.process_index * size, (self.accelerator.process_index + 1) * size)
+
+    def _local_rows(self, step: int) -> list[int]:
+        """The prompt row of each completion of `step`'s batch that this process generates."""
+        return [self._batches[step][p // self.num_generations] for p in self._local_slice()]
+
+    def actions(self) -> pd.DataFrame:
+        """Every step's prompts and their actions, as training takes them (step counts from 1,
+        like the log): weight is the anchor weight in the loss, source where rollouts come from."""
+        rows, prompt_ids = [], self.train_dataset["prompt_id"]
+        for step, batch in enumerate(self._batches):
+            w = self._weights_at(step, batch) if self.anchoring else np.zeros(len(batch))
+            for r, wi in zip(batch, w):
+                rows.append({"step": step + 1, "epoch": step // self.args.refresh_steps,
+                             "prompt_id": prompt_ids[r], "weight": float(wi),
+                             "action": "anchor" if wi > 0 else "sharpen",
+                             "source": "base" if wi > 0 and self.args.anchor in BASE_SAMPLED else "policy"})
+        return pd.DataFrame(rows)
+
+    def _add_stat(self, name: str, total: float, count: float = 1.0):
+        self._stats[name][0] += total
+        self._stats[name][1] += count
+
+    def _log_means(self, mode: str, stats: dict):
+        """Append each metric's mean over every process's rows. The sums and counts travel in
+        one gather that every process makes with the same names, zeros included: a metric only
+        some processes held would leave the others waiting."""
+        names = sorted(stats)
+        local = torch.tensor([stats[n] for n in names], dtype=torch.float64,
+                             device=self.accelerator.device)
+        totals = self.accelerator.gather(local[None]).sum(0).tolist()
+        for name, (total, count) in zip(names, totals):
+            if count > 0:
+                self._metrics[mode][name].append(total if name in SUMMED else total / count)
+
+    def _generate_and_score_completions(self, inputs):
+        if self._batches is not None and self.model.training:
+            rows = [self._row[x["prompt_id"]] for x in inputs]
+            if rows != self._local_rows(self.state.global_step):  # base rollouts and actions rely on it
+                raise RuntimeError(f"step {self.state.global_step}: process "
+                                   f"{self.accelerator.process_index} got prompts off the sampler's schedule")
+        self._stats = {name: [0.0, 0.0] for name in GENERATION_METRICS}
+        w = self._row_weights(inputs)
+        base_rows = [bool(wi > 0) and self.args.anchor in BASE_SAMPLED for wi in w]
+        self._from_base = base_rows  # read by _generate_single_turn
+        self._drawn_logps = [None] * len(inputs)  # written by it: base log-probs of base rollouts
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self._from_base = None
+        drawn_logps, self._drawn_logps = self._drawn_logps, None
+        device = out["advantages"].device
+        from_base = torch.tensor(base_rows, device=device)
+        out["anchor_weight"] = torch.tensor(w, dtype=torch.float32, device=device)
+        out["from_base"] = from_base
+        # Frozen-base log-probs only for rows with a term that reads them.
+        need = torch.zeros_like(from_base)
+        if self.anchoring and self.args.anchor in BASE_SCORED:
+            need |= out["anchor_weight"] > 0
+        if self.args.beta_kl > 0:
+            need |= ~from_base
+        if need.any():
+            out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
+            out["base_scored"] = need
+        if self.args.regrouped and self.model.training:
+            self._method_advantages(out)
+        mode = "train" if self.model.training else "eval"
+        self._add_stat("protected_fraction", float(np.sum(w > 0)), len(w))
+        if self._rewards is not None:
+            policy_rows = ~from_base.cpu()
+            self._add_stat("reward_policy", self._rewards[policy_rows].sum().item(), int(policy_rows.sum()))
+        self._log_means(mode, self._stats)
+        return out
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                              has_tool_images=False):
+        from_base = self._from_base
+        if not from_base or not any(from_base):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                 num_generations, has_tool_images)
+        if images is not None:
+            raise BoundaryError(f"anchor: {self.args.anchor} needs text prompts")
+        step, n = self.state.global_step, len(prompt_ids)
+        completions, logprobs = [None] * n, [None] * n
+        start = time.perf_counter()
+        supply = self._supply
+        drawn = supply.rollouts(step, self._local_slice()) if supply and self._batches is not None else {}
+        self._add_stat("base_draw_seconds", time.perf_counter() - start)
+        first = self._local_slice().start if self._batches is not None else None
+        hashes: dict[tuple, int] = {}  # a prompt's G rows share one hash
+        for i, b in enumerate(from_base):
+            rollout = drawn.get((step, first + i)) if b and first is not None else None
+            if rollout is not None:
+                ids, logps, prompt = rollout
+                key = tuple(prompt_ids[i])
+                if key not in hashes:
+                    hashes[key] = base_rollouts.prompt_hash(prompt_ids[i])
+                if prompt != hashes[key]:
+                    raise BoundaryError(f"{supply.source()}: step {step + 1}: base rollouts were "
+                                        "drawn for other prompt tokens (another tokenizer or template?)")
+                completions[i], logprobs[i], self._drawn_logps[i] = list(ids), list(logps), logps
+        # TRL's vLLM path gathers and syncs weights across processes: every process generates
+        # every row (anchored rows' policy rollouts are then discarded); transformers generates
+        # the policy's rows only.
+        policy = list(range(n)) if self.use_vllm else [i for i, b in enumerate(from_base) if not b]
+        if policy:
+            ids, lps = super()._generate_single_turn([prompt_ids[i] for i in policy], None, {},
+                                                     num_generations)
+            for j, i in enumerate(policy):
+                if not from_base[i]:
+                    completions[i], logprobs[i] = ids[j], lps[j] if lps is not None else None
+        missing = [i for i, b in enumerate(from_base) if b and completions[i] is None]
+        self._add_stat("base_rollouts_on_demand", len(missing))
+        if missing:
+            if supply is None:
+                raise BoundaryError(f"anchor {self.args.anchor}: no base rollouts for step {step + 1}")
+            on_demand = supply.on_demand([prompt_ids[i] for i in missing], step, self.accelerator.process_index)
+            for i, c in zip(missing, on_demand):
+                completions[i], logprobs[i] = c.tokens, c.logps
+                self._drawn_logps[i] = np.asarray(c.logps, dtype=np.float32)
+        self._add_stat("generate_seconds", time.perf_counter() - start)
+        return completions, (logprobs if self.use_vllm else None)
+
+    def _base_sampler(self):
+        """A draw function on the frozen base, or None where no base is loaded (pre-drawn)."""
+        if self.base_model is None:
+            return None
+        model = self.accelerator.unwrap_model(self.base_model)
+        return base_rollouts.hf_sampler(model, self.processing_class, self.temperature, self.args.top_p,
+                                        self.max_completion_length)
+
+    @torch.no_grad()
+    def _base_logps(self, out, need: torch.Tensor, drawn: list) -> torch.Tensor:
+        """Frozen-base log-probs [B, T] of the completions on rows `need` (zeros elsewhere):
+        read off the base's own generate call for its rollouts, from a base forward for the rest."""
+        T = out["completion_ids"].size(1)
+        full = torch.zeros(need.numel(), T, device=need.device)
+        stored = torch.tensor([lp is not None for lp in drawn], device=need.device) & need
+        rows = stored.nonzero().flatten().tolist()
+        if rows:  # one host-to-device copy for all of them (copied: parquet arrays are read-only)
+            values = pad_sequence([torch.tensor(drawn[i]) for i in rows], batch_first=True)
+            full[rows, :values.size(1)] = values.to(full)
+        rest = need & ~stored
+        if rest.any():
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)[rest]
+            attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)[rest]
+            full[rest] = self._score_with_base(ids, attn, T).to(full.dtype)
+        return full
+
+    def _score_with_base(self, ids, attn, T: int) -> torch.Tensor:
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.base_model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
+        return logps
+
+    def _method_advantages(self, out):
+        """The field's methods (objectives.py), on this process's rows after TRL's advantage: a
+        recomputed group advantage (passk, reinforce, unlikeliness reward), and the tokens that
+        Clip-Cov stops (the advantage becomes [B, T]) or KL-Cov penalises. The methods that read
+        the policy's log-probs of its rollouts get them from one no-grad forward here."""
+        args, G = self.args, self.num_generations
+        rewards = self._rewards.to(out["advantages"].device)
+        mask = out["completion_mask"]
+        logps = None
+        if args.unlikeliness > 0 or args.cov_select:
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+            attn = torch.cat([out["prompt_mask"], mask], 1)
+            with torch.no_grad():
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, ids, attn, mask.size(1), batch_size=args.per_device_train_batch_size)
+        if args.advantage == "passk":
+            adv = objectives.passk_advantages(rewards, G, args.passk_k)
+        elif args.advantage == "reinforce":
+            adv = objectives.reinforce_advantages(rewards, args.positive_weight)
+        else:
+            if args.unlikeliness > 0:
+                rewards = objectives.unlikeliness_rewards(
+                    rewards, objectives.sequence_logps(logps, mask), G, args.unlikeliness)
+            adv = objectives.group_advantages(rewards, G, scale=args.scale_rewards != "none")
+        adv = adv.to(out["advantages"])
+        if args.cov_select == "clip":
+            gen = torch.Generator().manual_seed(args.seed * 100_003 + self.state.global_step)
+            stopped = objectives.clip_cov_tokens(logps.cpu(), adv.cpu(), mask.cpu(), args.cov_fraction,
+                                                 args.cov_bounds, gen).to(mask.device)
+            adv = adv[:, None] * (~stopped)
+        elif args.cov_select == "kl":
+            out["cov_selected"] = objectives.kl_cov_tokens(logps, adv, mask, args.cov_fraction)
+            out["old_policy_logps"] = logps
+        out["advantages"] = adv
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        start = self.accelerator.process_index * len(prompts)  # gathered: keep this process's rows
+        self._rewards = rewards[start:start + len(prompts)].nansum(1).cpu()
+        return rewards
+
+    # --- loss: the surrogate and the anchor on one forward pass ----------------------------
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        if torch.is_grad_enabled():  # the surrogate's forward: the anchor reuses its logps
+            self._surrogate_logps = out[0]
+        return out
+
+    def _compute_loss(self, model, inputs):
+        w, from_base = inputs["anchor_weight"], inputs["from_base"]
+        # (1 - w) L_GRPO: the surrogate is linear in the advantage; base rollouts carry none.
+        keep = (1.0 - w) * (~from_base)
+        adv = inputs["advantages"]  # [B], or [B, T] where Clip-Cov stops tokens
+        scaled = adv * (keep if adv.dim() == 1 else keep[:, None])
+        self._surrogate_logps = None
+        loss = super()._compute_loss(model, {**inputs, "advantages": scaled})
+        logps = self._surrogate_logps
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        B = w.numel()
+        mode = "train" if self.model.training else "eval"
+        extra = logps.new_zeros(())
+        anchored = w > 0
+        stats = {"anchor_loss": [0.0, 0.0], "kl": [0.0, 0.0]}  # (sum, count) on this process
+        if anchored.any():
+            if self.args.anchor == "base":
+                a = base_cross_entropy(logps[anchored], mask[anchored])
+            elif self.args.anchor == "support":
+                a = support_floor(logps[anchored], inputs["base_per_token_logps"][anchored],
+                                  mask[anchored], self.args.support_floor)
+            elif self.args.anchor in ("forward_kl", "js"):
+                divergence = base_forward_kl if self.args.anchor == "forward_kl" else base_js
+                a = divergence(logps[anchored], inputs["base_per_token_logps"][anchored], mask[anchored])
+            else:
+                a = policy_kl(logps[anchored], inputs["base_per_token_logps"][anchored],
+                              mask[anchored], self.args.kl_estimator)
+            extra = extra + self.args.beta_a * (w[anchored] * a).sum() / B
+            stats["anchor_loss"] = [a.sum().item(), int(anchored.sum())]
+        if "base_per_token_logps" in inputs:
+            # Logged KL(pi || pi_base): the token log-ratio (k1 value) on the scored policy rows.
+            rows = inputs["base_scored"] & ~from_base
+            if rows.any():
+                log_ratio = (logps[rows] - inputs["base_per_token_logps"][rows]).detach()
+                stats["kl"] = [(log_ratio * mask[rows]).sum().item(), mask[rows].sum().item()]
+            if self.args.beta_kl > 0:
+                kl = policy_kl(logps[~from_base], inputs["base_per_token_logps"][~from_base],
+                               mask[~from_base], self.args.kl_estimator)
+                extra = extra + self.args.beta_kl * kl.sum() / B
+        if "cov_selected" in inputs:  # KL-Cov, aggregated like TRL's grpo loss (sequence token means)
+            penalty = objectives.kl_cov_penalty(logps, inputs["old_policy_logps"], inputs["cov_selected"],
+                                                self.args.cov_kl_coef)
+            extra = extra + (penalty * mask).sum(-1).div(mask.sum(-1).clamp(min=1.0)).sum() / B
+        self._log_means(mode, stats)
+        if mode == "train":
+            extra = extra / self.current_gradient_accumulation_steps
+        return loss + extra
+
