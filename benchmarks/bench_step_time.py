@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 from transformers import TrainerCallback
 
-from boundary.training.gate import build_mask
-from boundary.tasks.testbed import TestbedTask, make_prompts
 from boundary.stages.train import train
+from boundary.tasks.testbed import TestbedTask, make_prompts
+from boundary.training.gate import build_mask
 
 METHODS = {
     "grpo": {},

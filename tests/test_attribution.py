@@ -119,7 +119,7 @@ def test_bootstrap_intervals_recomputed_resample_by_resample(setup):
     of the direct per-prompt contributions (same generator, same seed); a method's draw
     re-weights its seeds' draws by the nested seed resample."""
     base, runs, regimes, d = setup
-    resamples, seed, level, k = 300, 4, 0.9, 8
+    resamples, seed, _level, k = 300, 4, 0.9, 8
     order = sorted(base["prompt_id"])
     labels = regimes.set_index("prompt_id").loc[order, "regime"].to_numpy()
     codes, names = pd.factorize(labels)

@@ -8,14 +8,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import torch
+from test_train import SETTINGS, G, P, alternate, make_trainer, model_dir, scheduled_batch, split  # noqa: F401
 
-from boundary.training import base_rollouts
 from boundary.core.errors import BoundaryError
+from boundary.training import base_rollouts
 from boundary.training.schedule import ActionSampler, step_weights
 from boundary.training.trainer import GENERATION_METRICS
 from boundary.training.trainer_config import make_config
-from test_train import G, P, SETTINGS, alternate, make_trainer, model_dir, scheduled_batch, split  # noqa: F401
 
 SUPPORT = dict(mask="m", anchor="support", beta_a=10.0, base_generation_batch_size=12)
 
@@ -73,10 +72,10 @@ def test_stage_refuses_a_method_without_base_rollouts(model_dir, stage_inputs):
 
 def pre_drawn_trainer(model_dir, split, tmp_path, files):
     from datasets import Dataset
+    from test_train import digits_reward
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from boundary.training.trainer import PBATrainer
-    from test_train import digits_reward
 
     data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),
                               "prompt_id": split["prompt_id"].tolist()})

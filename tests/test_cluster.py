@@ -13,14 +13,12 @@ import sys
 import pytest
 import torch
 import yaml
+from conftest import ROOT
 
 from boundary import cli
-
 from boundary.core import cluster
-
-from boundary.stages import train as launch
 from boundary.core.errors import BoundaryError
-from conftest import ROOT
+from boundary.stages import train as launch
 
 PROFILE = ROOT / "config" / "profiles" / "slurm"
 PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())

@@ -2,8 +2,8 @@ import copy
 
 import pytest
 import yaml
-
 from conftest import ROOT
+
 from boundary.core.config import dumps, load_config, load_stage_settings, validate_config
 from boundary.core.errors import BoundaryError
 

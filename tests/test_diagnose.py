@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from boundary.analysis import diagnose as dg
+from boundary.analysis.regimes import Thresholds, label_counts
 from boundary.core.errors import BoundaryError
 from boundary.readers.counts import _unique_positives as unique_positives
-from boundary.analysis.regimes import Thresholds, label_counts
 
 
 def direct_passk(n, c, k):

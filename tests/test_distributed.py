@@ -29,11 +29,11 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import ROOT
+from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
 
 from boundary.core.config import validate_config
 from boundary.tasks.testbed import TestbedTask, make_prompts
-from conftest import ROOT
-from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
 
 SMOKE = validate_config(yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text()))
 TIMING = ("step_time", "base_draw_seconds", "generate_seconds")
@@ -116,7 +116,7 @@ def test_two_processes_train_like_one(pba_runs):
         assert log["base_rollouts_on_demand"].fillna(0).eq(0).all()  # each process's bulk draw held its rows
         assert np.isfinite(log[["loss", "reward", "grad_norm"]].to_numpy()).all()
         assert log["anchor_loss"].notna().any() and log["grad_norm"].gt(0).any()  # it trains
-    for n, (out, _, _) in pba_runs.items():
+    for _n, (out, _, _) in pba_runs.items():
         assert (out / "final" / "model.safetensors").exists() and (out / "step4" / "config.json").exists()
 
 

@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
-from boundary.stages import train as launch
 from boundary.core.errors import BoundaryError
+from boundary.stages import train as launch
 
 
 def unset(monkeypatch, name):

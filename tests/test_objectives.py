@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
+from boundary.core.errors import BoundaryError
 from boundary.training import objectives as obj
 from boundary.training.anchors import base_forward_kl, base_js
-from boundary.core.errors import BoundaryError
 from boundary.training.gate import build_mask
 
 # --- advantages and rewards ------------------------------------------------------------------
@@ -280,9 +280,10 @@ def test_dph_anchored_loss_is_the_divergence_on_base_rollouts(model_dir, split, 
 def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
     """config/methods_study.yaml: each method's settings (as the pipeline passes them) make a
     trainer config with the intended objective."""
+    from conftest import ROOT
+
     from boundary.core.config import load_config, method_settings
     from boundary.training.trainer_config import make_config
-    from conftest import ROOT
 
     config = load_config(ROOT / "config" / "methods_study.yaml")
     cfgs = {m: make_config({**config["train"], "refresh_steps": 100, **method_settings(spec)}, 0, str(tmp_path))

@@ -3,10 +3,8 @@ tests/fixtures/readers/make_fixtures.py) counted into n and c per prompt, with t
 verdicts and re-graded against a gold file; the biased-metric warnings; the CLI on them."""
 
 import json
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 

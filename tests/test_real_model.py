@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import ROOT
 from test_workflow import snakemake
 

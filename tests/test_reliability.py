@@ -19,11 +19,11 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import ROOT
+
+from boundary.cli import main as cli
 from boundary.core import artifacts
 from boundary.core.artifacts import atomic_dir, read_table, write_table
-from boundary.cli import main as cli
 from boundary.core.errors import BoundaryError
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "workflow")}  # this tree's package in subprocesses

@@ -8,8 +8,8 @@ import pytest
 
 from boundary.analysis import report
 from boundary.core.errors import BoundaryError
-from boundary.stages.evaluate import counts_from_samples
 from boundary.core.passk import add_pass_at_k
+from boundary.stages.evaluate import counts_from_samples
 
 KS = [1, 4, 16, 64]
 
@@ -183,8 +183,8 @@ def test_controls_list_each_method_once_and_soft_gates_by_kind():
 def test_methods_ranking_matches_the_counts(built):
     """Every method ranked by benchmark pass@1 and boundary Δpass@K, each with the seed-level
     t interval of stats.py, recomputed here from the per-prompt counts."""
-    from boundary.core.passk import pass_at_k
     from boundary.analysis.stats import t_interval
+    from boundary.core.passk import pass_at_k
 
     table = pd.read_csv(built / "tables" / "methods_ranking.csv")
     assert set(table["method"]) == {"grpo", "pba", "global_kl", "pba_g4"}

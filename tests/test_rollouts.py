@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from boundary.core.config import dumps
-from boundary.stages.evaluate import counts_from_samples
 from boundary.core.passk import pass_at_k
 from boundary.sampling import SamplingParams, sample
+from boundary.stages.evaluate import counts_from_samples
 
 
 def test_same_seed_same_samples(tiny_model_dir):

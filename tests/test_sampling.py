@@ -7,10 +7,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 from scipy import stats
 
-from conftest import ROOT
-from boundary.sampling.hf import teacher_forced, generate
+from boundary.sampling.hf import generate, teacher_forced
 from boundary.sampling.nucleus import nucleus_probs, sample_step
 
 

@@ -19,7 +19,6 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import ROOT
 from test_cluster import PAPER, paper_workdir
 

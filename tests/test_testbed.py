@@ -1,9 +1,8 @@
 import numpy as np
 import pytest
 
-from boundary.tasks.testbed import (METHODS, TestbedTask, answer_of, build_tokenizer,
-                              completion_of, make_prompts)
 from boundary.core.errors import BoundaryError
+from boundary.tasks.testbed import METHODS, TestbedTask, answer_of, build_tokenizer, completion_of, make_prompts
 
 
 def test_cell_priors_are_distributions_with_one_dominant_mode():

@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 import torch
 
-from boundary.training.anchors import base_cross_entropy, policy_kl, support_floor
 from boundary.core.errors import BoundaryError
-from boundary.tasks.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
-from boundary.training.schedule import ActionSampler
 from boundary.stages.train import run_key
+from boundary.tasks.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
+from boundary.training.anchors import base_cross_entropy, policy_kl, support_floor
+from boundary.training.schedule import ActionSampler
 from boundary.training.trainer import PBATrainer
 from boundary.training.trainer_config import make_config
 

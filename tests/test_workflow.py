@@ -11,12 +11,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import ROOT
 
 
 def snakemake(*args, cwd=ROOT, check=True):
-    run = subprocess.run(["snakemake", "--snakefile", str(ROOT / "Snakefile"), *args],
+    """Snakemake on the workflow in `cwd` where it holds a copy (the smoke run's), else ROOT's."""
+    snakefile = Path(cwd) / "Snakefile" if (Path(cwd) / "Snakefile").is_file() else ROOT / "Snakefile"
+    run = subprocess.run(["snakemake", "--snakefile", str(snakefile), *args],
                          cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if check and run.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{run.stdout[-5000:]}")
@@ -63,8 +64,12 @@ def test_paper_config_dry_run(tmp_path):
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """The smoke config run for real, once, in a scratch working directory."""
+    """The smoke config run for real, once, in a scratch working directory holding its own copy
+    of the workflow and package sources (the code-change tests edit that copy)."""
     workdir = tmp_path_factory.mktemp("smoke")
+    shutil.copy(ROOT / "Snakefile", workdir)
+    for folder in ("workflow", "config", "envs"):
+        shutil.copytree(ROOT / folder, workdir / folder, ignore=shutil.ignore_patterns("__pycache__"))
     config = workdir / "smoke.yaml"
     shutil.copy(ROOT / "config" / "smoke.yaml", config)
     snakemake("--cores", "2", "--configfile", str(config), cwd=workdir)
@@ -125,8 +130,60 @@ def test_an_evaluation_setting_never_retrains(smoke_run):
 
 def test_touching_code_without_changing_it_reruns_nothing(smoke_run):
     workdir, config = smoke_run
-    (ROOT / "workflow" / "boundary" / "evaluate.py").touch()
+    (workdir / "workflow" / "boundary" / "stages" / "evaluate.py").touch()
     assert planned_jobs(workdir, config) == set()
+
+
+def _rerun_by_code(workdir, configfile) -> set[str]:
+    """The rules a dry run schedules because one of their code inputs changed (not the jobs
+    downstream of them, which rerun for their updated inputs)."""
+    out = snakemake("-n", "--cores", "1", "--configfile", str(configfile), cwd=workdir).stdout
+    rules = set()
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+        head = re.match(r"(?:local)?rule (\w+):", block.strip())
+        reason = re.search(r"reason: (.*)", block)
+        if head and reason and "/workflow/boundary/" in reason.group(1):
+            rules.add(head.group(1))
+    return rules
+
+
+def _rule_commands(workdir, configfile) -> dict[str, str]:
+    """Each rule with jobs in the smoke run and the `boundary <command>` its shell runs."""
+    out = snakemake("-n", "--forceall", "--cores", "1", "--configfile", str(configfile), cwd=workdir).stdout
+    rules = set(re.findall(r"^(?:local)?rule (\w+):", out, re.M)) - {"all"}
+    commands = {}
+    for smk in (workdir / "workflow" / "rules").glob("*.smk"):
+        for chunk in re.split(r"(?m)^(?=\s*rule[ :])", smk.read_text()):
+            name = re.match(r"\s*rule (\w+):", chunk)
+            command = re.search(r"boundary (?:--gpus \{resources.gpu\} )?([a-z-]+)", chunk)
+            if command:
+                for rule in rules:
+                    if (name and rule == name.group(1)) or (not name and rule.startswith("train_")):
+                        commands[rule] = command.group(1)
+    return commands
+
+
+@pytest.mark.parametrize("module", ["core/passk.py", "tasks/verify.py", "sampling/hf.py", "training/anchors.py",
+                                    "training/gate.py", "readers/verl.py", "analysis/tables.py",
+                                    "stages/evaluate.py"])
+def test_an_edit_to_a_module_reruns_exactly_the_rules_that_import_it(smoke_run, module):
+    workdir, config = smoke_run
+    package = workdir / "workflow" / "boundary"
+    from boundary.cli import COMMANDS
+    from boundary.core import sources
+
+    commands = _rule_commands(workdir, config)
+    name = "boundary." + module[:-3].replace("/", ".")
+    expected = {rule for rule, command in commands.items()
+                if name in sources.closure("boundary.cli", COMMANDS[command][0])}
+    path = package / module
+    original = path.read_text()
+    path.write_text(original + "\n# an edit\n")
+    try:
+        rerun = _rerun_by_code(workdir, config)
+    finally:
+        path.write_text(original)
+    assert expected and rerun == expected, (module, sorted(rerun), sorted(expected))
 
 
 def test_an_artifact_lost_to_a_failed_job_is_made_again_with_all_downstream(smoke_run):

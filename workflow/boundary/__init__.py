@@ -1,3 +1,3 @@
 """boundary: diagnose pass@k inversion in RLVR and train with Per-Problem Base Anchoring."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -8,7 +8,6 @@ rules of GPU stages call it with their `resources: gpu`.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import sys

@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from boundary.core.passk import pass_at_k_all, pass_at_k_column
 from boundary.analysis.stats import bootstrap_blocks, nested_over_seeds, seed_weights
+from boundary.core.passk import pass_at_k_all, pass_at_k_column
 
 BASE = "base"
 ALL = "all"

@@ -37,7 +37,6 @@ CLI:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -49,13 +48,22 @@ import pandas as pd
 
 from boundary import readers
 from boundary.analysis import regimes as rg
+from boundary.analysis.attribution import Attribution, cells
+from boundary.analysis.stats import (
+    bootstrap_blocks,
+    bootstrap_means,
+    credible_interval,
+    fit_beta_binomial,
+    lost_p_value,
+    paired,
+    percentile_interval,
+    summarize,
+    zero_predictive,
+    zero_upper_bound,
+)
 from boundary.core.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.core.errors import BoundaryError
-from boundary.analysis.attribution import Attribution, cells
 from boundary.core.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
-from boundary.readers.counts import load_counts
-from boundary.analysis.stats import (bootstrap_blocks, bootstrap_means, credible_interval, fit_beta_binomial, lost_p_value, paired,
-                            percentile_interval, summarize, zero_predictive, zero_upper_bound)
 
 OWNER = "boundary diagnose"
 BASE = "base"

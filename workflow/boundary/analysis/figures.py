@@ -14,8 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from boundary.core.artifacts import atomic_path  # noqa: E402
 from boundary.analysis.regimes import REGIMES  # noqa: E402
+from boundary.core.artifacts import atomic_path  # noqa: E402
 
 BASE = "base"
 BASE_BLUE, RL_RED, PBA_GREEN, GRAY = "#0072B2", "#D55E00", "#009E73", "#737373"
@@ -132,7 +132,7 @@ def regime_passk(diag, view, folder: Path, name: str = "regime_passk") -> list[P
     regimes = [r for r in REGIMES if r in set(diag.summary["regime"])]
     fig, axes = plt.subplots(1, max(len(regimes), 1), figsize=(2.3 * max(len(regimes), 1), 2.4), sharey=True)
     axes = np.atleast_1d(axes)
-    for i, (ax, r) in enumerate(zip(axes, regimes)):
+    for _i, (ax, r) in enumerate(zip(axes, regimes)):
         _passk_axes(ax, diag, view, r, legend=False)
         n = diag.regimes["regime"].eq(r).sum() if diag.regimes is not None else 0
         ax.set_title(f"{r} (n={n})")

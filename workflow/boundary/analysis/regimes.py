@@ -21,7 +21,6 @@ SETTINGS.json holds {"easy": 0.6, "boundary": 0.10, "coverage_k": 256, "coverage
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
 
 REGIMES = ("SolvedEasy", "Reachable", "Boundary", "OutOfReach")
@@ -50,7 +48,7 @@ class Thresholds:
             raise BoundaryError("regimes: need coverage_k >= 1 and 0 <= coverage_min < 1")
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Thresholds":
+    def from_dict(cls, d: dict) -> Thresholds:
         unknown = set(d) - {"easy", "boundary", "coverage_k", "coverage_min"}
         if unknown:
             raise BoundaryError(f"regimes settings: unknown key(s) {', '.join(sorted(unknown))}")

@@ -1,4 +1,4 @@
-"""The report stage: every table and figure of the paper from the pipeline's per-prompt artifacts.
+"""The report: every table and figure of the paper from the pipeline's per-prompt artifacts.
 
 It is `diagnose` run over the pipeline's own files -- the same `analyse`, tables and figures --
 plus what only the pipeline has: several benchmarks, the controls and gate-ablation tables
@@ -37,18 +37,16 @@ All of it is written to a temp folder first and moved into place at the end.
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 import pandas as pd
 
 from boundary.analysis import tables
-from boundary.core.artifacts import read_table, scratch_dir, write_table
-from boundary.analysis.diagnose import BASE, analyse, check_regimes, load_counts, load_mask, mask_metrics, publish, warn
-from boundary.core.errors import BoundaryError
+from boundary.analysis.diagnose import BASE, analyse, check_regimes, load_counts, load_mask, mask_metrics, warn
 from boundary.analysis.regimes import strata_order
-from boundary.analysis.report_settings import DIAGNOSTIC_FIGURES, DIAGNOSTIC_TABLES, figure_names, table_names
+from boundary.core.artifacts import read_table, write_table
+from boundary.core.errors import BoundaryError
 
 SEED_DIR = re.compile(r"seed(-?\d+)$")
 

@@ -18,7 +18,6 @@ over the seeds both methods have).
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 from scipy import optimize

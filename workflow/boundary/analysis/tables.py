@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from boundary.core.artifacts import write_table, write_text
 from boundary.analysis.regimes import REGIMES
+from boundary.core.artifacts import write_table, write_text
 
 NOT_RUN = "not run"
 BASE = "base"
@@ -48,14 +48,14 @@ class View:
         return self.benchmarks.get(bench, bench)
 
     @classmethod
-    def for_diagnose(cls, methods, pair=None) -> "View":
+    def for_diagnose(cls, methods, pair=None) -> View:
         if pair:
             a, b = pair
             return cls(baseline=b, method=a, main=[b, a])
         return cls(baseline=None, method=None, main=list(methods))
 
     @classmethod
-    def from_settings(cls, s: dict) -> "View":
+    def from_settings(cls, s: dict) -> View:
         baseline, method = s.get("baseline", "grpo"), s.get("method", "pba")
         return cls(baseline=baseline, method=method, labels=dict(s.get("labels", {})),
                    main=list(s.get("main", [baseline, method])), controls=list(s.get("controls", [])),

@@ -19,9 +19,9 @@ import re
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import pandas as pd
 

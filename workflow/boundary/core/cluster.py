@@ -12,7 +12,6 @@ the partitions and nodes from `scontrol`, and prints one line per rule that cann
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 import subprocess
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boundary.core.errors import BoundaryError
+from boundary.core.options import ArgumentParser
 
 SNAKEFILE = Path(__file__).resolve().parents[3] / "Snakefile"
 UNLIMITED = float("inf")
@@ -244,7 +244,7 @@ def _run(command: list[str]) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="boundary cluster-check", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="boundary cluster-check", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", required=True, help="the SLURM profile, e.g. config/profiles/slurm")
     parser.add_argument("--configfile", help="the workflow config (default: the embedded one)")
     parser.add_argument("--snakefile", default=str(SNAKEFILE))

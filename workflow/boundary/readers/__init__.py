@@ -28,9 +28,17 @@ import pandas as pd
 
 from boundary.core.errors import BoundaryError
 from boundary.readers import counts as counts_format
-from boundary.readers import lighteval, openrlhf, samples as samples_format, verl
-from boundary.readers.common import (Grader, biased_columns, columns_of, counts_from_samples, key_by_text,
-                                     problems_of, warn, warn_biased)
+from boundary.readers import lighteval, openrlhf, verl
+from boundary.readers import samples as samples_format
+from boundary.readers.common import (
+    Grader,
+    biased_columns,
+    columns_of,
+    counts_from_samples,
+    key_by_text,
+    problems_of,
+    warn_biased,
+)
 
 FORMATS = ("counts", "samples", "verl", "lighteval", "openrlhf")
 

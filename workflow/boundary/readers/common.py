@@ -165,13 +165,33 @@ def verdicts(values, path, column: str, threshold: float) -> pd.Series:
 
 # ----------------------------------------------------------------------------- gold
 
+def chat_text(prompt) -> str:
+    """The user's text of a chat-message prompt (the last user turn), or the prompt itself."""
+    if isinstance(prompt, str):
+        return prompt
+    turns = [m for m in list(prompt) if isinstance(m, dict)]
+    users = [m.get("content", "") for m in turns if m.get("role") == "user"]
+    return str(users[-1] if users else (turns[-1].get("content", "") if turns else prompt))
+
+
+def gold_of_generation(df: pd.DataFrame) -> pd.DataFrame:
+    """prompt_id, problem, answer of a verl dataset / main_generation parquet (here, not in
+    verl.py: a verl dataset is also a gold file for every reader)."""
+    index = [e.get("index") if isinstance(e, dict) else None for e in df["extra_info"]] \
+        if "extra_info" in df else [None] * len(df)
+    problem = [chat_text(p) for p in df["prompt"]]
+    ids = [str(i) if i is not None else None for i in index]
+    answer = [r.get("ground_truth") if isinstance(r, dict) else None for r in df["reward_model"]] \
+        if "reward_model" in df else [None] * len(df)
+    return pd.DataFrame({"prompt_id": ids, "problem": problem, "answer": answer})
+
+
 def gold_table(path) -> pd.DataFrame:
     """A gold-answer table: `answer` with prompt_id and/or problem text, or a verl dataset
     parquet (reward_model.ground_truth, prompt messages, extra_info.index)."""
     path = Path(path)
     if path.exists() and path.suffix.lower() == ".parquet" and "answer" not in columns_of(path) \
             and "reward_model" in columns_of(path):
-        from boundary.readers.verl import gold_of_generation
         gold = gold_of_generation(pd.read_parquet(path, columns=[c for c in ("prompt", "reward_model", "extra_info")
                                                                  if c in columns_of(path)]))
         if gold["prompt_id"].isna().any():

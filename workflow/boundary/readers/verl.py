@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 
 from boundary.core.errors import BoundaryError
-from boundary.readers.common import SAMPLE_COLUMNS, read_jsonl, verdicts
+from boundary.readers.common import SAMPLE_COLUMNS, gold_of_generation, read_jsonl, verdicts
 
 DUMP_KEYS = {"input", "output", "score", "step"}
 
@@ -73,26 +73,6 @@ def read(path: Path, threshold: float = 0.5, step: int | None = None) -> pd.Data
                          "answer": df["pred"].astype(object).where(df["pred"].notna(), None).to_numpy()
                          if df["pred"].notna().any() else None,
                          "entropy": np.nan})[SAMPLE_COLUMNS]
-
-
-def chat_text(prompt) -> str:
-    """The user's text of a chat-message prompt (the last user turn), or the prompt itself."""
-    if isinstance(prompt, str):
-        return prompt
-    turns = [m for m in list(prompt) if isinstance(m, dict)]
-    users = [m.get("content", "") for m in turns if m.get("role") == "user"]
-    return str(users[-1] if users else (turns[-1].get("content", "") if turns else prompt))
-
-
-def gold_of_generation(df: pd.DataFrame) -> pd.DataFrame:
-    """prompt_id, problem, answer of a verl dataset / main_generation parquet."""
-    index = [e.get("index") if isinstance(e, dict) else None for e in df["extra_info"]] \
-        if "extra_info" in df else [None] * len(df)
-    problem = [chat_text(p) for p in df["prompt"]]
-    ids = [str(i) if i is not None else None for i in index]
-    answer = [r.get("ground_truth") if isinstance(r, dict) else None for r in df["reward_model"]] \
-        if "reward_model" in df else [None] * len(df)
-    return pd.DataFrame({"prompt_id": ids, "problem": problem, "answer": answer})
 
 
 def read_generation(path: Path) -> pd.DataFrame:

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from boundary.core.gpus import jobs_per_gpu
-from boundary.sampling.models import load_model, stop_ids
 from boundary.sampling import Completion
+from boundary.sampling.models import load_model, stop_ids
 from boundary.sampling.nucleus import sample_step
 
 REFILL_BELOW = 0.75  # refill when fewer than this share of the seats hold live rows
@@ -47,7 +47,7 @@ class Active:
     live: torch.Tensor  # [B] bool: still generating
     stopped: torch.Tensor  # [B] bool: ended on a stop id
 
-    def select(self, keep: torch.Tensor) -> "Active":
+    def select(self, keep: torch.Tensor) -> Active:
         self.cache.batch_select_indices(keep)
         mask = self.mask[keep]
         # Columns that are padding for every remaining row are dropped from mask and cache.

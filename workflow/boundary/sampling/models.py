@@ -12,7 +12,6 @@ first of them: TRL stops at the tokenizer's eos as well as the generation config
 
 from __future__ import annotations
 
-import argparse
 import functools
 from pathlib import Path
 

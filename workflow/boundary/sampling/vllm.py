@@ -42,8 +42,8 @@ def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, 
     token log-probs from one teacher-forced pass once the engine is shut down."""
     from vllm import SamplingParams
 
-    from boundary.sampling.models import load_model
     from boundary.sampling.hf import teacher_forced
+    from boundary.sampling.models import load_model
 
     llm = _engine(str(model_path), seed, max(map(len, prompts)) + max_new)
     sp = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new)

@@ -1,28 +1,28 @@
 """The `base-rollouts` stage: the frozen-base rollouts of a run's base-sampled anchors, drawn before training."""
 
 from __future__ import annotations
-import hashlib
+
 import math
-from dataclasses import dataclass
-from pathlib import Path
+
 import numpy as np
 import pandas as pd
-from boundary.training.anchors import BASE_SAMPLED
+
 from boundary.core.errors import BoundaryError
-from boundary.training.schedule import step_weights
+from boundary.core.options import ArgumentParser
+from boundary.training.anchors import BASE_SAMPLED
 from boundary.training.base_rollouts import COLUMNS, draw_block, hf_sampler, plan, prompt_hash, tokenize, vllm_sampler
 
 
 def main(argv=None):
     from boundary.core.artifacts import read_table, write_table
     from boundary.core.config import load_stage_settings
-    from boundary.training.gate import read_mask
     from boundary.sampling.scoring import parse_shard
+    from boundary.training.gate import read_mask
     from boundary.training.schedule import anchor_weights_for
     from boundary.training.trainer import action_sampler
     from boundary.training.trainer_config import make_config
 
-    parser = argparse.ArgumentParser(prog="boundary base-rollouts", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="boundary base-rollouts", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="base model folder (save_pretrained)")
     parser.add_argument("--train-split", required=True, help="splits/train.parquet")
     parser.add_argument("--mask", required=True, help="masks/{mask}.parquet of the method")

@@ -9,11 +9,10 @@ the first G0 draws of each epoch, so one cache serves every gate ablation.
 
 from __future__ import annotations
 
-import argparse
-
 import pandas as pd
 
 from boundary.core.artifacts import read_table, write_table
+from boundary.core.options import ArgumentParser
 from boundary.sampling.scoring import sampling_params, scored_samples, verifier_for
 
 
@@ -28,7 +27,7 @@ def _common_args(parser):
 def main_calibrate(argv=None):
     from boundary.core.config import load_stage_settings
 
-    args = _common_args(argparse.ArgumentParser(prog="boundary calibrate")).parse_args(argv)
+    args = _common_args(ArgumentParser(prog="boundary calibrate")).parse_args(argv)
     s = load_stage_settings(args.settings)
     cal = s["calibration"]
     split = read_table(args.split, ["prompt_id", "answer"])
@@ -43,7 +42,7 @@ def main_calibrate(argv=None):
 def main_gate_draws(argv=None):
     from boundary.core.config import load_stage_settings
 
-    args = _common_args(argparse.ArgumentParser(prog="boundary gate-draws")).parse_args(argv)
+    args = _common_args(ArgumentParser(prog="boundary gate-draws")).parse_args(argv)
     s = load_stage_settings(args.settings)
     gate = s["gate"]
     split = read_table(args.split, ["prompt_id", "answer"])

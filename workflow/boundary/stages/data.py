@@ -8,13 +8,13 @@ chat template when `prompt.chat` is on), so every later stage feeds the model th
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
+from boundary.core.options import ArgumentParser
 
 SPLIT_COLUMNS = ["prompt_id", "problem", "prompt", "answer", "source"]
 
@@ -96,7 +96,7 @@ def build_splits(settings: dict, model: str | None = None) -> dict[str, pd.DataF
 def main(argv=None):
     from boundary.core.config import load_stage_settings
 
-    parser = argparse.ArgumentParser(prog="boundary data", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="boundary data", description=__doc__.splitlines()[0])
     parser.add_argument("--settings", required=True)
     parser.add_argument("--out-dir", required=True, help="splits/ folder")
     parser.add_argument("--model", help="base model folder (its chat template, with prompt.chat)")

@@ -8,11 +8,10 @@ mean token entropy).
 
 from __future__ import annotations
 
-import argparse
-
 import pandas as pd
 
 from boundary.core.artifacts import read_table, write_table
+from boundary.core.options import ArgumentParser
 from boundary.core.passk import add_pass_at_k
 from boundary.sampling.scoring import sampling_params, scored_samples, shard_of, verifier_for
 
@@ -37,7 +36,7 @@ def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
 def main(argv=None):
     from boundary.core.config import load_stage_settings
 
-    parser = argparse.ArgumentParser(prog="boundary evaluate", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="boundary evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="policy folder (save_pretrained)")
     parser.add_argument("--split", help="split parquet")
     parser.add_argument("--settings", required=True)

@@ -1,18 +1,16 @@
 """The `masks` stage: a per-prompt action mask (PBA gate, its ablations, soft, random, oracle)."""
 
 from __future__ import annotations
-import argparse
-import numpy as np
-import pandas as pd
+
 from boundary.core.artifacts import read_table, write_table
-from boundary.core.errors import BoundaryError
+from boundary.core.options import ArgumentParser
 from boundary.training.gate import KINDS, build_mask, summary
 
 
 def main(argv=None):
     from boundary.core.config import load_stage_settings
 
-    parser = argparse.ArgumentParser(prog="boundary masks", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="boundary masks", description=__doc__.splitlines()[0])
     parser.add_argument("--kind", required=True, choices=KINDS)
     parser.add_argument("--gate-draws", help="rollouts/base_gate.parquet")
     parser.add_argument("--train-regimes", help="regimes/train_regimes.parquet (oracle)")

@@ -1,22 +1,17 @@
 """The `pretrain` stage: the synthetic testbed's base model, pretrained on the exact two-mode loss."""
 
 from __future__ import annotations
-import itertools
+
 import json
-import math
-import time
-from dataclasses import dataclass
-import numpy as np
-import pandas as pd
-from boundary.core.artifacts import atomic_dir, write_json
+
 from boundary.core.errors import BoundaryError
 from boundary.tasks.testbed import PretrainConfig, TinyModelConfig, pretrain, task_from_settings
 
 
 def main(argv=None):
     from boundary.core.artifacts import output_folder
-    from boundary.core.options import ArgumentParser
     from boundary.core.config import load_stage_settings
+    from boundary.core.options import ArgumentParser
 
     parser = ArgumentParser(prog="boundary pretrain", description=__doc__.splitlines()[0])
     parser.add_argument("--settings", required=True, help="JSON of the testbed settings")

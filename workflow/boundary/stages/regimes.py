@@ -1,19 +1,14 @@
 """The `regimes` stage: regime labels from the frozen-base calibration cache."""
 
 from __future__ import annotations
-import argparse
-import json
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
-import numpy as np
-import pandas as pd
-from boundary.core.artifacts import read_table, write_table
-from boundary.core.errors import BoundaryError
+
 from boundary.analysis.regimes import REGIMES, counts_from_calibration, label_counts, load_settings
+from boundary.core.artifacts import read_table, write_table
+from boundary.core.options import ArgumentParser
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="boundary regimes", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="boundary regimes", description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", required=True, help="rollouts/base_calibration.parquet")
     ap.add_argument("--settings", required=True, help="JSON: easy, boundary, coverage_k, coverage_min")
     ap.add_argument("--out", required=True, help="regimes/regimes.parquet")

@@ -1,21 +1,17 @@
 """The `report` stage: every table and figure of the paper from the pipeline's per-prompt artifacts."""
 
 from __future__ import annotations
-import argparse
-import re
+
 from pathlib import Path
-import pandas as pd
-from boundary.analysis import tables
-from boundary.core.artifacts import read_table, scratch_dir, write_table
-from boundary.analysis.diagnose import BASE, analyse, check_regimes, load_counts, load_mask, mask_metrics, publish, warn
-from boundary.core.errors import BoundaryError
-from boundary.core.passk import DEFAULT_KS
-from boundary.analysis.regimes import DEFAULT_BINS, strata_order
+
+from boundary.analysis.diagnose import publish
 from boundary.analysis.report import build, load_settings
+from boundary.core.artifacts import scratch_dir
+from boundary.core.options import ArgumentParser
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="boundary report", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="boundary report", description=__doc__.splitlines()[0])
     ap.add_argument("--results", required=True, help="results/{run}")
     ap.add_argument("--settings", required=True, help="report settings (JSON file or string)")
     ap.add_argument("--out-dir", help="where tables/, figures/, diagnostics/, eval_counts.parquet go (default --results)")

@@ -9,12 +9,12 @@ actions as trained), written once by the main process.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from boundary.core import sources
 from boundary.core.config import load_stage_settings
 from boundary.core.errors import BoundaryError
 from boundary.core.gpus import visible
+from boundary.core.options import ArgumentParser
 from boundary.training.launch import _run, plan, torchrun
 from boundary.training.schedule import anchor_weights_for
 from boundary.training.trainer import PBATrainer, needs_frozen_base
@@ -37,7 +38,7 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if "WORLD_SIZE" in os.environ:  # a worker of a launch: train here
         return run(argv)
-    parser = argparse.ArgumentParser(add_help=False)  # run() documents both
+    parser = ArgumentParser(add_help=False)  # run() documents both
     parser.add_argument("--settings")
     parser.add_argument("--processes", type=int)
     known, _ = parser.parse_known_args(argv)
@@ -212,7 +213,7 @@ def run(argv=None):
     from boundary.core.config import load_stage_settings
     from boundary.training.gate import read_mask
 
-    parser = argparse.ArgumentParser(prog="boundary train", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="boundary train", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="base model folder (save_pretrained)")
     parser.add_argument("--train-split", required=True, help="splits/train.parquet")
     parser.add_argument("--mask", help="masks/{mask}.parquet (methods with a mask)")

@@ -18,7 +18,6 @@ two-mode loss (every method's completion weighted by its prior), not on sampled 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import time
 from dataclasses import dataclass

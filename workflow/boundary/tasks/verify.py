@@ -15,9 +15,9 @@ import pickle
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from typing import Callable
 
 from boundary.core.errors import BoundaryError
 

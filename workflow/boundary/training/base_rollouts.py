@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from boundary.training.anchors import BASE_SAMPLED
 from boundary.core.errors import BoundaryError
 from boundary.training.schedule import step_weights
 

@@ -24,12 +24,10 @@ Kinds (settings JSON):
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pandas as pd
 
-from boundary.core.artifacts import read_table, write_table
+from boundary.core.artifacts import read_table
 from boundary.core.errors import BoundaryError
 
 KINDS = ("gate", "soft", "random", "oracle", "solved")

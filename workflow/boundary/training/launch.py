@@ -1,4 +1,4 @@
-"""`boundary train`: the training stage, in one process per GPU.
+"""How `boundary train` starts its processes: one per GPU under torchrun (stages/train.py runs them).
 
 TRL's GRPOTrainer refuses a single process that sees several GPUs (`Trainer` would wrap the
 model in nn.DataParallel), so `train.gpus: N > 1` starts N processes under torchrun, one per
@@ -9,8 +9,6 @@ CPU is shown at most one device. `--processes N` with `gpus: 0` runs N CPU proce
 
 from __future__ import annotations
 
-import argparse
-import os
 import signal
 import subprocess
 import sys

@@ -68,8 +68,16 @@ from trl.trainer.utils import add_fused_lm_head
 
 from boundary.core.errors import BoundaryError
 from boundary.training import base_rollouts, objectives
-from boundary.training.anchors import (ANCHORS, BASE_SAMPLED, BASE_SCORED, base_cross_entropy,
-                                       base_forward_kl, base_js, policy_kl, support_floor)
+from boundary.training.anchors import (
+    ANCHORS,
+    BASE_SAMPLED,
+    BASE_SCORED,
+    base_cross_entropy,
+    base_forward_kl,
+    base_js,
+    policy_kl,
+    support_floor,
+)
 from boundary.training.base_rollouts import BaseRolloutSupply
 from boundary.training.schedule import ActionSampler, eligible_prompts, step_weights
 from boundary.training.trainer_config import PBAConfig
@@ -79,7 +87,7 @@ GENERATION_METRICS = ("protected_fraction", "reward_policy", "base_rollouts_on_d
                       "base_draw_seconds", "generate_seconds")
 SUMMED = {"base_rollouts_on_demand"}
 
-def action_sampler(cfg: "PBAConfig", anchor_weights: np.ndarray) -> ActionSampler:
+def action_sampler(cfg: PBAConfig, anchor_weights: np.ndarray) -> ActionSampler:
     """The run's sampler: every step's prompts (the `base_rollouts` stage computes the same)."""
     return ActionSampler(eligible_prompts(anchor_weights, cfg.masked_action),
                          cfg.generation_batch_size // cfg.num_generations, cfg.num_generations,
@@ -87,7 +95,7 @@ def action_sampler(cfg: "PBAConfig", anchor_weights: np.ndarray) -> ActionSample
                          cfg.refresh_steps, cfg.seed)
 
 
-def needs_frozen_base(cfg: "PBAConfig", anchoring: bool, pre_drawn: bool) -> bool:
+def needs_frozen_base(cfg: PBAConfig, anchoring: bool, pre_drawn: bool) -> bool:
     """Whether training runs the frozen base: for the global KL, the policy anchor's scores,
     and base-sampled anchors' rollouts unless they were drawn ahead (with their log-probs)."""
     return cfg.beta_kl > 0 or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn))
