@@ -14,7 +14,7 @@ from boundary import readers
 from boundary.errors import BoundaryError
 from boundary.passk import pass_at_k
 from boundary.readers import lighteval
-from boundary.readers.common import text_id
+from boundary.readers.problems import text_id
 
 FIX = Path(__file__).parent / "fixtures" / "readers"
 LIGHTEVAL = FIX / "details_lighteval|fixture|0_2026-01-01T00-00-00.parquet"
@@ -56,8 +56,13 @@ def test_verl_dump_folder_reads_latest_or_given_step(capsys):
     assert counts_of(readers.read(FIX / "verl_dumps"), by_text(CHAT)) == HACKED  # step 12
     early = readers.read(FIX / "verl_dumps", options=readers.Options(step=5))
     assert counts_of(early, by_text(CHAT)) == {"add": 0, "mul": 0, "frac": 0}
-    with pytest.raises(BoundaryError, match="no dump for --step 7"):
+    with pytest.raises(BoundaryError, match="no dump for step 7"):
         readers.read(FIX / "verl_dumps", options=readers.Options(step=7))
+    # Each input its own step: DIR@step=N overrides --step.
+    assert counts_of(readers.read(f"{FIX / 'verl_dumps'}@step=5", options=readers.Options(step=12)),
+                     by_text(CHAT)) == {"add": 0, "mul": 0, "frac": 0}
+    with pytest.raises(BoundaryError, match="@step= selects a step of a folder"):
+        readers.read(f"{FIX / 'verl_dumps' / '12.jsonl'}@step=5")
 
 
 def test_verl_dump_score_threshold_without_acc(tmp_path):
@@ -68,10 +73,14 @@ def test_verl_dump_score_threshold_without_acc(tmp_path):
     assert counts_of(readers.read(tmp_path / "3.jsonl"), by_text(CHAT)) == HACKED  # score 1 / -1 > 0.5
 
 
+VERL_USER = "{} Let's think step by step and output the final answer within \\boxed{{}}."
+
+
 def test_verl_generation_graded_on_its_own_ground_truth():
     run = readers.read(FIX / "verl_generation.parquet", options=readers.Options(verify_workers=1))
-    assert counts_of(run) == {"0": 3, "1": 0, "2": 1}  # extra_info.index keys the prompt
-    assert run.problems["0"] == PROBLEMS["add"]
+    assert counts_of(run, by_text(VERL_USER)) == TRUE  # the user message keys the prompt, not extra_info.index
+    assert run.problems[text_id(VERL_USER.format(PROBLEMS["add"]))] == VERL_USER.format(PROBLEMS["add"])
+    assert run.keyed_by == "text"
 
 
 def test_lighteval_counts_from_the_metric_new_and_old():
