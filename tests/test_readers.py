@@ -12,7 +12,7 @@ from boundary import readers
 from boundary.core.errors import BoundaryError
 from boundary.core.passk import pass_at_k
 from boundary.readers import lighteval
-from boundary.readers.common import text_id
+from boundary.readers.problems import text_id
 
 FIX = Path(__file__).parent / "fixtures" / "readers"
 LIGHTEVAL = FIX / "details_lighteval|fixture|0_2026-01-01T00-00-00.parquet"
@@ -54,8 +54,13 @@ def test_verl_dump_folder_reads_latest_or_given_step(capsys):
     assert counts_of(readers.read(FIX / "verl_dumps"), by_text(CHAT)) == HACKED  # step 12
     early = readers.read(FIX / "verl_dumps", options=readers.Options(step=5))
     assert counts_of(early, by_text(CHAT)) == {"add": 0, "mul": 0, "frac": 0}
-    with pytest.raises(BoundaryError, match="no dump for --step 7"):
+    with pytest.raises(BoundaryError, match="no dump for step 7"):
         readers.read(FIX / "verl_dumps", options=readers.Options(step=7))
+    # Each input its own step: DIR@step=N overrides --step.
+    assert counts_of(readers.read(f"{FIX / 'verl_dumps'}@step=5", options=readers.Options(step=12)),
+                     by_text(CHAT)) == {"add": 0, "mul": 0, "frac": 0}
+    with pytest.raises(BoundaryError, match="@step= selects a step of a folder"):
+        readers.read(f"{FIX / 'verl_dumps' / '12.jsonl'}@step=5")
 
 
 def test_verl_dump_score_threshold_without_acc(tmp_path):
@@ -66,10 +71,14 @@ def test_verl_dump_score_threshold_without_acc(tmp_path):
     assert counts_of(readers.read(tmp_path / "3.jsonl"), by_text(CHAT)) == HACKED  # score 1 / -1 > 0.5
 
 
+VERL_USER = "{} Let's think step by step and output the final answer within \\boxed{{}}."
+
+
 def test_verl_generation_graded_on_its_own_ground_truth():
     run = readers.read(FIX / "verl_generation.parquet", options=readers.Options(verify_workers=1))
-    assert counts_of(run) == {"0": 3, "1": 0, "2": 1}  # extra_info.index keys the prompt
-    assert run.problems["0"] == PROBLEMS["add"]
+    assert counts_of(run, by_text(VERL_USER)) == TRUE  # the user message keys the prompt, not extra_info.index
+    assert run.problems[text_id(VERL_USER.format(PROBLEMS["add"]))] == VERL_USER.format(PROBLEMS["add"])
+    assert run.keyed_by == "text"
 
 
 def test_lighteval_counts_from_the_metric_new_and_old():
@@ -78,6 +87,59 @@ def test_lighteval_counts_from_the_metric_new_and_old():
     old = readers.read(FIX / "details_old_fixture.parquet")
     assert counts_of(old, by_text("Solve: {}")) == TRUE
     assert len(new.samples) == 12 and new.samples["correct"].isna().all()  # texts kept for the page
+
+
+LE13_N4 = FIX / "details_lighteval_n4|math_500|0_2026-01-01T00-00-00.parquet"
+LE_QUERY = "Solve the following problem.\n\n{}"
+
+
+def test_lighteval_013_task_at_n_reads_every_text(capsys):
+    """math_500@n=4 in lighteval 0.13 keeps the key pass@k:k=1&n=1 but scores all 4 texts."""
+    run = readers.read(LE13_N4)
+    assert counts_of(run, by_text(LE_QUERY)) == TRUE  # n = 4 texts, c = 4 x value (not n = 1, c rounded)
+    err = capsys.readouterr().err
+    assert "'pass@k:k=1&n=1' holds values over all 4 texts" in err and LE13_N4.name in err
+
+
+def test_lighteval_010_multi_sample_metric_matching_the_texts(capsys):
+    """aime24 in lighteval 0.10: math_pass@1:{1,4}_samples over 4 texts; the one over all 4 counts."""
+    run = readers.read(FIX / "details_old_aime.parquet")
+    assert counts_of(run, by_text("Solve: {}")) == TRUE
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_lighteval_metric_over_fewer_texts_is_refused(tmp_path):
+    """Only a metric over the first text, 4 texts stored, values 0/1: n cannot be told: refuse."""
+    df = pd.read_parquet(FIX / "details_old_aime.parquet")
+    df["metrics"] = [{"math_pass@1:1_samples": m["math_pass@1:1_samples"]} for m in df["metrics"]]
+    df.to_parquet(tmp_path / "details_x.parquet")
+    with pytest.raises(BoundaryError, match=r"details_x.parquet: 4 texts per document, but no metric covers them "
+                                            r"all \(math_pass@1:1_samples\); give --gold FILE"):
+        readers.read(tmp_path / "details_x.parquet")
+    grader = readers.Grader(FIX / "gold.jsonl", workers=1)
+    try:  # --gold grades the texts instead
+        assert counts_of(readers.read(tmp_path / "details_x.parquet", options=readers.Options(grader=grader))) == TRUE
+    finally:
+        grader.close()
+
+
+def test_lighteval_010_litellm_message_prompt():
+    """full_prompt as chat messages (LiteLLM): read, keyed by the query (example)."""
+    run = readers.read(FIX / "details_old_litellm.parquet")
+    assert counts_of(run, by_text("Solve: {}")) == TRUE
+
+
+def test_trl_conversational_prompts_and_completions(tmp_path):
+    for name in ("trl_conversational.jsonl", "trl_conversational.parquet"):
+        run = readers.read(FIX / name)
+        assert counts_of(run, by_text("{}")) == TRUE  # the last user turn keys the prompt
+        assert run.samples["completion"].iloc[0] == "2 + 3 = 5, so \\boxed{5}."
+
+
+def test_verl_dump_before_gts():
+    """verl v0.4.1 / v0.5.0 dumps carry no gts: read the same."""
+    assert readers.detect(FIX / "verl_v050") == "verl"
+    assert counts_of(readers.read(FIX / "verl_v050"), by_text(CHAT)) == HACKED
 
 
 def test_count_from_metric_inverts_the_estimator():
@@ -91,6 +153,10 @@ def test_count_from_metric_inverts_the_estimator():
     assert lighteval.metric_spec("math_pass@1:32_samples") == (1, 32)
     assert lighteval.metric_spec("pass@10:32_samples") == (10, 32)
     assert lighteval.metric_spec("maj@n:n=8") is None
+    assert lighteval.metric_spec("pass@k:k=1") == (1, None)  # lighteval 0.13 aime24: n = every text
+    assert lighteval.metric_spec("pass@k:n=16&k=4") == (4, 16)
+    assert lighteval.metric_spec("gpqa_pass@k:k=1&n=8") == (1, 8)
+    assert lighteval.metric_spec("pass@k:k=1&t=0.5") is None
 
 
 def test_openrlhf_reward_threshold_and_rs_warning(capsys):
@@ -118,6 +184,89 @@ def test_regrading_against_gold_gives_the_true_counts_in_every_format(path, grad
     assert counts_of(run) == TRUE  # the hacked reward is overruled; prompts keyed by the gold ids
     assert run.problems["mul"] == PROBLEMS["mul"]
     assert run.samples["answer"].notna().all()
+
+
+def test_tools_whose_ids_collide_pair_by_problem(tmp_path):
+    """lighteval's doc.id and verl's extra_info.index are both 0, 1, 2, for other problems:
+    the diagnosis pairs by the problem text, so every prompt's counts meet their own."""
+    from boundary.analysis import diagnose as dg
+
+    base = readers.read(LE13_N4)
+    policy = readers.read(FIX / "verl_generation.parquet", options=readers.Options(verify_workers=1))
+    paired = readers.pair([base, policy], ["base", "policy"])
+    b = paired[0].counts.set_index("prompt_id")["c"]
+    p = paired[1].counts.set_index("prompt_id")["c"]
+    assert set(b.index) == set(p.index) and (b == p[b.index]).all()
+    dg.main(["--base", str(LE13_N4), "--trained", f"verl:0={FIX / 'verl_generation.parquet'}", "--verify-workers", "1",
+             "--ks", "1,4", "--coverage-k", "4", "--resamples", "50", "--no-figures", "--out", str(tmp_path / "o")])
+    prompts = pd.read_csv(tmp_path / "o" / "prompts.csv")
+    trained = prompts[prompts["method"] == "verl"]
+    assert (trained["c"] == trained["base_c"]).all() and sorted(trained["c"]) == [0, 1, 3]
+
+
+def test_gold_verl_dataset_matches_lighteval_by_problem(capsys):
+    """A verl dataset parquet as --gold (extra_info.index 0..2) grades lighteval (doc.id 0..2,
+    another order) by problem, not by row number."""
+    g = readers.Grader(FIX / "verl_dataset.parquet", workers=1)
+    try:
+        run = readers.read(LE13_N4, options=readers.Options(grader=g))
+    finally:
+        g.close()
+    assert counts_of(run, lambda pid: {text_id(VERL_USER.format(q)): p for p, q in PROBLEMS.items()}[pid]) == TRUE
+    assert run.keyed_by == "gold"
+
+
+def test_texts_that_disagree_under_one_id_are_refused(tmp_path):
+    rows = [{"prompt_id": "0", "prompt": PROBLEMS["add"], "completion": "x", "correct": True},
+            {"prompt_id": "1", "prompt": PROBLEMS["mul"], "completion": "y", "correct": False}]
+    pd.DataFrame(rows).to_json(tmp_path / "a.jsonl", orient="records", lines=True)
+    swapped = [dict(r, prompt_id=str(1 - int(r["prompt_id"]))) for r in rows]
+    pd.DataFrame(swapped).to_json(tmp_path / "b.jsonl", orient="records", lines=True)
+    a, b = readers.read(tmp_path / "a.jsonl"), readers.read(tmp_path / "b.jsonl")
+    with pytest.raises(BoundaryError, match=r"b.jsonl: prompt_id 1 asks 'What is 2 \+ 3\?', but a.jsonl asks "
+                                           r"'Compute 7 times 6.' under that id"):
+        readers.pair([a, b], ["a.jsonl", "b.jsonl"])
+    pd.DataFrame({"prompt_id": ["0", "1"], "problem": [PROBLEMS["mul"], PROBLEMS["add"]],
+                  "answer": ["42", "5"]}).to_csv(tmp_path / "gold.csv", index=False)
+    with pytest.raises(BoundaryError, match="a.jsonl: prompt_id 0 asks .What is 2 .* under that id"):
+        readers.read(tmp_path / "a.jsonl", options=readers.Options(grader=readers.Grader(tmp_path / "gold.csv")))
+
+
+def test_pairing_refusals_are_one_line(tmp_path):
+    verl_run = readers.read(FIX / "verl_dumps")
+    counts = tmp_path / "counts.csv"
+    pd.DataFrame({"prompt_id": ["add", "mul", "frac"], "n": 4, "c": [3, 0, 1]}).to_csv(counts, index=False)
+    with pytest.raises(BoundaryError, match="counts.csv: keyed by prompt_id only .* give --gold FILE"):
+        readers.pair([readers.read(counts), verl_run], [str(counts), "dumps"])
+    other = tmp_path / "o.jsonl"
+    pd.DataFrame({"prompt": ["What is 9 + 9?"] * 2, "completion": ["a", "b"], "correct": [True, False]}).to_json(
+        other, orient="records", lines=True)
+    with pytest.raises(BoundaryError, match="o.jsonl: 1 prompt.s. match no problem of dumps"):
+        readers.pair([verl_run, readers.read(other)], ["dumps", str(other)])
+
+
+def test_extractor_that_finds_nothing_warns(tmp_path, capsys):
+    """GSM8K-style completions (#### 5) graded with the boxed extractor: one warning naming the
+    file and the extractor (the pipeline's own warning)."""
+    df = pd.read_parquet(FIX / "verl_generation.parquet")
+    df["responses"] = [[f"so the answer is\n#### {i}" for i in range(4)] for _ in range(len(df))]
+    df.to_parquet(tmp_path / "gsm8k_gen.parquet")
+    run = readers.read(tmp_path / "gsm8k_gen.parquet", options=readers.Options(verify_workers=1))
+    assert run.counts["c"].sum() == 0
+    err = capsys.readouterr().err
+    assert f"warning: {tmp_path / 'gsm8k_gen.parquet'}: extractor 'boxed' found no answer in 100% of 12 completions" in err
+
+
+def test_problem_matching():
+    from boundary.readers.problems import ProblemIndex, core, message_text
+
+    texts = ["Q: a long problem one. A:", "Q: another problem two. A:"]
+    cores = core(texts)  # the shared template goes (and with it what the problems share)
+    assert all(c in t and "Q:" not in c and "A:" not in c for c, t in zip(cores, texts))
+    index = ProblemIndex({"x": "Find the sum of all integers n such that n^2 < 10.", "y": "2 + 2"})
+    assert index.match("Solve step by step.\n\nFind  the sum of all integers n such that n^2 < 10.\nAnswer:") == "x"
+    assert index.match("What is 2 + 2?") == "y" and index.match("unrelated") is None
+    assert message_text([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]) == "q"
 
 
 def test_keep_scores_only_keys_prompts():

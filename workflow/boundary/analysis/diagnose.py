@@ -33,6 +33,8 @@ CLI:
                       [--keep-scores] [--extractor boxed] [--verify-timeout 5] [--verify-workers 2]]
                       [--reward-threshold 0.5] [--step N] [--level 0.95] [--prior fit|jeffreys]
                       --out DIR
+    Any PATH may be a verl dump folder's step, DIR@step=N (e.g. --base dumps@step=0
+    --trained grpo:0=dumps@step=500); inputs of different tools pair by problem text.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ OWNER = "boundary diagnose"
 BASE = "base"
 ALL = "all"
 RUN_KEYS = ["method", "seed"]
+CALIBRATION = ("calibration", 0)  # the calibration's place among the inputs while they are paired
 
 
 def warn(message: str) -> None:
@@ -76,12 +79,6 @@ def warn(message: str) -> None:
 
 
 # ----------------------------------------------------------------------------- inputs
-
-def load_calibration(path, fmt: str = "auto", options: readers.Options | None = None) -> pd.DataFrame:
-    """Base counts for regime labels: a counts file (prompt_id, n, c), per-sample rows
-    (prompt_id, correct) such as rollouts/base_calibration.parquet, or any readers format."""
-    return readers.read(path, fmt, options).counts
-
 
 def parse_run(spec: str) -> tuple[str, int, str]:
     """NAME:SEED=PATH -> (name, seed, path)."""
@@ -467,7 +464,8 @@ def main(argv=None) -> None:
     from boundary.core.options import EDGES, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
 
     ap = ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
-    ap.add_argument("--base", required=True, help="base counts or samples, any --format (parquet, csv or jsonl)")
+    ap.add_argument("--base", required=True, help="base counts or samples, any --format (parquet, csv or jsonl); "
+                                                  "a verl dump folder's step as DIR@step=N")
     ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH")
     ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels")
     ap.add_argument("--mask", action="append", default=[], metavar="NAME=PATH", help="a PBA-style mask parquet")
@@ -496,7 +494,8 @@ def main(argv=None) -> None:
     tools.add_argument("--verify-timeout", type=POSITIVE, default=5, help="seconds per math-verify check")
     tools.add_argument("--verify-workers", type=POSITIVE, default=2, help="math-verify worker processes")
     tools.add_argument("--reward-threshold", type=float, default=0.5, help="reward/score above it is correct")
-    tools.add_argument("--step", type=int, help="verl dump folder: the step to read (default: latest)")
+    tools.add_argument("--step", type=int, help="verl dump folder: the step to read (default: latest); "
+                                                "one input's own: PATH@step=N")
     ev = ap.add_argument_group("uncertainty")
     ev.add_argument("--level", type=FRACTION, default=0.95, help="level of every interval and of the lost test")
     ev.add_argument("--prior", default="fit", choices=PRIORS,
@@ -512,19 +511,23 @@ def main(argv=None) -> None:
     options = readers.Options(args.reward_threshold, args.step, grader, args.extractor, args.verify_timeout,
                               args.verify_workers)
     try:
-        data = {(BASE, 0): readers.read(args.base, args.format, options)}
-        runs, names = {}, {(BASE, 0): args.base}
+        data, names = {(BASE, 0): readers.read(args.base, args.format, options)}, {(BASE, 0): args.base}
         for spec in args.trained:
             name, seed, path = parse_run(spec)
-            if (name, seed) in runs:
+            if (name, seed) in data:
                 raise BoundaryError(f"--trained {spec}: {name}:{seed} given twice")
             data[(name, seed)] = readers.read(path, args.format, options)
-            runs[(name, seed)] = data[(name, seed)].counts
             names[(name, seed)] = path
-        cal = load_calibration(args.calibration, args.format, options) if args.calibration else None
+        if args.calibration:
+            data[CALIBRATION] = readers.read(args.calibration, args.format, options)
+            names[CALIBRATION] = args.calibration
     finally:
         if grader is not None:
             grader.close()
+    data = dict(zip(data, readers.pair(list(data.values()), list(names.values()))))  # by problem where ids can't
+    cal = data.pop(CALIBRATION).counts if args.calibration else None
+    names.pop(CALIBRATION, None)
+    runs = {key: d.counts for key, d in data.items() if key != (BASE, 0)}
     base = data[(BASE, 0)].counts
     if args.calibration:
         check_regimes(base, cal, args.calibration)

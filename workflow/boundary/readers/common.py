@@ -1,5 +1,5 @@
-"""What every sample-level reader shares: fast JSONL reading, prompt keys, the biased-metric
-warning, re-grading against a gold file, and counting samples into n and c per prompt.
+"""What every sample-level reader shares: fast JSONL reading, the biased-metric warning,
+verdicts, and counting samples into n and c per prompt.
 
 A reader turns a tool's file into one row per completion with these columns (None where the
 tool has no such field):
@@ -14,7 +14,6 @@ tool has no such field):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sys
@@ -130,23 +129,7 @@ def warn_biased(names, path) -> list[str]:
     return [n for n, _ in found]
 
 
-# ----------------------------------------------------------------------------- prompts
-
-def text_id(text: str) -> str:
-    """A stable prompt key from prompt text: the same prompt gets the same id in every file."""
-    return "h" + hashlib.sha1(str(text).encode("utf-8")).hexdigest()[:12]
-
-
-def key_by_text(samples: pd.DataFrame, path) -> pd.DataFrame:
-    """prompt_id from the prompt text where the tool gave none (factorised: hashed once per prompt)."""
-    if samples["prompt_id"].notna().all():
-        return samples
-    if samples["prompt"].isna().any():
-        raise BoundaryError(f"{path}: samples without a prompt id or prompt text")
-    codes, uniques = pd.factorize(samples["prompt"])
-    ids = np.array([text_id(t) for t in uniques], dtype=object)
-    return samples.assign(prompt_id=ids[codes])
-
+# ----------------------------------------------------------------------------- verdicts
 
 def verdicts(values, path, column: str, threshold: float) -> pd.Series:
     """A tool's verdict column as bool: booleans as they are, numbers (reward, score) > threshold."""
@@ -161,126 +144,6 @@ def verdicts(values, path, column: str, threshold: float) -> pd.Series:
     if num.isna().any():
         raise BoundaryError(f"{path}: column {column} must hold booleans or numbers")
     return num.astype(float) > threshold
-
-
-# ----------------------------------------------------------------------------- gold
-
-def chat_text(prompt) -> str:
-    """The user's text of a chat-message prompt (the last user turn), or the prompt itself."""
-    if isinstance(prompt, str):
-        return prompt
-    turns = [m for m in list(prompt) if isinstance(m, dict)]
-    users = [m.get("content", "") for m in turns if m.get("role") == "user"]
-    return str(users[-1] if users else (turns[-1].get("content", "") if turns else prompt))
-
-
-def gold_of_generation(df: pd.DataFrame) -> pd.DataFrame:
-    """prompt_id, problem, answer of a verl dataset / main_generation parquet (here, not in
-    verl.py: a verl dataset is also a gold file for every reader)."""
-    index = [e.get("index") if isinstance(e, dict) else None for e in df["extra_info"]] \
-        if "extra_info" in df else [None] * len(df)
-    problem = [chat_text(p) for p in df["prompt"]]
-    ids = [str(i) if i is not None else None for i in index]
-    answer = [r.get("ground_truth") if isinstance(r, dict) else None for r in df["reward_model"]] \
-        if "reward_model" in df else [None] * len(df)
-    return pd.DataFrame({"prompt_id": ids, "problem": problem, "answer": answer})
-
-
-def gold_table(path) -> pd.DataFrame:
-    """A gold-answer table: `answer` with prompt_id and/or problem text, or a verl dataset
-    parquet (reward_model.ground_truth, prompt messages, extra_info.index)."""
-    path = Path(path)
-    if path.exists() and path.suffix.lower() == ".parquet" and "answer" not in columns_of(path) \
-            and "reward_model" in columns_of(path):
-        gold = gold_of_generation(pd.read_parquet(path, columns=[c for c in ("prompt", "reward_model", "extra_info")
-                                                                 if c in columns_of(path)]))
-        if gold["prompt_id"].isna().any():
-            gold = gold.drop(columns="prompt_id")
-        return gold
-    return read_table(path, ["answer"])
-
-
-class Grader:
-    """Re-grades completions with the project's verifier against a gold-answer file, and keys
-    prompts by that file's prompt_id.
-
-    The gold file (parquet, CSV or JSONL) has `answer` and `prompt_id` and/or the problem text
-    (`problem` or `prompt`; the pipeline's splits/*.parquet have all three). A sample keeps its
-    prompt_id when the gold file has it; otherwise its prompt text is matched to a gold problem:
-    equal text, else the gold problem found in the prompt that ends last (few-shot examples
-    come earlier), the longest where several end there (not one nested in another).
-    """
-
-    def __init__(self, path, extractor: str = "boxed", timeout: int = 5, workers: int = 2, regrade: bool = True):
-        from boundary.tasks.verify import EXTRACTORS
-
-        if extractor not in EXTRACTORS:
-            raise BoundaryError(f"--extractor {extractor}: expected one of {', '.join(EXTRACTORS)}")
-        if int(timeout) < 1 or int(workers) < 1:
-            raise BoundaryError(f"--verify-timeout {timeout} / --verify-workers {workers}: both must be >= 1")
-        gold = gold_table(path)
-        texts = [c for c in ("problem", "prompt") if c in gold.columns]
-        if "prompt_id" not in gold.columns and not texts:
-            raise BoundaryError(f"{path}: needs prompt_id or problem text (problem or prompt) beside answer")
-        if "prompt_id" not in gold.columns:
-            gold["prompt_id"] = [text_id(t) for t in gold[texts[0]]]
-        gold["prompt_id"] = gold["prompt_id"].astype(str)
-        if gold["prompt_id"].duplicated().any():
-            raise BoundaryError(f"{path}: duplicate prompt_id {gold.loc[gold['prompt_id'].duplicated(), 'prompt_id'].iloc[0]}")
-        if gold["answer"].isna().any():
-            raise BoundaryError(f"{path}: empty answer for prompt_id {gold.loc[gold['answer'].isna(), 'prompt_id'].iloc[0]}")
-        self.path, self.extractor, self.regrade = path, extractor, regrade
-        self.timeout, self.workers = timeout, workers
-        self.answers = dict(zip(gold["prompt_id"], gold["answer"].astype(str)))
-        self.problems = dict(zip(gold["prompt_id"], gold[texts[0]].astype(str))) if texts else {}
-        self.by_text = {}
-        for col in texts:
-            for pid, text in zip(gold["prompt_id"], gold[col].astype(str)):
-                self.by_text.setdefault(text.strip(), pid)
-        self._verifier = None
-
-    def match(self, text: str) -> str | None:
-        text = str(text)
-        exact = self.by_text.get(text.strip())
-        if exact is not None:
-            return exact
-        found = [(text.rfind(problem) + len(problem), len(problem), pid) for problem, pid in self.by_text.items()
-                 if problem and problem in text]  # ends last, then longest: not one nested in another
-        return max(found)[2] if found else None
-
-    def key(self, samples: pd.DataFrame, path) -> pd.DataFrame:
-        """The samples with the gold file's prompt_id; a prompt it cannot place is an error."""
-        ids = samples["prompt_id"]
-        if ids.notna().all() and ids.astype(str).isin(self.answers.keys()).all():
-            return samples.assign(prompt_id=ids.astype(str))
-        if samples["prompt"].isna().any():
-            missing = sorted(set(ids.astype(str)) - set(self.answers))
-            raise BoundaryError(f"{path}: {len(missing)} prompt_id(s) not in {self.path} (e.g. {missing[0]})")
-        codes, uniques = pd.factorize(samples["prompt"])
-        matched = [self.match(t) for t in uniques]
-        lost = [t for t, m in zip(uniques, matched) if m is None]
-        if lost:
-            raise BoundaryError(f"{path}: {len(lost)} prompt(s) match no problem of {self.path} "
-                                f"(e.g. {str(lost[0])[:60]!r})")
-        return samples.assign(prompt_id=np.asarray(matched, dtype=object)[codes])
-
-    def grade(self, samples: pd.DataFrame, path) -> pd.DataFrame:
-        """Extract each completion's answer and verify it against the gold answer."""
-        from boundary.tasks.verify import Verifier, score_samples
-
-        if samples["completion"].isna().any():
-            raise BoundaryError(f"{path}: samples without completion text cannot be re-graded")
-        if self._verifier is None:
-            self._verifier = Verifier(timeout=self.timeout, workers=self.workers)
-        frame = pd.DataFrame({"prompt_id": samples["prompt_id"].to_numpy(),
-                              "completion": samples["completion"].astype(str).to_numpy()})
-        frame = score_samples(frame, self.answers, self.extractor, self._verifier)
-        return samples.assign(answer=frame["answer"].to_numpy(), correct=np.asarray(frame["correct"], bool))
-
-    def close(self) -> None:
-        if self._verifier is not None:
-            self._verifier.close()
-            self._verifier = None
 
 
 # ----------------------------------------------------------------------------- counts

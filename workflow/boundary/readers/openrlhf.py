@@ -1,15 +1,21 @@
-"""OpenRLHF's outputs (OpenRLHF/OpenRLHF, read from openrlhf/cli/batch_inference.py,
-openrlhf/utils/processor.py and openrlhf/trainer/ppo_trainer.py):
+"""OpenRLHF's outputs (OpenRLHF/OpenRLHF, read from openrlhf/cli/batch_inference.py and
+openrlhf/utils/processor.py at v0.9.5, and openrlhf/trainer/ppo_trainer.py at v0.9.5 and
+v0.11):
 
-- batch inference JSONL (`--output_path`): one line per sample, {"input": prompt text,
-  "output": completion}, `--best_of_n` N lines per prompt; after reward-model inference each
-  line also has "reward". Graded with --gold, or by reward > --reward-threshold.
+- batch inference JSONL (`python -m openrlhf.cli.batch_inference --output_path`, up to
+  v0.9.5; the module was removed in v0.9.6): one line per sample, {"input": prompt text
+  (chat template or --input_template applied), "output": completion}, `--best_of_n` N
+  lines per prompt (the prompt list repeated N times: prompts * N); after reward-model
+  inference each line also has "reward". Graded with --gold, or by reward >
+  --reward-threshold.
 - after `--post_processor rs` (rejection sampling) the file keeps one line per prompt, the
   highest-reward output: that is a max over n, not a sample. A file with one line per prompt
   and a reward is warned about.
-- PPO evaluation (`--eval.n_samples_per_prompt`) logs only aggregates: eval_{dataset}_pass{n}
-  is the max reward over the n samples, eval_{dataset}_pass1 their mean. Neither is a
-  per-prompt count; a table with such columns is warned about and cannot be read.
+- PPO evaluation (`--eval.n_samples_per_prompt`; the only evaluation OpenRLHF v0.9.6 to
+  v0.11 has) writes no samples, only logs aggregates: eval_{dataset}_pass{n} is the max
+  reward over the n samples, eval_{dataset}_pass1 their mean. Neither is a per-prompt count;
+  a table with such columns is warned about and cannot be read. Sample with vLLM and write
+  a samples file instead (readers.samples).
 
 The prompt text keys the prompt.
 """

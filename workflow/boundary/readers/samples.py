@@ -4,10 +4,13 @@ pipeline's own eval/*/samples.parquet.
 One row per completion, or one row per prompt whose completion column holds a list (the
 verdict column then holds a parallel list). Columns, first name found wins:
 
-    prompt id    prompt_id, problem_id, question_id, id, uid, idx, index   (else the prompt text)
-    prompt text  prompt, problem, question, input, query
+    prompt id    prompt_id, problem_id, question_id, uid; id, idx, index only where the
+                 file has no prompt text (they are most often row numbers); else the text
+    prompt text  prompt, problem, question, input, query; a chat-message list (TRL's
+                 conversational format) gives its last user turn
     completion   completion, response, output, generation, text, generated_text
-                 (lists: completions, responses, outputs, generations)
+                 (lists: completions, responses, outputs, generations); a message list
+                 gives its assistant turns
     verdict      correct, is_correct, acc, accuracy, passed (booleans or 0/1), else
                  reward, score, rewards, scores (numbers; correct when > --reward-threshold)
     optional     answer | pred | extracted_answer, entropy
@@ -22,8 +25,10 @@ import pandas as pd
 
 from boundary.core.errors import BoundaryError
 from boundary.readers.common import SAMPLE_COLUMNS, columns_of, read_any, verdicts
+from boundary.readers.problems import completion_text, is_messages, message_text
 
 IDS = ("prompt_id", "problem_id", "question_id", "id", "uid", "idx", "index")
+ROW_NUMBERS = ("id", "idx", "index")  # most often a row's position: the text keys the prompt where there is one
 TEXTS = ("prompt", "problem", "question", "input", "query")
 COMPLETIONS = ("completion", "response", "output", "generation", "text", "generated_text",
                "completions", "responses", "outputs", "generations")
@@ -46,6 +51,11 @@ def _is_list(x) -> bool:
     return isinstance(x, (list, tuple, np.ndarray))
 
 
+def _first_value(column: pd.Series):
+    present = column.dropna()
+    return present.iloc[0] if len(present) else None
+
+
 def read(path: Path, threshold: float = 0.5) -> pd.DataFrame:
     names = columns_of(path)
     pick = {"prompt_id": _first(names, IDS), "prompt": _first(names, TEXTS),
@@ -55,18 +65,27 @@ def read(path: Path, threshold: float = 0.5) -> pd.DataFrame:
     if not (pick["prompt_id"] or pick["prompt"]):
         raise BoundaryError(f"{path}: no prompt column (one of {', '.join(IDS + TEXTS)})")
     df = read_any(path, [c for c in pick.values() if c])
+    if pick["prompt"] and is_messages(_first_value(df[pick["prompt"]])):  # TRL conversational
+        df[pick["prompt"]] = df[pick["prompt"]].map(message_text)
+    comp = pick["completion"]
+    if comp and is_messages(_first_value(df[comp])):  # one conversational completion per row
+        df[comp] = df[comp].map(completion_text)
     verdict = pick["bool"] or pick["reward"]
-    lists = [c for c in (pick["completion"], verdict, pick["answer"], pick["entropy"])
-             if c and len(df) and _is_list(df[c].dropna().iloc[0] if df[c].notna().any() else None)]
+    lists = [c for c in (comp, verdict, pick["answer"], pick["entropy"])
+             if c and len(df) and _is_list(_first_value(df[c]))]
     if lists:  # one row per prompt: one row per completion
         try:
             df = df.explode(lists, ignore_index=True)
         except ValueError:
             raise BoundaryError(f"{path}: list columns {', '.join(lists)} differ in length on some row") from None
+        if comp in lists and is_messages(_first_value(df[comp])):
+            df[comp] = df[comp].map(completion_text)
     out = pd.DataFrame({c: (df[pick[c]].reset_index(drop=True) if pick.get(c) else None) for c in
                         ("prompt_id", "prompt", "completion", "answer", "entropy")})
-    if pick["prompt_id"]:
+    if pick["prompt_id"] and not (pick["prompt_id"] in ROW_NUMBERS and pick["prompt"]):
         out["prompt_id"] = df[pick["prompt_id"]].astype(str).to_numpy()
+    else:  # a row number pairs nothing across files: the prompt text keys the prompt
+        out["prompt_id"] = None
     cut = 0.5 if verdict == pick["bool"] else threshold  # 0/1 verdicts are not rewards
     out["correct"] = verdicts(df[verdict], path, verdict, cut).to_numpy() if verdict else None
     return out[SAMPLE_COLUMNS]

@@ -4,17 +4,19 @@ verl/trainer/main_generation.py):
 - validation generation dumps, written when `trainer.validation_data_dir` is set:
   `{validation_data_dir}/{global_step}.jsonl`, one line per sample of every validation
   prompt (val_kwargs.n samples each), keys `input` (decoded prompt), `output` (decoded
-  response), `gts` (ground truth; newer verl), `score` (summed token-level reward), `step`,
-  plus the reward function's extra infos (`reward`, and e.g. `acc`, `pred`). The same
-  format serves `trainer.rollout_data_dir` (training rollouts). A folder of dumps reads the
-  step given by --step, else the latest.
+  response), `gts` (ground truth; v0.6.0 and later, absent in v0.4.1 and v0.5.0), `score`
+  (summed token-level reward), `step`, plus the reward function's extra infos (`reward`, and
+  e.g. `acc`, `pred`). The same format serves `trainer.rollout_data_dir` (training
+  rollouts). A folder of dumps reads the step its path selects (`DIR@step=N`), else --step,
+  else the latest.
 - `main_generation` parquet: the dataset (prompt as chat messages, reward_model.ground_truth,
   extra_info.index, ...) plus `responses`, a list of n texts per prompt, and no scores; the
   completions are graded with the project's verifier against --gold, or else against the
   file's own reward_model.ground_truth.
 
-The prompt text keys the prompt (verl keeps no uid in its dumps). The verdict is `acc` where
-the reward function returned one, else score > --reward-threshold. verl's own validation
+The prompt text keys the prompt (verl keeps no uid in its dumps; main_generation's
+extra_info.index is a row number). The verdict is `acc` where the reward function returned
+one, else score > --reward-threshold. verl's own validation
 metric best@N (metric_utils.bootstrap_metric: the max over N samples drawn with replacement)
 is not written to the dumps; if it reaches boundary in a table it is warned about.
 """
@@ -28,7 +30,8 @@ import pandas as pd
 import pyarrow as pa
 
 from boundary.core.errors import BoundaryError
-from boundary.readers.common import SAMPLE_COLUMNS, gold_of_generation, read_jsonl, verdicts
+from boundary.readers.common import SAMPLE_COLUMNS, read_jsonl, verdicts
+from boundary.readers.problems import message_text
 
 DUMP_KEYS = {"input", "output", "score", "step"}
 
@@ -52,7 +55,7 @@ def dump_file(path: Path, step: int | None) -> Path:
     if step is None:
         return steps[max(steps)]
     if step not in steps:
-        raise BoundaryError(f"{path}: no dump for --step {step} (steps: {', '.join(map(str, sorted(steps)))})")
+        raise BoundaryError(f"{path}: no dump for step {step} (steps: {', '.join(map(str, sorted(steps)))})")
     return steps[step]
 
 
@@ -75,15 +78,29 @@ def read(path: Path, threshold: float = 0.5, step: int | None = None) -> pd.Data
                          "entropy": np.nan})[SAMPLE_COLUMNS]
 
 
+def gold_of_generation(df: pd.DataFrame) -> pd.DataFrame:
+    """prompt_id, problem, answer of a verl dataset / main_generation parquet."""
+    index = [e.get("index") if isinstance(e, dict) else None for e in df["extra_info"]] \
+        if "extra_info" in df else [None] * len(df)
+    problem = [message_text(p) for p in df["prompt"]]
+    ids = [str(i) if i is not None else None for i in index]
+    answer = [r.get("ground_truth") if isinstance(r, dict) else None for r in df["reward_model"]] \
+        if "reward_model" in df else [None] * len(df)
+    return pd.DataFrame({"prompt_id": ids, "problem": problem, "answer": answer})
+
+
 def read_generation(path: Path) -> pd.DataFrame:
+    """One row per response; the user's message keys the prompt (extra_info.index is a row
+    number of the dataset, so it pairs nothing across files)."""
     try:
         df = pd.read_parquet(path)
     except Exception as err:
         raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+    if "prompt" not in df:
+        raise BoundaryError(f"{path}: no prompt column (verl main_generation keeps the dataset's prompt messages)")
     gold = gold_of_generation(df)
     lengths = df["responses"].map(len)
     rows = np.repeat(np.arange(len(df)), lengths.to_numpy())
-    ids = gold["prompt_id"].to_numpy()[rows] if gold["prompt_id"].notna().all() else None
-    return pd.DataFrame({"prompt_id": ids, "prompt": gold["problem"].to_numpy()[rows],
+    return pd.DataFrame({"prompt_id": None, "prompt": gold["problem"].to_numpy()[rows],
                          "completion": np.concatenate([np.asarray(r, dtype=object) for r in df["responses"]])
                          if len(df) else [], "correct": None, "answer": None, "entropy": np.nan})[SAMPLE_COLUMNS]

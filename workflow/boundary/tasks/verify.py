@@ -366,3 +366,14 @@ def score_samples(samples, golds_by_prompt: dict[str, str], extractor: str,
         + (f" (a check overran {2 * verifier.timeout + 1} s or crashed its worker; counted not correct)"
            if unverified else ""))
     return samples
+
+
+def unextracted_warning(answers, extractor: str, label) -> str | None:
+    """The one-line warning (without its "warning: " lead) when the extractor found no answer in
+    most completions: most likely the wrong extractor (or prompt) for the benchmark, and every
+    count would read 0 without a word. `label` names the split or file."""
+    answers = list(answers)
+    missing = sum(a == "" for a in answers) / len(answers) if answers else 0.0
+    if missing <= 0.5:
+        return None
+    return f"{label}: extractor {extractor!r} found no answer in {missing:.0%} of {len(answers)} completions"

@@ -1,0 +1,126 @@
+"""Prompts as problems: the text of a chat-message prompt, a stable key from a problem's text,
+and matching a prompt to the problem it asks, so that files of different tools (or a gold
+file) pair by the problem itself rather than by row numbers.
+
+Tools wrap the same problem in different templates (lighteval's query template, verl's chat
+template, few-shot examples). Texts are compared after `normalise` (Unicode NFKC, runs of
+white space as one space); a prompt matches a problem when it equals it or contains it, the
+problem that ends last winning (few-shot examples come before the question), then the
+longest (not one nested in another). `core` strips what all prompts of one file share (the
+template) so a file's own prompts can serve as problems.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import unicodedata
+
+import numpy as np
+import pandas as pd
+
+from boundary.core.errors import BoundaryError
+
+ANCHOR = 24  # characters of a problem looked up in every prompt before the full containment test
+_SPACE = re.compile(r"\s+")
+
+
+def normalise(text) -> str:
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", str(text))).strip()
+
+
+def text_id(text) -> str:
+    """A stable prompt key from prompt text: the same (normalised) text gets the same id in every file."""
+    return "h" + hashlib.sha1(normalise(text).encode("utf-8")).hexdigest()[:12]
+
+
+def key_by_text(samples: pd.DataFrame, path) -> pd.DataFrame:
+    """prompt_id from the prompt text where the tool gave none (factorised: hashed once per prompt)."""
+    if samples["prompt_id"].notna().all():
+        return samples
+    if samples["prompt"].isna().any():
+        raise BoundaryError(f"{path}: samples without a prompt id or prompt text")
+    codes, uniques = pd.factorize(samples["prompt"])
+    ids = np.array([text_id(t) for t in uniques], dtype=object)
+    return samples.assign(prompt_id=ids[codes])
+
+
+def is_messages(value) -> bool:
+    """A chat-message list ([{role, content}, ...]) as TRL, verl and LiteLLM store prompts."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__") or len(value) == 0:
+        return False
+    return all(isinstance(m, dict) and "content" in m for m in value)
+
+
+def message_text(value, roles=("user",)) -> str:
+    """The text of a chat-message list: its last turn of the given roles (the question of a
+    prompt; the answer of a completion), else its last turn; a string stays as it is."""
+    if not is_messages(value):
+        return value if isinstance(value, str) or value is None else str(value)
+    turns = list(value)
+    chosen = [m for m in turns if m.get("role") in roles] or turns
+    content = chosen[-1].get("content")
+    if is_messages(content) or isinstance(content, (list, np.ndarray)):  # multimodal parts [{type, text}]
+        content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def completion_text(value) -> str:
+    """A completion as text: the assistant turns of a message list (TRL's conversational format)."""
+    if not is_messages(value):
+        return value if isinstance(value, str) or value is None else str(value)
+    parts = [m.get("content") for m in value if m.get("role", "assistant") == "assistant"]
+    return "\n".join(str(p) for p in parts if p is not None)
+
+
+def core(texts) -> list[str]:
+    """Each normalised text without the prefix and suffix that every text of the list shares (a
+    file's template), so what is left lies inside the problem; a text left too short to be
+    specific keeps its whole."""
+    norm = [normalise(t) for t in texts]
+    distinct = set(norm)
+    if len(distinct) < 2:
+        return norm
+    head = os.path.commonprefix(list(distinct))
+    tail = os.path.commonprefix([t[::-1] for t in distinct])
+    out = []
+    for t in norm:
+        cut = t[len(head):len(t) - len(tail)] if len(head) + len(tail) < len(t) else ""
+        out.append(cut.strip() if len(cut.strip()) >= 8 else t)
+    return out
+
+
+class ProblemIndex:
+    """Problems (key -> text) that prompts are matched to: equal normalised text (whole, or its
+    `core` where `cores` is set), else the problem (core) contained in the prompt that ends
+    last, then the longest."""
+
+    def __init__(self, problems: dict, cores: bool = True):
+        keys, texts = list(problems), list(problems.values())
+        inner = core(texts) if cores else [normalise(t) for t in texts]
+        self.exact, self.anchors, self.short = {}, {}, []
+        for key, text, t in zip(keys, texts, inner):
+            if not t:
+                continue
+            self.exact.setdefault(normalise(text), key)
+            self.exact.setdefault(t, key)
+            if len(t) < ANCHOR:
+                self.short.append((t, key))
+            else:
+                mid = (len(t) - ANCHOR) // 2  # the middle: a template's start is shared by many
+                self.anchors.setdefault(t[mid:mid + ANCHOR], []).append((t, key))
+
+    def match(self, text):
+        t = normalise(text)
+        exact = self.exact.get(t)
+        if exact is not None:
+            return exact
+        candidates = list(self.short)
+        for i in range(len(t) - ANCHOR + 1):
+            candidates += self.anchors.get(t[i:i + ANCHOR], ())
+        found = [(t.rfind(p) + len(p), len(p), key) for p, key in candidates if p in t]
+        return max(found, key=lambda f: f[:2])[2] if found else None
+
+    def __len__(self):
+        return len(self.exact)
