@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from boundary.core.errors import BoundaryError
-from boundary.training.gate import build_mask, main, soft_weight
+from boundary.stages.masks import main
+from boundary.training.gate import build_mask, soft_weight
 
 
 def draws_from(successes_by_epoch: dict[str, list[list[bool]]]) -> pd.DataFrame:

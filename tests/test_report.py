@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary.analysis import report
+from boundary.analysis import report_settings
 from boundary.core.errors import BoundaryError
 from boundary.core.passk import add_pass_at_k
+from boundary.stages import report
 from boundary.stages.evaluate import counts_from_samples
 
 KS = [1, 4, 16, 64]
@@ -87,11 +88,11 @@ def built(tmp_path_factory):
 
 
 def test_every_declared_output_exists(built):
-    s = report.load_settings(json.dumps(SETTINGS))
-    for name in report.table_names(s):
+    s = report_settings.load_settings(json.dumps(SETTINGS))
+    for name in report_settings.table_names(s):
         for ext in ("tex", "md", "csv"):
             assert (built / "tables" / f"{name}.{ext}").exists(), name
-    for name in report.figure_names(s):
+    for name in report_settings.figure_names(s):
         for ext in ("pdf", "png"):
             assert (built / "figures" / f"{name}.{ext}").stat().st_size > 0, name
     assert not list(built.glob(".report.*"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from boundary.analysis.diagnose import publish
-from boundary.analysis.report import build, load_settings
+from boundary.analysis.report import build
+from boundary.analysis.report_settings import load_settings
 from boundary.core.artifacts import scratch_dir
 from boundary.core.options import ArgumentParser
 
