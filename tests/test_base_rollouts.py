@@ -11,6 +11,7 @@ import pytest
 from test_train import SETTINGS, G, P, alternate, make_trainer, model_dir, scheduled_batch, split  # noqa: F401
 
 from boundary.core.errors import BoundaryError
+from boundary.stages import base_rollouts as base_rollouts_stage
 from boundary.training import base_rollouts
 from boundary.training.schedule import ActionSampler, step_weights
 from boundary.training.trainer import GENERATION_METRICS
@@ -47,7 +48,7 @@ def stage_inputs(model_dir, split, tmp_path_factory):
 
 def run_stage(model_dir, root, out, shard="0/1", **override):
     settings = {**SETTINGS, **SUPPORT, **override}
-    base_rollouts.main(["--model", str(model_dir), "--train-split", str(root / "train.parquet"),
+    base_rollouts_stage.main(["--model", str(model_dir), "--train-split", str(root / "train.parquet"),
                         "--mask", str(root / "mask.parquet"), "--settings", json.dumps(settings),
                         "--seed", "0", "--shard", shard, "--out", str(out)])
     return pd.read_parquet(out)

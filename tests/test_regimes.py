@@ -8,6 +8,7 @@ import pytest
 
 from boundary.analysis import regimes as rg
 from boundary.core.errors import BoundaryError
+from boundary.stages import regimes as regimes_stage
 
 
 def paper_label(p, easy=0.6, boundary=0.10, K=256, cmin=0.4):
@@ -56,7 +57,7 @@ def test_cli_writes_regimes_parquet(tmp_path):
         completion="x", answer="", entropy=0.5, n_tokens=3)
     cal.to_parquet(tmp_path / "cal.parquet")
     (tmp_path / "s.json").write_text(json.dumps({"easy": 0.6, "boundary": 0.10, "coverage_k": 256, "coverage_min": 0.4}))
-    rg.main(["--calibration", str(tmp_path / "cal.parquet"), "--settings", str(tmp_path / "s.json"),
+    regimes_stage.main(["--calibration", str(tmp_path / "cal.parquet"), "--settings", str(tmp_path / "s.json"),
              "--out", str(tmp_path / "regimes" / "regimes.parquet")])
     out = pd.read_parquet(tmp_path / "regimes" / "regimes.parquet").set_index("prompt_id")
     assert out.loc["a", "c"] == 3 and out.loc["a", "n"] == 256

@@ -133,14 +133,18 @@ class BaseRolloutSupply:
     nothing can be drawn here); `prompt_ids()` every train prompt's token ids.
     """
 
-    def __init__(self, files, plan_blocks: list[Block], batches, num_generations: int, seed: int,
-                 refresh_steps: int, sampler, prompt_ids):
+    def __init__(self, files, num_generations: int, seed: int, refresh_steps: int, sampler, prompt_ids):
         self.files = list(files or [])
-        self.blocks, self.batches = plan_blocks, batches
+        self.blocks: list[Block] = []  # the run's base rollouts, as `plan` cuts them
+        self.batches: list[list[int]] | None = None  # every step's prompt rows
         self.num_generations, self.seed, self.refresh_steps = num_generations, seed, refresh_steps
         self._sampler, self._prompt_ids = sampler, prompt_ids
         self._tokens: tuple | None = None  # (ids, hashes) of every train prompt, drawn in place
         self._epoch: tuple[int, dict] | None = None  # (epoch, {(step, position): rollout})
+
+    def schedule(self, batches: list[list[int]], blocks: list[Block]) -> None:
+        """The run's schedule, once the trainer's sampler has made it."""
+        self.batches, self.blocks = batches, blocks
 
     def source(self) -> str:
         return ", ".join(map(str, self.files)) or "base rollouts drawn in place"

@@ -146,7 +146,11 @@ class PBATrainer(GRPOTrainer):
         self._drawn_logps: list | None = None  # per row: base log-probs from its draw, if any
         self._pre_drawn = list(base_rollouts or [])  # the base_rollouts stage's files
         self._batches: list[list[int]] | None = None  # every step's prompt rows (the schedule)
-        self._supply: BaseRolloutSupply | None = None  # base rollouts of base-sampled anchors
+        self._supply = None  # the frozen-base rollouts of anchored rows (base-sampled anchors)
+        if anchoring and cfg.anchor in BASE_SAMPLED:
+            self._supply = BaseRolloutSupply(
+                self._pre_drawn, self.num_generations, cfg.seed, cfg.refresh_steps, self._base_sampler,
+                lambda: base_rollouts.tokenize(self.processing_class, self.train_dataset["prompt"]))
         self._surrogate_logps = None
         self._rewards = None
         self._stats: dict[str, list[float]] = {}  # this generation batch's (sum, count) metrics
@@ -156,14 +160,11 @@ class PBATrainer(GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         sampler = action_sampler(self.args, self.anchor_weights)
         self._batches = sampler.schedule  # every step's prompts, for the base rollouts
-        if self.anchoring and self.args.anchor in BASE_SAMPLED:
+        if self._supply is not None:
             size = self.args.base_generation_batch_size or self.args.generation_batch_size
-            blocks = base_rollouts.plan(self._batches, self.anchor_weights, self.num_generations,
-                                        self.args.refresh_steps, self.args.seed, size)
-            self._supply = BaseRolloutSupply(
-                self._pre_drawn, blocks, self._batches, self.num_generations, self.args.seed,
-                self.args.refresh_steps, self._base_sampler,
-                lambda: base_rollouts.tokenize(self.processing_class, self.train_dataset["prompt"]))
+            self._supply.schedule(self._batches, base_rollouts.plan(
+                self._batches, self.anchor_weights, self.num_generations, self.args.refresh_steps,
+                self.args.seed, size))
         return sampler
 
     # --- rollouts: per-prompt actions, rollout source, frozen-base log-probs ---------------
@@ -268,7 +269,7 @@ class PBATrainer(GRPOTrainer):
         completions, logprobs = [None] * n, [None] * n
         start = time.perf_counter()
         supply = self._supply
-        drawn = supply.rollouts(step, self._local_slice()) if supply and self._batches is not None else {}
+        drawn = supply.rollouts(step, self._local_slice()) if self._batches is not None else {}
         self._add_stat("base_draw_seconds", time.perf_counter() - start)
         first = self._local_slice().start if self._batches is not None else None
         hashes: dict[tuple, int] = {}  # a prompt's G rows share one hash
@@ -296,8 +297,6 @@ class PBATrainer(GRPOTrainer):
         missing = [i for i, b in enumerate(from_base) if b and completions[i] is None]
         self._add_stat("base_rollouts_on_demand", len(missing))
         if missing:
-            if supply is None:
-                raise BoundaryError(f"anchor {self.args.anchor}: no base rollouts for step {step + 1}")
             on_demand = supply.on_demand([prompt_ids[i] for i in missing], step, self.accelerator.process_index)
             for i, c in zip(missing, on_demand):
                 completions[i], logprobs[i] = c.tokens, c.logps
