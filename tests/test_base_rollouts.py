@@ -170,7 +170,7 @@ def test_a_trainer_without_files_draws_the_stage_blocks_in_place(model_dir, spli
     trainer._get_train_sampler()
     drawn = {}
     for step in range(0, SETTINGS["steps"], SETTINGS["refresh_steps"]):
-        drawn.update(trainer._drawn_base_rollouts(step))
+        drawn.update(trainer._supply.rollouts(step, trainer._local_slice()))
     assert sorted(drawn) == sorted(table.index)
     for key, (ids, logps, prompt) in drawn.items():
         assert list(ids) == table.loc[key, "completion_ids"].tolist() and prompt == table.loc[key, "prompt_hash"]

@@ -78,7 +78,7 @@ from boundary.training.anchors import (
     policy_kl,
     support_floor,
 )
-from boundary.training.base_rollouts import BaseRolloutSupply
+from boundary.training.base_rollouts import BaseRolloutSupply, tokenize
 from boundary.training.schedule import ActionSampler, eligible_prompts, step_weights
 from boundary.training.trainer_config import PBAConfig
 
@@ -150,7 +150,7 @@ class PBATrainer(GRPOTrainer):
         if anchoring and cfg.anchor in BASE_SAMPLED:
             self._supply = BaseRolloutSupply(
                 self._pre_drawn, self.num_generations, cfg.seed, cfg.refresh_steps, self._base_sampler,
-                lambda: base_rollouts.tokenize(self.processing_class, self.train_dataset["prompt"]))
+                lambda: tokenize(self.processing_class, self.train_dataset["prompt"]))
         self._surrogate_logps = None
         self._rewards = None
         self._stats: dict[str, list[float]] = {}  # this generation batch's (sum, count) metrics
