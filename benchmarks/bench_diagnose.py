@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from boundary.analysis import diagnose  # noqa: E402
 from boundary.analysis.regimes import label_counts  # noqa: E402
+from boundary.readers.counts import load_counts  # noqa: E402
 
 
 def make_inputs(folder: Path, prompts: int, runs: int, n: int = 256, seed: int = 0) -> list[str]:
@@ -82,13 +83,13 @@ def main() -> None:
         diagnose.main(cli + ["--out", str(tmp / "warm"), "--resamples", "10"])
         full = best_of(args.repeat, lambda: diagnose.main(cli + ["--out", str(tmp / "out")]))
         nofig = best_of(args.repeat, lambda: diagnose.main(cli + ["--no-figures", "--out", str(tmp / "out2")]))
-        base = diagnose.load_counts(tmp / "base.parquet")
+        base = load_counts(tmp / "base.parquet")
         runs = {}
         for spec in cli:
             if "=" in spec and ":" in spec.split("=")[0]:
                 name, seed, path = diagnose.parse_run(spec)
-                runs[(name, seed)] = diagnose.load_counts(path)
-        regimes = label_counts(diagnose.load_counts(tmp / "calibration.parquet"))
+                runs[(name, seed)] = load_counts(path)
+        regimes = label_counts(load_counts(tmp / "calibration.parquet"))
         analysis = best_of(args.repeat, lambda: diagnose.analyse(base, runs, regimes, resamples=args.resamples,
                                                                  pairs=[("pba", "grpo")]))
         plain = best_of(args.repeat, lambda: diagnose.analyse(base, runs, regimes, resamples=args.resamples,

@@ -7,7 +7,8 @@ Two files of the same samples are written to a temp folder: plain samples (promp
 completion, correct) and a verl validation dump (input, output, gts, score, step, reward,
 acc, pred: every sample keyed by its prompt text). Completions are 150-250 characters. Each is
 read with `boundary.readers.read` (detection, parsing, verdicts, grouping into n and c,
-validation), best of --repeat, wall and CPU time.
+validation), best of --repeat, wall and CPU time. Last, pairing by problem: --prompts problems
+under two templates in another order, matched with `boundary.readers.pair`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
@@ -75,6 +77,24 @@ def main() -> None:
             assert int(run.counts["n"].sum()) == args.rows
             mb = path.stat().st_size / 2**20
             print(f"  {label:<20}{mb:8.0f}{wall:7.2f}s{cpu:7.2f}s{args.rows / wall:12,.0f}")
+        base, other, truth = two_templates(args.prompts)
+        wall, cpu, paired = best_of(args.repeat, lambda: readers.pair([base, other], ["base", "other"]))
+        assert list(paired[1].counts["prompt_id"]) == [truth[p] for p in other.counts["prompt_id"]]
+        print(f"  {'pair by problem':<20}{'':>8}{wall:7.2f}s{cpu:7.2f}s   ({args.prompts} prompts, two templates)")
+
+
+def two_templates(prompts: int, seed: int = 0):
+    """The same problems (40 random words each) under a lighteval-style and a verl-style
+    template, in another order: (base run, other run, other id -> base id)."""
+    rng = np.random.default_rng(seed)
+    words = np.array("the sum of a and b is prime find all real x such that its square exceeds ten".split())
+    problems = [" ".join(rng.choice(words, 40)) + f" ({i})?" for i in range(prompts)]
+    order = rng.permutation(prompts)
+    base = {f"b{i}": f"Solve the following problem.\n\n{q}" for i, q in enumerate(problems)}
+    other = {f"o{j}": f"{problems[i]} Let's think step by step." for j, i in enumerate(order)}
+    run = lambda texts: readers.RunData(pd.DataFrame({"prompt_id": list(texts), "n": 4, "c": 1}), "samples", None,
+                                        texts, "text")
+    return run(base), run(other), {f"o{j}": f"b{i}" for j, i in enumerate(order)}
 
 
 if __name__ == "__main__":

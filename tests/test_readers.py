@@ -59,6 +59,7 @@ def test_verl_dump_folder_reads_latest_or_given_step(capsys):
     # Each input its own step: DIR@step=N overrides --step.
     assert counts_of(readers.read(f"{FIX / 'verl_dumps'}@step=5", options=readers.Options(step=12)),
                      by_text(CHAT)) == {"add": 0, "mul": 0, "frac": 0}
+    assert readers.read(f"{FIX / 'verl_dumps'}/@step=5").counts["c"].sum() == 0
     with pytest.raises(BoundaryError, match="@step= selects a step of a folder"):
         readers.read(f"{FIX / 'verl_dumps' / '12.jsonl'}@step=5")
 
@@ -79,6 +80,15 @@ def test_verl_generation_graded_on_its_own_ground_truth():
     assert counts_of(run, by_text(VERL_USER)) == TRUE  # the user message keys the prompt, not extra_info.index
     assert run.problems[text_id(VERL_USER.format(PROBLEMS["add"]))] == VERL_USER.format(PROBLEMS["add"])
     assert run.keyed_by == "text"
+
+
+def test_a_problem_twice_in_verl_generation_is_pooled(tmp_path):
+    """Without row ids a problem asked twice is one prompt: its responses pool (n = 8)."""
+    df = pd.read_parquet(FIX / "verl_generation.parquet")
+    pd.concat([df, df.iloc[:1]], ignore_index=True).to_parquet(tmp_path / "g.parquet")
+    run = readers.read(tmp_path / "g.parquet", options=readers.Options(verify_workers=1))
+    add = run.counts.set_index("prompt_id").loc[text_id(VERL_USER.format(PROBLEMS["add"]))]
+    assert (add["n"], add["c"]) == (8, 6)
 
 
 def test_lighteval_counts_from_the_metric_new_and_old():
@@ -136,6 +146,16 @@ def test_trl_conversational_prompts_and_completions(tmp_path):
         assert run.samples["completion"].iloc[0] == "2 + 3 = 5, so \\boxed{5}."
 
 
+def test_row_number_ids_beside_text_are_not_ids(tmp_path):
+    """A samples file's id / idx / index column beside prompt text is most often a row number:
+    the text keys the prompt; a prompt_id column is the tool's own id."""
+    rows = [{"index": i, "prompt": q, "completion": "x", "correct": True} for i, q in enumerate(PROBLEMS.values())]
+    pd.DataFrame(rows).to_json(tmp_path / "s.jsonl", orient="records", lines=True)
+    run = readers.read(tmp_path / "s.jsonl")
+    assert run.keyed_by == "text" and set(run.counts["prompt_id"]) == {text_id(q) for q in PROBLEMS.values()}
+    assert readers.read(FIX / "samples_wide.parquet").keyed_by == "prompt_id"
+
+
 def test_verl_dump_before_gts():
     """verl v0.4.1 / v0.5.0 dumps carry no gts: read the same."""
     assert readers.detect(FIX / "verl_v050") == "verl"
@@ -184,6 +204,18 @@ def test_regrading_against_gold_gives_the_true_counts_in_every_format(path, grad
     assert counts_of(run) == TRUE  # the hacked reward is overruled; prompts keyed by the gold ids
     assert run.problems["mul"] == PROBLEMS["mul"]
     assert run.samples["answer"].notna().all()
+
+
+def test_base_and_policy_from_one_dump_folder(tmp_path):
+    """Each input its own step: the base at step 5 and the policy at step 12 of one folder."""
+    from boundary.analysis import diagnose as dg
+
+    dumps = FIX / "verl_dumps"
+    dg.main(["--base", f"{dumps}@step=5", "--trained", f"grpo:0={dumps}@step=12", "--ks", "1,4", "--coverage-k", "4",
+             "--resamples", "50", "--no-figures", "--out", str(tmp_path / "o")])
+    prompts = pd.read_csv(tmp_path / "o" / "prompts.csv")
+    trained = prompts[prompts["method"] == "grpo"]
+    assert trained["base_c"].sum() == 0 and sorted(trained["c"]) == [0, 1, 4]  # 2 gained, none lost
 
 
 def test_tools_whose_ids_collide_pair_by_problem(tmp_path):
@@ -243,6 +275,12 @@ def test_pairing_refusals_are_one_line(tmp_path):
         other, orient="records", lines=True)
     with pytest.raises(BoundaryError, match="o.jsonl: 1 prompt.s. match no problem of dumps"):
         readers.pair([verl_run, readers.read(other)], ["dumps", str(other)])
+    twice = tmp_path / "t.jsonl"
+    pd.DataFrame({"prompt": [f"Warm-up. {PROBLEMS['add']}", f"{PROBLEMS['add']} Twice.", PROBLEMS["mul"],
+                             PROBLEMS["frac"]], "completion": "a", "correct": True}).to_json(
+        twice, orient="records", lines=True)
+    with pytest.raises(BoundaryError, match="t.jsonl: two prompts match one problem of dumps"):
+        readers.pair([verl_run, readers.read(twice)], ["dumps", str(twice)])
 
 
 def test_extractor_that_finds_nothing_warns(tmp_path, capsys):

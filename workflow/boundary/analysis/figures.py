@@ -354,8 +354,9 @@ def attribution_bars(diag, view, folder: Path, name: str = "attribution") -> lis
                 ax.bar(x, v, 0.65, bottom=base, color=colours[part], label=part, lw=0)
                 up, down = up + np.clip(v, 0, None), down + np.clip(v, None, 0)
             tot = sub[(sub["regime"] == "all") & (sub["cell"] == "all")].set_index("k").reindex(diag.ks)
-            ax.errorbar(x, 100 * tot["value"], yerr=[100 * (tot["value"] - tot["boot_low"]),
-                                                     100 * (tot["boot_high"] - tot["value"])],
+            # clipped: a run equal to the base has a [0, 0] interval a rounding error outside its 0
+            ax.errorbar(x, 100 * tot["value"], yerr=np.clip([100 * (tot["value"] - tot["boot_low"]),
+                                                             100 * (tot["boot_high"] - tot["value"])], 0, None),
                         fmt="o", color="black", ms=3, capsize=2, lw=0.8, label="total")
             ax.axhline(0, color=GRAY, lw=0.6)
             ax.set_xticks(x, [f"p@{k}" for k in diag.ks])

@@ -51,12 +51,13 @@ class Grader:
         if "prompt_id" not in gold.columns and not texts:
             raise BoundaryError(f"{path}: needs prompt_id or problem text (problem or prompt) beside answer")
         by_text = "prompt_id" not in gold.columns
-        if by_text:
+        if by_text:  # a problem asked twice with one answer is one prompt (the readers pool its samples)
             gold["prompt_id"] = [text_id(t) for t in gold[texts[0]]]
+            gold = gold.drop_duplicates(["prompt_id", "answer"])
         gold["prompt_id"] = gold["prompt_id"].astype(str)
         if gold["prompt_id"].duplicated().any():
             raise BoundaryError(f"{path}: duplicate prompt_id {gold.loc[gold['prompt_id'].duplicated(), 'prompt_id'].iloc[0]}"
-                                + (" (the same problem text twice)" if by_text else ""))
+                                + (" (the same problem text with two answers)" if by_text else ""))
         if gold["answer"].isna().any():
             raise BoundaryError(f"{path}: empty answer for prompt_id {gold.loc[gold['answer'].isna(), 'prompt_id'].iloc[0]}")
         self.path, self.extractor, self.regrade = path, extractor, regrade

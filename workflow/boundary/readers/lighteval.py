@@ -18,7 +18,7 @@ verdict. With --gold the texts are graded with the project's verifier. Without i
 from the metric that covers all the texts: an unbiased pass@k ("pass@k:k=K&n=N",
 "avg@n:n=N", "[math_|gpqa_]pass@K:N_samples") whose N equals the texts' count (no N: all
 texts), inverted to the count whose estimator equals the value (exact for k = 1, c = N x
-value). lighteval 0.13 keeps the task's default n in the key when the run asks `task@n=32`
+value). lighteval 0.11 to 0.13 keep the task's default n in the key when a run asks `task@n=32`
 (the metric is re-parametrised after its name was made), so "pass@k:k=1&n=1" can hold a
 value over 32 texts: read as such when its values are not multiples of 1/N (with a warning).
 Any other file is refused with one line asking for --gold.
@@ -130,12 +130,12 @@ def tool_counts(metrics: list[dict], lengths: np.ndarray, path) -> np.ndarray:
     if not covering:
         have = ", ".join(names[:4]) or "no pass@k metric"
         raise BoundaryError(f"{path}: {int(lengths.max())} texts per document, but no metric covers them all "
-                            f"({have}); give --gold FILE to grade the texts")
+                            f"({have}); give --gold FILE (without --keep-scores) to grade the texts")
     name = covering[0]
     k = specs[name][0]
     if renamed:
         warn(f"{path}: metric {name!r} holds values over all {int(lengths.max())} texts per document (lighteval "
-             f"0.13 keeps the task's n in the key when a run asks task@n=N): c = texts x value; --gold re-grades")
+             f"0.11 to 0.13 keep the task's n in the key when a run asks task@n=N): c = texts x value; --gold re-grades")
     if k > 1:
         ones = int((values[name] >= 1.0).sum())
         if ones:  # every c >= n - k + 1 gives 1

@@ -1,5 +1,5 @@
 """OpenRLHF's outputs (OpenRLHF/OpenRLHF, read from openrlhf/cli/batch_inference.py and
-openrlhf/utils/processor.py at v0.9.5, and openrlhf/trainer/ppo_trainer.py at v0.9.5 and
+openrlhf/utils/processor.py at v0.6.0, v0.8.0 and v0.9.5 (the same lines), and openrlhf/trainer/ppo_trainer.py at v0.9.5 and
 v0.11):
 
 - batch inference JSONL (`python -m openrlhf.cli.batch_inference --output_path`, up to

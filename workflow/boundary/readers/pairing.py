@@ -3,15 +3,17 @@ cannot be trusted to name the same problem in every file.
 
 Each input is keyed by the tool's own prompt ids ("prompt_id"), by the gold file's ids
 ("gold"), or by its prompt text ("text": lighteval's and verl's ids are row numbers, verl's
-dumps and OpenRLHF's files have none). When every input carries ids of one kind, ids pair
-them, and where two inputs both hold the text under one id the texts must ask the same
-problem, else the input is refused. Otherwise every input's prompts are matched to the base's
+dumps and OpenRLHF's files have none). When no input is keyed by text, ids pair them, and
+where two inputs both hold a text under one id the texts must ask the same problem, else the
+input is refused. Otherwise every input's prompts are matched to the base's
 by problem text (`problems.ProblemIndex`, both ways: the base's problem inside the input's
 prompt, or the input's inside the base's, templates stripped by `problems.core`), and take
 the base's ids; a prompt that matches none, or two prompts that match one, is refused.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from boundary.core.errors import BoundaryError
 from boundary.readers.problems import ProblemIndex, core, normalise
@@ -38,32 +40,21 @@ def _to_base(base, run, name: str, base_name: str) -> dict:
     if not run.problems or len(run.problems) < len(run.counts):
         raise BoundaryError(f"{name}: keyed by prompt_id only (no prompt text), while {base_name} must be paired "
                             f"by problem text; give --gold FILE (prompt_id, problem, answer) to key both")
-    forward = ProblemIndex(base.problems)    # the base's problem inside the run's prompt
-    backward = ProblemIndex(run.problems)    # the run's problem inside the base's prompt
+    forward = ProblemIndex(base.problems)  # the base's problem inside the run's prompt
     found = {pid: forward.match(text) for pid, text in run.problems.items()}
-    missing = [p for p, b in found.items() if b is None]
-    if missing:
-        back = {}
+    if None in found.values():  # the run's problem inside the base's prompt
+        backward, back = ProblemIndex(run.problems), {}
         for bid, text in base.problems.items():
-            rid = backward.match(text)
-            if rid is not None:
-                back.setdefault(rid, bid)
-        for p in missing:
-            found[p] = back.get(p)
+            back.setdefault(backward.match(text), bid)
+        found = {pid: b if b is not None else back.get(pid) for pid, b in found.items()}
     lost = [p for p, b in found.items() if b is None]
     if lost:
         raise BoundaryError(f"{name}: {len(lost)} prompt(s) match no problem of {base_name} "
                             f"(e.g. {str(run.problems[lost[0]])[:60]!r}); are they the same benchmark?")
-    targets = list(found.values())
-    if len(set(targets)) < len(targets):
-        seen, twice = set(), None
-        for b in targets:
-            if b in seen:
-                twice = b
-                break
-            seen.add(b)
+    twice = [b for b, times in Counter(found.values()).items() if times > 1]
+    if twice:
         raise BoundaryError(f"{name}: two prompts match one problem of {base_name} "
-                            f"({str(base.problems[twice])[:60]!r}); the texts disagree, pairing them would guess")
+                            f"({str(base.problems[twice[0]])[:60]!r}); the texts disagree, pairing them would guess")
     return found
 
 

@@ -53,16 +53,16 @@ def is_messages(value) -> bool:
     return all(isinstance(m, dict) and "content" in m for m in value)
 
 
-def message_text(value, roles=("user",)) -> str:
-    """The text of a chat-message list: its last turn of the given roles (the question of a
-    prompt; the answer of a completion), else its last turn; a string stays as it is."""
+def message_text(value) -> str:
+    """The question of a chat-message prompt: its last user turn, else its last turn; a string
+    stays as it is."""
     if not is_messages(value):
         return value if isinstance(value, str) or value is None else str(value)
     turns = list(value)
-    chosen = [m for m in turns if m.get("role") in roles] or turns
+    chosen = [m for m in turns if m.get("role") == "user"] or turns
     content = chosen[-1].get("content")
-    if is_messages(content) or isinstance(content, (list, np.ndarray)):  # multimodal parts [{type, text}]
-        content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    if isinstance(content, (list, tuple, np.ndarray)):  # multimodal parts [{type, text}, {type, image}]
+        content = " ".join(str(p["text"]) for p in content if isinstance(p, dict) and p.get("text"))
     return "" if content is None else str(content)
 
 
