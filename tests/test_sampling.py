@@ -11,7 +11,8 @@ from conftest import ROOT
 from scipy import stats
 
 from boundary.sampling.hf import generate, teacher_forced
-from boundary.sampling.nucleus import nucleus_probs, sample_step
+from boundary.sampling.nucleus import BLOCK, nucleus_probs, sample_step
+from boundary.sampling.streams import row_keys, uniforms
 
 
 def test_nucleus_rule_matches_hf_top_p_warper():
@@ -35,8 +36,9 @@ def test_sampled_tokens_follow_the_truncated_distribution(top_p):
     expected = nucleus_probs(probs, top_p)[0] if top_p < 1 else probs[0]
     expected = (expected / expected.sum()).double().numpy()
     expected /= expected.sum()
-    gen = torch.Generator().manual_seed(7)
-    token, entropy, _ = sample_step(logits.expand(draws, -1), temperature, top_p, gen)
+    keys = row_keys(7, [[0]] * draws)  # draws independent rows, each at its first token
+    token, entropy, _ = sample_step(logits.expand(draws, -1), temperature, top_p, keys,
+                                    torch.zeros(draws, dtype=torch.long))
     counts = np.bincount(token.numpy(), minlength=12)
     support = expected > 0
     assert counts[~support].sum() == 0  # nothing outside the nucleus, ever
@@ -44,6 +46,38 @@ def test_sampled_tokens_follow_the_truncated_distribution(top_p):
     assert p_value > 1e-3
     exact = -(probs * probs.log()).sum()
     assert torch.allclose(entropy, exact.expand(draws), atol=1e-5)
+
+
+def test_two_level_draw_is_exact_over_a_vocabulary_of_several_blocks():
+    """A vocabulary of 3.5 blocks (padded), probabilities spread over 10 decades: chi-square
+    on the tokens, and the rare tokens' total share matches theirs (an fp32 running sum over
+    the vocabulary would bias it)."""
+    vocab, draws = 3 * BLOCK + BLOCK // 2, 200_000
+    torch.manual_seed(2)
+    logits = torch.randn(1, vocab) * 4
+    logits[0, :8] += 12  # a few tokens hold most of the mass, as in a real next-token distribution
+    probs = torch.softmax(logits.double(), -1)[0]
+    token, _, _ = sample_step(logits.expand(draws, -1), 1.0, 1.0, row_keys(11, [[1]] * draws),
+                              torch.zeros(draws, dtype=torch.long))
+    counts = np.bincount(token.numpy(), minlength=vocab)
+    top = probs.argsort(descending=True)[:20].numpy()
+    rest = np.setdiff1d(np.arange(vocab), top)
+    observed = np.append(counts[top], counts[rest].sum())
+    expected = np.append(probs[top].numpy(), probs[rest].sum().item()) * draws
+    _, p_value = stats.chisquare(observed, expected)
+    assert p_value > 1e-3
+
+
+def test_streams_are_uniform_and_keyed_by_seed_prompt_and_sample():
+    keys = row_keys(0, [[5, 6]] * 3 + [[7]] * 2)
+    assert len(set(keys.tolist())) == 5  # every sample of every prompt its own stream
+    assert torch.equal(row_keys(0, [[5, 6], [7], [5, 6]]), keys[[0, 3, 1]])  # k-th repeat is sample k
+    assert torch.equal(row_keys(0, [[7]], samples=[1]), keys[[4]])
+    assert not torch.equal(row_keys(1, [[5, 6]] * 3 + [[7]] * 2), keys)
+    u = uniforms(row_keys(3, [[1]] * 50_000), torch.arange(50_000), 0, 0).numpy()
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+    v = uniforms(row_keys(3, [[1]] * 50_000), torch.arange(50_000), 0, 1).numpy()
+    assert abs(np.corrcoef(u, v)[0, 1]) < 0.02  # lanes (and attempts) are separate draws
 
 
 class _Scripted(torch.nn.Module):
@@ -99,6 +133,37 @@ def test_refilled_batches_sample_what_one_batch_samples(tiny_model_dir):
     alone = [generate(model, [p], stop, tok.pad_token_id, batch_size=1, **kwargs)[0].tokens for p in prompts]
     together = [c.tokens for c in generate(model, prompts, stop, tok.pad_token_id, batch_size=5, **kwargs)]
     assert together == alone
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_the_same_config_draws_the_same_samples_at_any_batch_size(tiny_model_dir, top_p):
+    """A completion's stream depends only on (seed, prompt, sample index): batches of 1, 3 and
+    16 rows (other refills, merges and paddings) draw identical completions at T 1; a prompt's
+    rows differ, and another seed draws other samples."""
+    from boundary.models import load_model
+
+    model, tok = load_model(str(tiny_model_dir))
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6=", "1234+5678="]] * 4
+    kwargs = dict(max_new=8, temperature=1.0, top_p=top_p, seed=5)
+    stop, pad = [tok.eos_token_id], tok.pad_token_id
+    draws = {b: [c.tokens for c in generate(model, prompts, stop, pad, batch_size=b, **kwargs)] for b in (1, 3, 16)}
+    assert draws[1] == draws[3] == draws[16]
+    assert len({tuple(t) for t in draws[1][0::3]}) > 1
+    reordered = generate(model, prompts[::-1], stop, pad, batch_size=5, **kwargs)  # sample k is the k-th repeat
+    assert [c.tokens for c in reordered] == [draws[1][i] for i in _repeat_order(len(prompts), 3)]
+    other = [c.tokens for c in generate(model, prompts, stop, pad, batch_size=16, **{**kwargs, "seed": 6})]
+    assert other != draws[1]
+
+
+def _repeat_order(n, distinct):
+    """For prompts cycling through `distinct` prompts, reversed: the index in the original order
+    of the row that has the same prompt and the same repeat number."""
+    out = []
+    for j in range(n):
+        i = n - 1 - j  # original index of reversed row j
+        prompt, rep_rev = i % distinct, sum(1 for k in range(j) if (n - 1 - k) % distinct == i % distinct)
+        out.append(prompt + distinct * rep_rev)
+    return out
 
 
 def test_a_repeated_prompt_is_prefilled_once_and_its_rows_decode_apart(tiny_model_dir):

@@ -23,6 +23,7 @@ from boundary.core.gpus import jobs_per_gpu
 from boundary.sampling import Completion
 from boundary.sampling.models import load_model, stop_ids
 from boundary.sampling.nucleus import sample_step
+from boundary.sampling.streams import row_keys
 
 REFILL_BELOW = 0.75  # refill when fewer than this share of the seats hold live rows
 COMPACT_AT = 0.25  # drop finished rows from the batch once they are this share of it
@@ -46,6 +47,7 @@ class Active:
     logps: torch.Tensor  # [B, max_new]
     live: torch.Tensor  # [B] bool: still generating
     stopped: torch.Tensor  # [B] bool: ended on a stop id
+    keys: torch.Tensor  # [B] int64: each row's random stream (`streams.row_keys`)
 
     def select(self, keep: torch.Tensor) -> Active:
         self.cache.batch_select_indices(keep)
@@ -58,7 +60,7 @@ class Active:
                 layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
         return Active(self.rows[keep], self.cache, mask, self.pos[keep], self.logits[keep],
                       self.tokens[keep], self.count[keep], self.entropy[keep], self.logps[keep],
-                      self.live[keep], self.stopped[keep])
+                      self.live[keep], self.stopped[keep], self.keys[keep])
 
 
 def _left_pad(x: torch.Tensor, length: int, dim: int) -> torch.Tensor:
@@ -82,11 +84,12 @@ def merge(a: Active | None, b: Active) -> Active:
                   *(torch.cat([x, y]) for x, y in [(a.pos, b.pos), (a.logits, b.logits),
                                                     (a.tokens, b.tokens), (a.count, b.count),
                                                     (a.entropy, b.entropy), (a.logps, b.logps),
-                                                    (a.live, b.live),
-                                                    (a.stopped, b.stopped)]))
+                                                    (a.live, b.live), (a.stopped, b.stopped),
+                                                    (a.keys, b.keys)]))
 
 
-def prefill(model, prompts: list[list[int]], rows: list[int], pad_id: int, max_new: int) -> Active:
+def prefill(model, prompts: list[list[int]], rows: list[int], keys: torch.Tensor, pad_id: int,
+            max_new: int) -> Active:
     """The rows' prompts through the model once, ready to decode. A prompt repeated for n
     samples is run once and its KV cache copied to its n rows: at n = 256 the prompt
     forward passes are 1/256 of running every row (on a CPU they dominate a short eval)."""
@@ -117,7 +120,7 @@ def prefill(model, prompts: list[list[int]], rows: list[int], pad_id: int, max_n
                   torch.zeros(n, dtype=torch.float32, device=device),
                   torch.zeros((n, max_new), dtype=torch.float32, device=device),
                   torch.ones(n, dtype=torch.bool, device=device),
-                  torch.zeros(n, dtype=torch.bool, device=device))
+                  torch.zeros(n, dtype=torch.bool, device=device), keys.to(device))
 
 
 def default_batch_size(model, prompt_len: int, max_new: int) -> int:
@@ -150,15 +153,18 @@ def harvest(active: Active, rows: torch.Tensor, results: list) -> None:
 
 @torch.inference_mode()
 def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, max_new: int,
-             temperature: float, top_p: float, batch_size: int, seed: int, progress=False):
+             temperature: float, top_p: float, batch_size: int, seed: int,
+             samples: list[int] | None = None, progress=False):
     """Sample one completion per prompt (repeat a prompt for n samples): a `Completion` each.
+    Row i draws from the stream of (seed, prompts[i], samples[i]) (`streams.row_keys`; by
+    default a prompt's k-th row is its sample k), so a row's tokens do not depend on the batch.
 
     A finished row stops counting at once but keeps its seat until the batch is compacted:
     every CHECK_EVERY steps, when a quarter of the rows are finished or seats are needed for
     queued rows. Compacting copies the whole KV cache, so doing it per step would cost more
     than the rows it removes."""
     device = model.device
-    generator = torch.Generator(device=device).manual_seed(seed)
+    keys = row_keys(seed, prompts, samples)
     stop_t = torch.tensor(stop, device=device, dtype=torch.long)
     queue = list(range(len(prompts)))
     results: list = [None] * len(prompts)
@@ -177,11 +183,12 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
             busy = 0 if active is None else len(active.rows)
             if queue and busy < REFILL_BELOW * batch_size:
                 take, queue = queue[:batch_size - busy], queue[batch_size - busy:]
-                active = merge(active, prefill(model, [prompts[i] for i in take], take, pad_id, max_new))
+                active = merge(active, prefill(model, [prompts[i] for i in take], take, keys[take], pad_id,
+                                                max_new))
             if active is None:
                 break
         step += 1
-        token, entropy, logp = sample_step(active.logits, temperature, top_p, generator)
+        token, entropy, logp = sample_step(active.logits, temperature, top_p, active.keys, active.count)
         live = active.live
         at = torch.arange(len(token), device=device)
         slot = active.count.clamp(max=max_new - 1)
@@ -219,7 +226,8 @@ def sample(model_path, prompt_ids, prompts, params, log=None):
         batch = default_batch_size(model, max(map(len, encoded), default=1), params.max_new_tokens)
     out = generate(model, [ids for _, _, ids in jobs], stop, pad,
                    max_new=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-                   batch_size=int(batch), seed=params.seed, progress=log is not None)
+                   batch_size=int(batch), seed=params.seed, samples=[i for _, i, _ in jobs],
+                   progress=log is not None)
     texts = tokenizer.batch_decode([c.tokens for c in out], skip_special_tokens=True)
     return pd.DataFrame(
         [(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
