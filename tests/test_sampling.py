@@ -7,10 +7,11 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+import torch.nn.functional as F
 from scipy import stats
 
-from boundary.sampling.hf import generate, teacher_forced
+from conftest import ROOT
+from boundary.sampling.hf import teacher_forced, generate
 from boundary.sampling.nucleus import BLOCK, nucleus_probs, sample_step
 from boundary.sampling.streams import row_keys, uniforms
 
@@ -91,15 +92,30 @@ class _Scripted(torch.nn.Module):
         self.table = table  # [V, V] logits by previous token
         self.config = LlamaConfig(vocab_size=table.shape[0], hidden_size=8, num_hidden_layers=1,
                                   num_attention_heads=1, num_key_value_heads=1)
-        self.device = torch.device("cpu")
+        self.device, self.dtype = torch.device("cpu"), torch.float32
+        self.head = torch.nn.Linear(len(table), len(table), bias=False)
+        self.head.weight.data = table.T.contiguous()  # one-hot hidden state -> that token's row
 
-    def forward(self, input_ids, attention_mask, position_ids, past_key_values, use_cache, logits_to_keep=0):
+    def get_output_embeddings(self):
+        return self.head
+
+    def get_decoder(self):
+        def body(input_ids, position_ids, past_key_values, use_cache):
+            from types import SimpleNamespace
+
+            kv = torch.zeros(*input_ids.shape[:1], 1, input_ids.shape[1], 8)
+            past_key_values.update(kv, kv, 0)
+            return SimpleNamespace(last_hidden_state=F.one_hot(input_ids, len(self.table)).float())
+        return body
+
+    def forward(self, input_ids, position_ids, past_key_values, attention_mask, use_cache, seat_decode):
         from types import SimpleNamespace
 
-        layer_kv = torch.zeros(input_ids.shape[0], 1, input_ids.shape[1], 8)
-        past_key_values.update(layer_kv, layer_kv, 0)
-        assert past_key_values.layers[0].keys.shape[2] == attention_mask.shape[1]
-        return SimpleNamespace(logits=self.table[input_ids[:, -1:]], past_key_values=past_key_values)
+        kv = torch.zeros(input_ids.shape[0], 1, 1, 8)
+        keys, _ = past_key_values.update(kv, kv, 0)
+        assert keys.shape[2] == attention_mask.shape[-1]
+        assert bool((attention_mask[:, 0, 0].sum(-1) == position_ids[:, 0] + 1).all())  # a row sees its own columns
+        return SimpleNamespace(logits=self.table[input_ids[:, -1:]])
 
 
 def test_rows_stop_at_any_stop_id_and_free_their_seats():
@@ -140,7 +156,7 @@ def test_the_same_config_draws_the_same_samples_at_any_batch_size(tiny_model_dir
     """A completion's stream depends only on (seed, prompt, sample index): batches of 1, 3 and
     16 rows (other refills, merges and paddings) draw identical completions at T 1; a prompt's
     rows differ, and another seed draws other samples."""
-    from boundary.models import load_model
+    from boundary.sampling.models import load_model
 
     model, tok = load_model(str(tiny_model_dir))
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6=", "1234+5678="]] * 4
@@ -173,11 +189,15 @@ def test_a_repeated_prompt_is_prefilled_once_and_its_rows_decode_apart(tiny_mode
     from boundary.sampling.models import load_model
 
     model, tok = load_model(str(tiny_model_dir))
-    widths, forward = [], model.forward
-    model.forward = lambda *a, **k: (widths.append(k["input_ids"].shape), forward(*a, **k))[1]
+    body = model.get_decoder()
+    widths, forward = [], body.forward
+    body.forward = lambda *a, **k: (widths.append(k["input_ids"].shape), forward(*a, **k))[1]
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6="]] * 8
-    out = generate(model, prompts, [], tok.pad_token_id, max_new=6, temperature=1.0, top_p=1.0,
-                   batch_size=16, seed=0)
+    try:
+        out = generate(model, prompts, [], tok.pad_token_id, max_new=6, temperature=1.0, top_p=1.0,
+                       batch_size=16, seed=0)
+    finally:
+        del body.forward
     assert widths[0][0] == 2 and all(w == (16, 1) for w in widths[1:])  # one prompt pass, 2 rows
     assert len({tuple(c.tokens) for c in out[0::2]}) > 1  # the 8 rows of a prompt differ
 
@@ -231,8 +251,9 @@ def test_the_sampling_benchmark_runs_at_toy_scale():
 
 
 def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
-    """batch_size auto on a GPU: a third of free memory over one row's cost, capped by the
-    job's share of the device when $BOUNDARY_JOBS_PER_GPU jobs share it."""
+    """batch_size auto on a GPU: MEMORY_SHARE of free memory over one seat's cost (its whole
+    KV cache, allocated up front, and the sampler's buffers), capped by the job's share of the
+    device when $BOUNDARY_JOBS_PER_GPU jobs share it."""
     from types import SimpleNamespace
 
     from transformers import LlamaConfig
@@ -242,12 +263,13 @@ def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
     cfg = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                       vocab_size=1000)
     model = SimpleNamespace(device=torch.device("cuda", 0), config=cfg, dtype=torch.bfloat16)
-    per_row = 2 * 2 * 2 * 16 * 2 * (10 + 90) + 4 * 4 * 1000
-    gib = 2**30
+    columns = 10 + 90 + hf.CHECK_EVERY
+    per_row = 2 * 2 * 2 * 16 * 2 * columns + 10 * 4 * 1000 + 2 * 4 * 4 * columns
+    gib, share = 2**30, hf.MEMORY_SHARE
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.9 * gib), gib))
     monkeypatch.delenv("BOUNDARY_JOBS_PER_GPU", raising=False)
-    assert hf.default_batch_size(model, 10, 90) == min(hf.MAX_BATCH, int(0.9 * gib / 3 / per_row))
+    assert hf.default_batch_size(model, 10, 90) == min(hf.MAX_BATCH, int(int(0.9 * gib) * share / per_row))
     monkeypatch.setenv("BOUNDARY_JOBS_PER_GPU", "4")
-    assert hf.default_batch_size(model, 10, 90) == int(gib / 4 / 3 / per_row)
+    assert hf.default_batch_size(model, 10, 90) == int(gib / 4 * share / per_row)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.2 * gib), gib))
-    assert hf.default_batch_size(model, 10, 90) == int(0.2 * gib / 3 / per_row)  # less free than a share
+    assert hf.default_batch_size(model, 10, 90) == int(int(0.2 * gib) * share / per_row)  # less free than a share
