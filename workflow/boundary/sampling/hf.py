@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from boundary.core.gpus import jobs_per_gpu
 from boundary.sampling.models import load_model, stop_ids
-from boundary.sampling import Completion
+from boundary.sampling import SAMPLE_COLUMNS, Completion, throughput
 from boundary.sampling.nucleus import sample_step
 from boundary.sampling.streams import row_keys
 
@@ -40,6 +40,7 @@ CPU_BATCH = 64  # completions in flight on a CPU: larger batches are no faster t
 MAX_BATCH = 4096
 MEMORY_SHARE = 0.6  # of this job's memory for the seats' KV cache and the sampler's buffers
 ATTENTION = "boundary_seats"
+TEACHER_BATCH = 128  # sequences a teacher-forced forward pass on a GPU
 
 
 def seat_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -314,36 +315,52 @@ def stop_and_pad(model, tokenizer) -> tuple[list[int], int]:
 def sample(model_path, prompt_ids, prompts, params, log=None):
     import pandas as pd
 
+    start = time.perf_counter()
     model, tokenizer = load_model(str(model_path))
+    if log is not None:
+        log(f"sampling (hf): model loaded in {time.perf_counter() - start:.1f} s")
     stop, pad = stop_and_pad(model, tokenizer)
     encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     jobs = [(pid, i, ids) for pid, ids in zip(prompt_ids, encoded) for i in range(params.n)]
     batch = params.batch_size
+    chosen = "set"
     if batch in (None, "auto"):
         batch = default_batch_size(model, max(map(len, encoded), default=1), params.max_new_tokens)
+        chosen = "auto"
+    if model.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(model.device)
+    start = time.perf_counter()
     out = generate(model, [ids for _, _, ids in jobs], stop, pad,
                    max_new=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
                    batch_size=int(batch), seed=params.seed, samples=[i for _, i, _ in jobs],
                    progress=log is not None)
+    if log is not None:
+        log(throughput("hf", sum(len(c.tokens) for c in out), len(out), time.perf_counter() - start,
+                       f"{int(batch)} ({chosen})"))
     texts = tokenizer.batch_decode([c.tokens for c in out], skip_special_tokens=True)
     return pd.DataFrame(
         [(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
          for (pid, i, _), text, c in zip(jobs, texts, out)],
-        columns=["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"])
+        columns=SAMPLE_COLUMNS)
 
 
 @torch.inference_mode()
 def teacher_forced(model, prompts: list[list[int]], completions: list[list[int]], temperature: float,
-                   batch_size: int = 16, positions: int = 64) -> tuple[list[float], list[list[float]]]:
+                   batch_size: int | None = None, positions: int = 64) -> tuple[list[float], list[list[float]]]:
     """Per completion, the mean entropy of softmax(logits / T) over its tokens and each token's
     log-probability under it, by one teacher-forced pass: what `generate` records while
     decoding, for backends that expose no full logits. Logits are made `positions` at a time
-    from the hidden states, never [B, T, V]."""
+    from the hidden states, never [B, T, V]. Sequences go through in order of length (batches
+    of like lengths pad little); batch_size: TEACHER_BATCH on a GPU, 16 on a CPU by default."""
     head, body = model.get_output_embeddings(), model.get_decoder()
-    device, entropies, logps = model.device, [], []
-    for start in range(0, len(prompts), batch_size):
-        chunk = completions[start:start + batch_size]
-        seqs = [p + c for p, c in zip(prompts[start:start + batch_size], chunk)]
+    device = model.device
+    batch_size = batch_size or (TEACHER_BATCH if device.type == "cuda" else 16)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
+    entropies, logps = [0.0] * len(order), [None] * len(order)
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        chunk = [completions[i] for i in index]
+        seqs = [prompts[i] + c for i, c in zip(index, chunk)]
         length = max(map(len, seqs))
         ids = torch.zeros((len(seqs), length), dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -368,6 +385,7 @@ def teacher_forced(model, prompts: list[list[int]], completions: list[list[int]]
             total += (ent * inside).sum(1)
             drawn = ids.gather(1, (cols + 1).clamp(max=length - 1))  # the token each position predicts
             token_logps[:, at] = logp.gather(-1, drawn[..., None]).squeeze(-1) * inside
-        entropies.extend((total / lengths.clamp(min=1)).tolist())
-        logps.extend(row[:n] for row, n in zip(token_logps.tolist(), lengths.tolist()))
+        for i, h, row, n in zip(index, (total / lengths.clamp(min=1)).tolist(), token_logps.tolist(),
+                                lengths.tolist()):
+            entropies[i], logps[i] = h, row[:n]
     return entropies, logps

@@ -6,13 +6,14 @@ cache and the evaluation counts are produced by identical sampling and verificat
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 import pandas as pd
 
-from boundary.core.errors import BoundaryError
+from boundary.errors import BoundaryError
 from boundary.sampling import SamplingParams, sample
-from boundary.tasks.verify import Verifier, score_samples, unextracted_warning
+from boundary.verify import Verifier, score_samples
 
 
 def parse_shard(shard: str | None) -> tuple[int, int]:
@@ -42,10 +43,13 @@ def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
     warning naming the split (`label`) when most completions have no extractable answer."""
     prompts = split["prompt"] if "prompt" in split else split["problem"]
     samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log)
+    start = time.perf_counter()
     samples = score_samples(samples, dict(zip(split["prompt_id"], split["answer"])), extractor, verifier)
-    message = unextracted_warning(samples["answer"], extractor, label)
-    if message:
-        log(f"warning: {message}")
+    log(f"verify: {len(samples):,} completions in {time.perf_counter() - start:.1f} s")
+    missing = (samples["answer"] == "").mean() if len(samples) else 0.0
+    if missing > 0.5:  # most likely the wrong extractor (or prompt) for this benchmark
+        log(f"warning: {label}: extractor {extractor!r} found no answer in {missing:.0%} of "
+            f"{len(samples)} completions")
     return samples
 
 
