@@ -57,9 +57,11 @@ def _shut_down(llm) -> None:
 
 
 def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, temperature: float,
-             top_p: float, seed: int, progress: bool = False, log=None) -> list[list[Completion]]:
+             top_p: float, seed: int, progress: bool = False, log=None,
+             timings: dict | None = None) -> list[list[Completion]]:
     """n completions of each token-id prompt, as `hf.generate`'s `Completion`s: entropy and
-    token log-probs from one teacher-forced pass once the engine is shut down."""
+    token log-probs from one teacher-forced pass once the engine is shut down. `timings`, a
+    dict, receives the seconds of the engine start, the generation and the entropy pass."""
     from vllm import SamplingParams
 
     from boundary.sampling.hf import teacher_forced
@@ -68,20 +70,23 @@ def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, 
     say = log or (lambda _: None)
     start = time.perf_counter()
     llm = _engine(str(model_path), seed, max(map(len, prompts)) + max_new)
-    say(f"sampling (vllm): engine started in {time.perf_counter() - start:.1f} s")
+    timings = {} if timings is None else timings
+    timings["start"] = time.perf_counter() - start
+    say(f"sampling (vllm): engine started in {timings['start']:.1f} s")
     sp = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new)
     start = time.perf_counter()
     results = llm.generate([{"prompt_token_ids": ids} for ids in prompts], sp, use_tqdm=progress)
     drawn = [(ids, list(c.token_ids), "stop" if c.finish_reason == "stop" else "length")
              for ids, result in zip(prompts, results) for c in result.outputs]
-    say(throughput("vllm", sum(len(d[1]) for d in drawn), len(drawn), time.perf_counter() - start,
-                   "engine's own"))
+    timings["generate"] = time.perf_counter() - start
+    say(throughput("vllm", sum(len(d[1]) for d in drawn), len(drawn), timings["generate"], "engine's own"))
     _shut_down(llm)
     start = time.perf_counter()
     model, _ = load_model(str(model_path))
     entropy, logps = teacher_forced(model, [d[0] for d in drawn], [d[1] for d in drawn], temperature)
+    timings["entropy"] = time.perf_counter() - start
     say(f"sampling (vllm): teacher-forced entropy of {len(drawn):,} completions in "
-        f"{time.perf_counter() - start:.1f} s (model load included)")
+        f"{timings['entropy']:.1f} s (model load included)")
     flat = [Completion(t, reason, h, lp) for (_, t, reason), h, lp in zip(drawn, entropy, logps)]
     return [flat[i:i + n] for i in range(0, len(flat), n)]
 
