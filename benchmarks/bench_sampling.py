@@ -210,8 +210,8 @@ def synthetic(args, device, dtype, cuda, samplers, bandwidth):
 
 
 def real(args, device, cuda, samplers):
-    from boundary.models import load_model, stop_ids
     from boundary.sampling.hf import stop_and_pad
+    from boundary.sampling.models import load_model, stop_ids
 
     model, tok = load_model(args.real, device=str(device))
     stop, pad = stop_and_pad(model, tok)

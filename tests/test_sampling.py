@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ROOT
 from scipy import stats
 
-from conftest import ROOT
-from boundary.sampling.hf import teacher_forced, generate
+from boundary.sampling.hf import generate, teacher_forced
 from boundary.sampling.nucleus import BLOCK, nucleus_probs, sample_step
 from boundary.sampling.streams import row_keys, uniforms
 

@@ -11,6 +11,11 @@ keyed by (seed, prompt, sample index): the same samples at any batch size (`stre
 
 Every backend logs one throughput line per call (`throughput`): tok/s, completions/s, the
 batch it chose and peak memory.
+
+The package also holds base-model import and loading (models) and sample-and-verify
+(scoring: the one path of calibration, gate draws and evaluation).
+
+May import: core, tasks.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ import torch
 from tqdm import tqdm
 
 from boundary.core.gpus import jobs_per_gpu
-from boundary.sampling.models import load_model, stop_ids
 from boundary.sampling import SAMPLE_COLUMNS, Completion, throughput
+from boundary.sampling.models import load_model, stop_ids
 from boundary.sampling.nucleus import sample_step
 from boundary.sampling.streams import row_keys
 

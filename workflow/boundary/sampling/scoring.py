@@ -11,9 +11,9 @@ from contextlib import contextmanager
 
 import pandas as pd
 
-from boundary.errors import BoundaryError
+from boundary.core.errors import BoundaryError
 from boundary.sampling import SamplingParams, sample
-from boundary.verify import Verifier, score_samples
+from boundary.tasks.verify import Verifier, score_samples, unextracted_warning
 
 
 def parse_shard(shard: str | None) -> tuple[int, int]:
@@ -46,10 +46,9 @@ def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
     start = time.perf_counter()
     samples = score_samples(samples, dict(zip(split["prompt_id"], split["answer"])), extractor, verifier)
     log(f"verify: {len(samples):,} completions in {time.perf_counter() - start:.1f} s")
-    missing = (samples["answer"] == "").mean() if len(samples) else 0.0
-    if missing > 0.5:  # most likely the wrong extractor (or prompt) for this benchmark
-        log(f"warning: {label}: extractor {extractor!r} found no answer in {missing:.0%} of "
-            f"{len(samples)} completions")
+    message = unextracted_warning(samples["answer"], extractor, label)
+    if message:
+        log(f"warning: {message}")
     return samples
 
 

@@ -29,7 +29,7 @@ def _engine(model_path: str, seed: int, max_len: int):
     import torch
     from vllm import LLM
 
-    from boundary.gpus import jobs_per_gpu
+    from boundary.core.gpus import jobs_per_gpu
 
     cpu = not torch.cuda.is_available()
     if not cpu:
