@@ -9,7 +9,8 @@ Synthetic shapes (random bf16 weights, no downloads): SmolLM2-135M (vocab 49,152
 Qwen2.5-0.5B (vocab 151,936). Each draws n completions for each of `--prompts` random prompts
 of `--prompt-len` tokens, `--new` tokens each with no stop id (every row runs to the cap), at
 T 0.6, top-p 0.95 and 1.0. Real workload (`--real`, an imported model folder): the first
-`--prompts` questions of a JSONL file (`--field`) in the model's chat template, n samples each,
+`--prompts` questions of a JSONL file (`--field`) in the model's chat template (when it has
+one), n samples each,
 the model's real stop ids, a `--new` cap (512 on a GPU): completions of varying length, as a
 calibration stage draws them. vllm rows run the vllm backend end to end (engine start and the
 teacher-forced entropy pass reported apart).
@@ -217,8 +218,9 @@ def real(args, device, cuda, samplers):
     stop, pad = stop_and_pad(model, tok)
     with open(args.prompts_file) as fh:
         questions = [json.loads(line)[args.field] for line in fh if line.strip()][:args.prompts or 32]
+    chat = bool(getattr(tok, "chat_template", None))  # as the stage renders prompts (prompt.chat)
     texts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-             for q in questions]
+             if chat else q for q in questions]
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     n = args.n if cuda else min(args.n, 4)
     cap = args.new or (512 if cuda else 32)

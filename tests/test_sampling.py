@@ -250,6 +250,49 @@ def test_the_sampling_benchmark_runs_at_toy_scale():
     assert any(r[:4] == ["smollm2-135m", "stock", "generate", "b4"] for r in rows)
 
 
+def test_the_benchmarks_real_workload_mode_runs_at_toy_scale(tiny_model_dir, tmp_path):
+    """--real: questions from a JSONL, the model's stop ids, hf and stock rows and the hf
+    profile, each row printed as measured."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"question": q}) + "\n" for q in ["12+34=", "5+6=", "7+8="]))
+    run = subprocess.run([sys.executable, "benchmarks/bench_sampling.py", "--cpu", "--shapes", "", "--real",
+                          str(tiny_model_dir), "--prompts-file", str(questions), "--prompts", "2", "--n", "2",
+                          "--new", "4", "--samplers", "hf,stock", "--profile"],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    rows = [line.split() for line in run.stdout.splitlines()]
+    assert any(r[:4] == ["real", "llama", "stock", "generate"] for r in rows), run.stdout
+    assert any(r[:4] == ["real", "llama", "hf", "backend"] and len(r) >= 9 for r in rows), run.stdout
+    assert "hf profile:" in run.stdout and "KV columns read" in run.stdout
+
+
+def test_a_failing_benchmark_row_is_reported_and_the_run_goes_on(capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_sampling
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def out_of_memory():
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    label = dict(shape="real llama", sampler="stock generate b4096", top_p=0.95)
+    assert bench_sampling.measure(label, torch.device("cpu"), out_of_memory, completions=8) is None
+    assert bench_sampling.measure(label, torch.device("cpu"), lambda: 80, completions=8)["tokens"] == 80
+    printed = capsys.readouterr().out
+    assert "stock generate b4096" in printed and "FAILED OutOfMemoryError: CUDA out of memory" in printed
+
+
+def test_a_sampling_call_logs_its_throughput_batch_and_peak_memory(tiny_model_dir):
+    from boundary.sampling import SamplingParams, sample
+
+    lines = []
+    params = SamplingParams(n=3, temperature=1.0, top_p=0.9, max_new_tokens=4, seed=0, batch_size="auto")
+    out = sample(str(tiny_model_dir), ["a", "b"], ["12+34=", "5+6="], params, log=lines.append)
+    assert len(out) == 6
+    line = next(x for x in lines if x.startswith("sampling (hf): 6 completions"))
+    assert "tok/s" in line and "completions/s" in line and "batch 64 (auto)" in line and "peak host memory" in line
+
+
 def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
     """batch_size auto on a GPU: MEMORY_SHARE of free memory over one seat's cost (its whole
     KV cache, allocated up front, and the sampler's buffers), capped by the job's share of the
