@@ -182,6 +182,24 @@ def _repeat_order(n, distinct):
     return out
 
 
+def test_the_seat_cache_decodes_what_transformers_generate_decodes():
+    """Greedy (T -> 0) completions of a model with grouped KV heads (9 query heads on 3), with
+    prompts of different lengths refilled into 2 seats, equal transformers' own greedy
+    `generate` token for token: the seat positions, masks and attention are the model's."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=72, intermediate_size=96, num_hidden_layers=2,
+                                         num_attention_heads=9, num_key_value_heads=3)).eval()
+    prompts = [[5, 17, 33, 2, 9], [40, 41], [7] * 9, [100, 3, 250]]
+    ours = [c.tokens for c in generate(model, prompts, [], 0, max_new=10, temperature=1e-4, top_p=1.0,
+                                       batch_size=2, seed=0)]
+    for p, tokens in zip(prompts, ours):
+        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                             do_sample=False, max_new_tokens=10, min_new_tokens=10, pad_token_id=0)
+        assert tokens == ref[0, len(p):].tolist()
+
+
 def test_a_repeated_prompt_is_prefilled_once_and_its_rows_decode_apart(tiny_model_dir):
     """n samples of a prompt share one prompt forward pass (its KV cache copied per row); the
     refill test above checks they sample what they would alone, this one that the prompt pass
