@@ -227,6 +227,8 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
     Row i draws from the stream of (seed, prompts[i], samples[i]) (`streams.row_keys`; by
     default a prompt's k-th row is its sample k), so a row's tokens do not depend on the batch.
     `profile`, a dict, receives seconds and counts per phase and the KV columns read."""
+    if not prompts:
+        return []
     device = model.device
     if hasattr(model, "set_attn_implementation"):
         use_seat_attention(model)
