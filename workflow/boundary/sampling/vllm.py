@@ -49,16 +49,10 @@ def _engine(model_path: str, seed: int, max_len: int):
 
 
 def _shut_down(llm) -> None:
-    """Stop the engine (its process and GPU memory) before the teacher-forced pass loads the model."""
+    """Stop the engine's core (its process and GPU memory); the caller drops its last reference."""
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if core is not None and hasattr(core, "shutdown"):
         core.shutdown()
-    del llm
-    gc.collect()
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, temperature: float,
@@ -86,6 +80,12 @@ def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, 
     timings["generate"] = time.perf_counter() - start
     say(throughput("vllm", sum(len(d[1]) for d in drawn), len(drawn), timings["generate"], "engine's own"))
     _shut_down(llm)
+    del llm, results  # the engine's memory back before the teacher-forced pass loads the model
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     start = time.perf_counter()
     model, _ = load_model(str(model_path))
     entropy, logps = teacher_forced(model, [d[0] for d in drawn], [d[1] for d in drawn], temperature)
