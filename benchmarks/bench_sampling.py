@@ -1,25 +1,35 @@
-"""Sampling throughput and peak memory: the hf backend against stock `generate`, one process.
+"""Sampling throughput and peak memory: the hf backend against stock `generate` (and vLLM).
 
-    PYTHONPATH=workflow python benchmarks/bench_sampling.py            # GPU: the issue's sizes
+    PYTHONPATH=workflow python benchmarks/bench_sampling.py            # GPU: synthetic shapes
     PYTHONPATH=workflow python benchmarks/bench_sampling.py --cpu      # CPU: small sizes
-    ... --real results/smollm2/models/base                             # + real weights, real eos
+    ... --shapes "" --real MODEL --prompts-file data/gsm8k/test.jsonl  # the real workload
+    ... --samplers hf,stock,vllm --profile
 
-Shapes (random bf16 weights, no downloads): SmolLM2-135M (vocab 49,152) and Qwen2.5-0.5B
-(vocab 151,936). Each draws n completions for each of `--prompts` random prompts of
-`--prompt-len` tokens, `--new` tokens each with no stop id (every row runs to the cap, so the
-work is equal), at T 0.6. Rows printed per shape: ours (entropy recorded) at top-p 0.95 and
-1.0, stock `generate` at the same batch at top-p 0.95 and 1.0; tok/s, completions/s, peak
-memory (torch.cuda.max_memory_allocated; ru_maxrss on a CPU), ratio to stock at the same
-top-p and, on a GPU, to the KV-read bound: every step reads the weights and each row's KV
-cache once, at the device-to-device copy bandwidth measured here. With --real, the imported
-model samples real prompts with its real stop ids and a 512-token cap (rows end early: the
-case where finished rows freeing their seats pays), ours against stock `generate`; with
---vllm also the vllm backend end to end (engine start and entropy pass included).
+Synthetic shapes (random bf16 weights, no downloads): SmolLM2-135M (vocab 49,152) and
+Qwen2.5-0.5B (vocab 151,936). Each draws n completions for each of `--prompts` random prompts
+of `--prompt-len` tokens, `--new` tokens each with no stop id (every row runs to the cap), at
+T 0.6, top-p 0.95 and 1.0. Real workload (`--real`, an imported model folder): the first
+`--prompts` questions of a JSONL file (`--field`) in the model's chat template (when it has
+one), n samples each,
+the model's real stop ids, a `--new` cap (512 on a GPU): completions of varying length, as a
+calibration stage draws them. vllm rows run the vllm backend end to end (engine start and the
+teacher-forced entropy pass reported apart).
+
+Each row is printed as soon as it is measured; a row that fails (out of memory, say) prints
+its error and the run goes on. `--batch` defaults to what fits the device (the hf backend's
+`batch_size: auto`; for stock `generate`, its own estimate: its cache grows by copying and its
+top-p sorts [batch, vocab]). Columns: tok/s, completions/s, peak memory
+(torch.cuda.max_memory_allocated; ru_maxrss on a CPU), ratio to stock at the same top-p and,
+synthetic on a GPU, to the KV-read bound: every step reads the weights and each row's KV
+cache once, at the device-to-device copy bandwidth measured here. `--profile` adds the hf
+backend's time per phase (a profiled run syncs the device per phase: time it apart).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import resource
 import sys
 import time
@@ -27,7 +37,7 @@ import time
 import torch
 
 sys.path.insert(0, "workflow")
-from boundary.sampling.hf import generate  # noqa: E402
+from boundary.sampling.hf import default_batch_size, generate, kv_bytes_per_token  # noqa: E402
 
 SHAPES = {
     "smollm2-135m": dict(kind="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
@@ -35,6 +45,9 @@ SHAPES = {
     "qwen2.5-0.5b": dict(kind="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
                          num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2),
 }
+TEMPERATURE = 0.6
+COLUMNS = (("shape", 16, "s"), ("sampler", 30, "s"), ("top_p", 6, ""), ("tok_s", 10, ",.0f"),
+           ("compl_s", 9, ".1f"), ("peak", 9, ".2f"), ("vs_stock", 9, ".2f"), ("vs_bound", 9, ".3f"))
 
 
 def build(shape: dict, device, dtype):
@@ -51,7 +64,8 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def peak_reset(device):
+def free(device):
+    gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -63,14 +77,14 @@ def peak_gib(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def run_ours(model, prompts, stop, new, top_p, batch):
-    out = generate(model, prompts, stop, 0, max_new=new, temperature=0.6, top_p=top_p,
-                   batch_size=batch, seed=0)
+def run_ours(model, prompts, stop, pad, new, top_p, batch, profile=None):
+    out = generate(model, prompts, stop, pad, max_new=new, temperature=TEMPERATURE, top_p=top_p,
+                   batch_size=batch, seed=0, profile=profile)
     return sum(len(c.tokens) for c in out)
 
 
 @torch.inference_mode()
-def run_stock(model, prompts, stop, new, top_p, batch, pad=0):
+def run_stock(model, prompts, stop, pad, new, top_p, batch):
     tokens = 0
     for lo in range(0, len(prompts), batch):
         chunk = prompts[lo:lo + batch]
@@ -80,7 +94,7 @@ def run_stock(model, prompts, stop, new, top_p, batch, pad=0):
         for i, p in enumerate(chunk):
             ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), 1
         gen = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                             do_sample=True, temperature=0.6, top_p=top_p, top_k=0,
+                             do_sample=True, temperature=TEMPERATURE, top_p=top_p, top_k=0,
                              max_new_tokens=new, eos_token_id=stop or None, pad_token_id=pad,
                              min_new_tokens=0 if stop else new)
         new_tokens = gen[:, width:]
@@ -93,13 +107,42 @@ def run_stock(model, prompts, stop, new, top_p, batch, pad=0):
     return tokens
 
 
-def timed(fn, device, *args):
-    peak_reset(device)
+def stock_batch(model, prompt_len: int, new: int) -> int:
+    """Rows stock `generate` fits: its DynamicCache grows by concatenation (two copies at the
+    step that grows it), and top-p sorts [rows, vocab] fp32 (values, indices, cumsum, mask)."""
+    if model.device.type != "cuda":
+        return 16
+    per_row = 2 * kv_bytes_per_token(model) * (prompt_len + new) + 6 * 4 * model.config.vocab_size
+    free_bytes, _ = torch.cuda.mem_get_info()
+    return max(1, min(4096, int(free_bytes * 0.5 / per_row)))
+
+
+def show(row: dict) -> None:
+    cells = []
+    for name, width, fmt in COLUMNS:
+        value = row.get(name)
+        text = "" if value is None else (format(value, fmt) if fmt else str(value))
+        cells.append(text.ljust(width) if fmt == "s" else text.rjust(width))
+    print("".join(cells) + (f"  {row['note']}" if row.get("note") else ""), flush=True)
+
+
+def measure(label: dict, device, fn, *args, completions: int, **kwargs) -> dict | None:
+    """Time one sampler call and print its row; on failure print the error and return None."""
+    free(device)
     sync(device)
     start = time.perf_counter()
-    tokens = fn(*args)
-    sync(device)
-    return tokens, time.perf_counter() - start, peak_gib(device)
+    try:
+        tokens = fn(*args, **kwargs)
+        sync(device)
+    except Exception as err:  # out of memory above all: report, free, go on
+        show({**label, "note": f"FAILED {type(err).__name__}: {' '.join(str(err).split())[:160]}"})
+        del err
+        free(device)
+        return None
+    secs = time.perf_counter() - start
+    row = {**label, "tok_s": tokens / secs, "compl_s": completions / secs, "peak": peak_gib(device),
+           "tokens": tokens, "seconds": secs}
+    return row
 
 
 def copy_bandwidth(device) -> float:
@@ -117,104 +160,154 @@ def copy_bandwidth(device) -> float:
 
 def kv_bound(model, batch, prompt_len, new, bandwidth) -> float:
     """tok/s if each step only read the weights once and every row's KV cache once."""
-    cfg = model.config
-    head_dim = cfg.hidden_size // cfg.num_attention_heads
-    per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * model.dtype.itemsize
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    per_token = kv_bytes_per_token(model)
     seconds = sum((weights + batch * per_token * (prompt_len + t)) / bandwidth for t in range(new))
     return batch * new / seconds
 
 
-def table(rows):
-    print(f"{'shape':<14}{'sampler':<26}{'top_p':>6}{'tok/s':>10}{'compl/s':>9}{'peak GiB':>10}"
-          f"{'vs stock':>9}{'vs KV bound':>12}")
-    for r in rows:
-        print(f"{r['shape']:<14}{r['sampler']:<26}{r['top_p']:>6}{r['tok_s']:>10.0f}{r['compl_s']:>9.1f}"
-              f"{r['peak']:>10.2f}{r.get('vs_stock', float('nan')):>9.2f}{r.get('vs_bound', float('nan')):>12.3f}")
+def print_profile(profile: dict) -> None:
+    total = sum(profile["seconds"].values())
+    parts = ", ".join(f"{k} {v:.1f} s ({v / total:.0%}, {profile['counts'][k]:,} calls)"
+                      for k, v in sorted(profile["seconds"].items(), key=lambda kv: -kv[1]))
+    print(f"  hf profile: {profile['steps']:,} steps, {profile['seats']} seats; {parts}; KV columns read "
+          f"{profile['kv_columns_read']:,} of which used {profile['kv_columns_used']:,} "
+          f"({profile['kv_columns_used'] / max(1, profile['kv_columns_read']):.0%})", flush=True)
+    print("  hf profile json: " + json.dumps(profile), flush=True)
+
+
+def synthetic(args, device, dtype, cuda, samplers, bandwidth):
+    n = args.n if cuda else min(args.n, 16)
+    prompts_n = args.prompts or (16 if cuda else 1)
+    plen, new = args.prompt_len or (128 if cuda else 32), args.new or (256 if cuda else 32)
+    for name in filter(None, args.shapes.split(",")):
+        model = build(SHAPES[name], device, dtype)
+        g = torch.Generator().manual_seed(1)
+        base = [torch.randint(100, model.config.vocab_size, (plen,), generator=g).tolist() for _ in range(prompts_n)]
+        prompts = [p for p in base for _ in range(n)]
+        ours_b = args.batch or default_batch_size(model, plen, new)
+        stock_b = args.batch or stock_batch(model, plen, new)
+        run_ours(model, prompts[:min(ours_b, 64)], [], 0, 8, 0.95, ours_b)  # warm-up
+        print(f"{name}: {prompts_n} prompts x n={n}, {plen}-token prompts, {new} new tokens, T {TEMPERATURE}",
+              flush=True)
+        stock = {}
+        for top_p in (0.95, 1.0):
+            if "stock" in samplers:
+                row = measure(dict(shape=name, sampler=f"stock generate b{stock_b}", top_p=top_p), device,
+                              run_stock, model, prompts, [], 0, new, top_p, stock_b, completions=len(prompts))
+                if row:
+                    stock[top_p] = row["tok_s"]
+                    show(row)
+            if "hf" in samplers:
+                row = measure(dict(shape=name, sampler=f"hf backend b{ours_b}", top_p=top_p), device,
+                              run_ours, model, prompts, [], 0, new, top_p, ours_b, completions=len(prompts))
+                if row:
+                    row["vs_stock"] = row["tok_s"] / stock[top_p] if top_p in stock else None
+                    if cuda:
+                        row["vs_bound"] = row["tok_s"] / kv_bound(model, min(ours_b, len(prompts)), plen, new, bandwidth)
+                    show(row)
+        del model
+        free(device)
+
+
+def real(args, device, cuda, samplers):
+    from boundary.sampling.hf import stop_and_pad
+    from boundary.sampling.models import load_model, stop_ids
+
+    model, tok = load_model(args.real, device=str(device))
+    stop, pad = stop_and_pad(model, tok)
+    with open(args.prompts_file) as fh:
+        questions = [json.loads(line)[args.field] for line in fh if line.strip()][:args.prompts or 32]
+    chat = bool(getattr(tok, "chat_template", None))  # as the stage renders prompts (prompt.chat)
+    texts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+             if chat else q for q in questions]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    n = args.n if cuda else min(args.n, 4)
+    cap = args.new or (512 if cuda else 32)
+    prompts = [p for p in ids for _ in range(n)]
+    longest = max(map(len, ids))
+    shape = "real " + model.config.model_type
+    print(f"{shape}: {len(ids)} prompts ({min(map(len, ids))}-{longest} tokens) x n={n}, cap {cap}, "
+          f"stop ids {stop_ids(model.generation_config, tok)}, T {TEMPERATURE}, top-p {args.top_p}", flush=True)
+    stock_tok = None
+    if "stock" in samplers:
+        stock_b = args.batch or stock_batch(model, longest, cap)
+        while True:
+            row = measure(dict(shape=shape, sampler=f"stock generate b{stock_b}", top_p=args.top_p), device,
+                          run_stock, model, prompts, stop, pad, cap, args.top_p, stock_b, completions=len(prompts))
+            if row or stock_b == 1 or args.batch:
+                break
+            stock_b //= 2  # out of memory at the estimate: half the batch
+        if row:
+            stock_tok = row["tok_s"]
+            show(row)
+    if "hf" in samplers:
+        batches = [int(b) for b in args.hf_batches.split(",")] if args.hf_batches else [
+            args.batch or default_batch_size(model, longest, cap)]
+        for b in batches:
+            row = measure(dict(shape=shape, sampler=f"hf backend b{b}", top_p=args.top_p), device,
+                          run_ours, model, prompts, stop, pad, cap, args.top_p, b, completions=len(prompts))
+            if row:
+                row["vs_stock"] = row["tok_s"] / stock_tok if stock_tok else None
+                show(row)
+        if args.profile:
+            profile = {}
+            row = measure(dict(shape=shape, sampler=f"hf backend b{batches[0]} profiled", top_p=args.top_p),
+                          device, run_ours, model, prompts, stop, pad, cap, args.top_p, batches[0], profile,
+                          completions=len(prompts))
+            if row:
+                show(row)
+                print_profile(profile)
+    if "vllm" in samplers:
+        from boundary.sampling import vllm
+
+        del model
+        load_model.cache_clear()
+        free(device)
+        timings = {}
+        row = measure(dict(shape=shape, sampler="vllm backend, all-in", top_p=args.top_p), device,
+                      lambda: sum(len(c.tokens) for cs in vllm.generate(
+                          args.real, ids, n=n, max_new=cap, temperature=TEMPERATURE, top_p=args.top_p, seed=0,
+                          timings=timings) for c in cs), completions=len(prompts))
+        if row:
+            gen_row = dict(shape=shape, sampler="vllm generate alone", top_p=args.top_p,
+                           tok_s=row["tokens"] / timings["generate"], compl_s=len(prompts) / timings["generate"],
+                           note="engine start {start:.1f} s, entropy pass {entropy:.1f} s".format(**timings))
+            row["vs_stock"] = row["tok_s"] / stock_tok if stock_tok else None
+            show(gen_row)
+            show(row)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="small sizes for a CPU")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated; empty: none")
+    ap.add_argument("--samplers", default="hf,stock", help="comma-separated: hf, stock, vllm (vllm: --real only)")
     ap.add_argument("--n", type=int, default=256, help="completions per prompt")
     ap.add_argument("--prompts", type=int)
-    ap.add_argument("--prompt-len", type=int)
-    ap.add_argument("--new", type=int)
-    ap.add_argument("--batch", type=int, help="completions in flight, both samplers")
+    ap.add_argument("--prompt-len", type=int, help="synthetic prompts' length")
+    ap.add_argument("--new", type=int, help="new tokens (synthetic) or the cap (real)")
+    ap.add_argument("--batch", type=int, help="completions in flight, every sampler (default: what fits)")
+    ap.add_argument("--hf-batches", help="real: comma-separated hf batch sizes to time")
     ap.add_argument("--real", help="an imported model folder: real weights, prompts and stop ids")
-    ap.add_argument("--vllm", action="store_true", help="with --real: the vllm backend too (its "
-                    "time includes the engine start and the teacher-forced entropy pass)")
+    ap.add_argument("--prompts-file", help="with --real: a JSONL of questions")
+    ap.add_argument("--field", default="question", help="with --real: the JSONL field holding the question")
+    ap.add_argument("--top-p", type=float, default=0.95, help="with --real")
+    ap.add_argument("--profile", action="store_true", help="with --real: the hf backend's time per phase")
     args = ap.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu
     device = torch.device("cuda" if cuda else "cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
-    prompts_n = args.prompts or (16 if cuda else 1)
-    plen, new = args.prompt_len or (128 if cuda else 32), args.new or (256 if cuda else 32)
-    n = args.n if cuda else min(args.n, 16)
-    batch = args.batch or (4096 if cuda else 16)
+    samplers = set(args.samplers.split(","))
     bandwidth = copy_bandwidth(device) if cuda else None
     if cuda:
-        print(f"device {torch.cuda.get_device_name()}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
-    print(f"{prompts_n} prompts x n={n}, {plen}-token prompts, {new} new tokens, batch {batch}, T 0.6")
-    rows = []
-    for name in filter(None, args.shapes.split(",")):  # --shapes "": only --real
-        model = build(SHAPES[name], device, dtype)
-        g = torch.Generator().manual_seed(1)
-        base = [torch.randint(100, model.config.vocab_size, (plen,), generator=g).tolist() for _ in range(prompts_n)]
-        prompts = [p for p in base for _ in range(n)]
-        timed(run_ours, device, model, prompts[:min(batch, 64)], [], 8, 0.95, batch)  # warm-up
-        stock = {}
-        for top_p in (0.95, 1.0):
-            tokens, secs, peak = timed(run_stock, device, model, prompts, [], new, top_p, batch)
-            stock[top_p] = tokens / secs
-            rows.append(dict(shape=name, sampler=f"stock generate b{batch}", top_p=top_p, tok_s=tokens / secs,
-                             compl_s=len(prompts) / secs, peak=peak))
-        for top_p in (0.95, 1.0):
-            tokens, secs, peak = timed(run_ours, device, model, prompts, [], new, top_p, batch)
-            row = dict(shape=name, sampler=f"hf backend b{batch}", top_p=top_p, tok_s=tokens / secs,
-                       compl_s=len(prompts) / secs, peak=peak, vs_stock=tokens / secs / stock[top_p])
-            if cuda:
-                row["vs_bound"] = row["tok_s"] / kv_bound(model, batch, plen, new, bandwidth)
-            rows.append(row)
-        ours = {r["top_p"]: r["tok_s"] for r in rows if r["shape"] == name and r["sampler"].startswith("hf")}
-        print(f"{name}: top-p 0.95 costs {ours[1.0] / ours[0.95]:.2f}x top-p 1.0 (ours); "
-              f"stock {stock[1.0] / stock[0.95]:.2f}x")
-        del model
+        print(f"device {torch.cuda.get_device_name()}, copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
+    print("".join(name.ljust(w) if fmt == "s" else name.rjust(w) for name, w, fmt in COLUMNS), flush=True)
+    synthetic(args, device, dtype, cuda, samplers, bandwidth)
     if args.real:
-        from boundary.sampling.models import load_model, stop_ids
-
-        model, tok = load_model(args.real, device=str(device))
-        stop = stop_ids(model.generation_config, tok)
-        questions = ["Natalia sold clips to 48 of her friends in April, and then she sold half as many "
-                     "clips in May. How many clips did Natalia sell altogether in April and May?",
-                     "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of "
-                     "babysitting. How much did she earn?"]
-        real = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                        tokenize=False) for q in questions]
-        ids = [tok(t, add_special_tokens=False)["input_ids"] for t in real]
-        prompts = [p for p in ids * (prompts_n // 2 or 1) for _ in range(n)]
-        cap = 512 if cuda else 64
-        out = {}
-        for label, fn in [("stock", run_stock), ("ours", run_ours)]:
-            tokens, secs, peak = timed(fn, device, model, prompts, stop, cap, 0.95, batch)
-            out[label] = tokens / secs
-            rows.append(dict(shape="real " + model.config.model_type, sampler=f"{label} b{batch} cap{cap}",
-                             top_p=0.95, tok_s=tokens / secs, compl_s=len(prompts) / secs, peak=peak,
-                             vs_stock=out[label] / out["stock"]))
-        if args.vllm:
-            from boundary.sampling import SamplingParams, sample
-
-            params = SamplingParams(n=n, temperature=0.6, top_p=0.95, max_new_tokens=cap, seed=0,
-                                    batch_size=batch, backend="vllm")
-            texts = real * (prompts_n // 2 or 1)
-            start = time.perf_counter()
-            drawn = sample(args.real, [f"p{i}" for i in range(len(texts))], texts, params)
-            secs = time.perf_counter() - start
-            rows.append(dict(shape="real " + model.config.model_type, sampler=f"vllm cap{cap} (all-in)",
-                             top_p=0.95, tok_s=drawn["n_tokens"].sum() / secs, compl_s=len(drawn) / secs,
-                             peak=peak_gib(device), vs_stock=drawn["n_tokens"].sum() / secs / out["stock"]))
-    table(rows)
+        if not args.prompts_file:
+            ap.error("--real needs --prompts-file")
+        real(args, device, cuda, samplers)
 
 
 if __name__ == "__main__":

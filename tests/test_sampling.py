@@ -7,11 +7,13 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import ROOT
 from scipy import stats
 
 from boundary.sampling.hf import generate, teacher_forced
-from boundary.sampling.nucleus import nucleus_probs, sample_step
+from boundary.sampling.nucleus import BLOCK, nucleus_probs, sample_step
+from boundary.sampling.streams import row_keys, uniforms
 
 
 def test_nucleus_rule_matches_hf_top_p_warper():
@@ -35,8 +37,9 @@ def test_sampled_tokens_follow_the_truncated_distribution(top_p):
     expected = nucleus_probs(probs, top_p)[0] if top_p < 1 else probs[0]
     expected = (expected / expected.sum()).double().numpy()
     expected /= expected.sum()
-    gen = torch.Generator().manual_seed(7)
-    token, entropy, _ = sample_step(logits.expand(draws, -1), temperature, top_p, gen)
+    keys = row_keys(7, [[0]] * draws)  # draws independent rows, each at its first token
+    token, entropy, _ = sample_step(logits.expand(draws, -1), temperature, top_p, keys,
+                                    torch.zeros(draws, dtype=torch.long))
     counts = np.bincount(token.numpy(), minlength=12)
     support = expected > 0
     assert counts[~support].sum() == 0  # nothing outside the nucleus, ever
@@ -44,6 +47,38 @@ def test_sampled_tokens_follow_the_truncated_distribution(top_p):
     assert p_value > 1e-3
     exact = -(probs * probs.log()).sum()
     assert torch.allclose(entropy, exact.expand(draws), atol=1e-5)
+
+
+def test_two_level_draw_is_exact_over_a_vocabulary_of_several_blocks():
+    """A vocabulary of 3.5 blocks (padded), probabilities spread over 10 decades: chi-square
+    on the tokens, and the rare tokens' total share matches theirs (an fp32 running sum over
+    the vocabulary would bias it)."""
+    vocab, draws = 3 * BLOCK + BLOCK // 2, 200_000
+    torch.manual_seed(2)
+    logits = torch.randn(1, vocab) * 4
+    logits[0, :8] += 12  # a few tokens hold most of the mass, as in a real next-token distribution
+    probs = torch.softmax(logits.double(), -1)[0]
+    token, _, _ = sample_step(logits.expand(draws, -1), 1.0, 1.0, row_keys(11, [[1]] * draws),
+                              torch.zeros(draws, dtype=torch.long))
+    counts = np.bincount(token.numpy(), minlength=vocab)
+    top = probs.argsort(descending=True)[:20].numpy()
+    rest = np.setdiff1d(np.arange(vocab), top)
+    observed = np.append(counts[top], counts[rest].sum())
+    expected = np.append(probs[top].numpy(), probs[rest].sum().item()) * draws
+    _, p_value = stats.chisquare(observed, expected)
+    assert p_value > 1e-3
+
+
+def test_streams_are_uniform_and_keyed_by_seed_prompt_and_sample():
+    keys = row_keys(0, [[5, 6]] * 3 + [[7]] * 2)
+    assert len(set(keys.tolist())) == 5  # every sample of every prompt its own stream
+    assert torch.equal(row_keys(0, [[5, 6], [7], [5, 6]]), keys[[0, 3, 1]])  # k-th repeat is sample k
+    assert torch.equal(row_keys(0, [[7]], samples=[1]), keys[[4]])
+    assert not torch.equal(row_keys(1, [[5, 6]] * 3 + [[7]] * 2), keys)
+    u = uniforms(row_keys(3, [[1]] * 50_000), torch.arange(50_000), 0, 0).numpy()
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+    v = uniforms(row_keys(3, [[1]] * 50_000), torch.arange(50_000), 0, 1).numpy()
+    assert abs(np.corrcoef(u, v)[0, 1]) < 0.02  # lanes (and attempts) are separate draws
 
 
 class _Scripted(torch.nn.Module):
@@ -57,15 +92,30 @@ class _Scripted(torch.nn.Module):
         self.table = table  # [V, V] logits by previous token
         self.config = LlamaConfig(vocab_size=table.shape[0], hidden_size=8, num_hidden_layers=1,
                                   num_attention_heads=1, num_key_value_heads=1)
-        self.device = torch.device("cpu")
+        self.device, self.dtype = torch.device("cpu"), torch.float32
+        self.head = torch.nn.Linear(len(table), len(table), bias=False)
+        self.head.weight.data = table.T.contiguous()  # one-hot hidden state -> that token's row
 
-    def forward(self, input_ids, attention_mask, position_ids, past_key_values, use_cache, logits_to_keep=0):
+    def get_output_embeddings(self):
+        return self.head
+
+    def get_decoder(self):
+        def body(input_ids, position_ids, past_key_values, use_cache):
+            from types import SimpleNamespace
+
+            kv = torch.zeros(*input_ids.shape[:1], 1, input_ids.shape[1], 8)
+            past_key_values.update(kv, kv, 0)
+            return SimpleNamespace(last_hidden_state=F.one_hot(input_ids, len(self.table)).float())
+        return body
+
+    def forward(self, input_ids, position_ids, past_key_values, attention_mask, use_cache, seat_decode):
         from types import SimpleNamespace
 
-        layer_kv = torch.zeros(input_ids.shape[0], 1, input_ids.shape[1], 8)
-        past_key_values.update(layer_kv, layer_kv, 0)
-        assert past_key_values.layers[0].keys.shape[2] == attention_mask.shape[1]
-        return SimpleNamespace(logits=self.table[input_ids[:, -1:]], past_key_values=past_key_values)
+        kv = torch.zeros(input_ids.shape[0], 1, 1, 8)
+        keys, _ = past_key_values.update(kv, kv, 0)
+        assert keys.shape[2] == attention_mask.shape[-1]
+        assert bool((attention_mask[:, 0, 0].sum(-1) == position_ids[:, 0] + 1).all())  # a row sees its own columns
+        return SimpleNamespace(logits=self.table[input_ids[:, -1:]])
 
 
 def test_rows_stop_at_any_stop_id_and_free_their_seats():
@@ -101,6 +151,55 @@ def test_refilled_batches_sample_what_one_batch_samples(tiny_model_dir):
     assert together == alone
 
 
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_the_same_config_draws_the_same_samples_at_any_batch_size(tiny_model_dir, top_p):
+    """A completion's stream depends only on (seed, prompt, sample index): batches of 1, 3 and
+    16 rows (other refills, merges and paddings) draw identical completions at T 1; a prompt's
+    rows differ, and another seed draws other samples."""
+    from boundary.sampling.models import load_model
+
+    model, tok = load_model(str(tiny_model_dir))
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6=", "1234+5678="]] * 4
+    kwargs = dict(max_new=8, temperature=1.0, top_p=top_p, seed=5)
+    stop, pad = [tok.eos_token_id], tok.pad_token_id
+    draws = {b: [c.tokens for c in generate(model, prompts, stop, pad, batch_size=b, **kwargs)] for b in (1, 3, 16)}
+    assert draws[1] == draws[3] == draws[16]
+    assert len({tuple(t) for t in draws[1][0::3]}) > 1
+    reordered = generate(model, prompts[::-1], stop, pad, batch_size=5, **kwargs)  # sample k is the k-th repeat
+    assert [c.tokens for c in reordered] == [draws[1][i] for i in _repeat_order(len(prompts), 3)]
+    other = [c.tokens for c in generate(model, prompts, stop, pad, batch_size=16, **{**kwargs, "seed": 6})]
+    assert other != draws[1]
+
+
+def _repeat_order(n, distinct):
+    """For prompts cycling through `distinct` prompts, reversed: the index in the original order
+    of the row that has the same prompt and the same repeat number."""
+    out = []
+    for j in range(n):
+        i = n - 1 - j  # original index of reversed row j
+        prompt, rep_rev = i % distinct, sum(1 for k in range(j) if (n - 1 - k) % distinct == i % distinct)
+        out.append(prompt + distinct * rep_rev)
+    return out
+
+
+def test_the_seat_cache_decodes_what_transformers_generate_decodes():
+    """Greedy (T -> 0) completions of a model with grouped KV heads (9 query heads on 3), with
+    prompts of different lengths refilled into 2 seats, equal transformers' own greedy
+    `generate` token for token: the seat positions, masks and attention are the model's."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=72, intermediate_size=96, num_hidden_layers=2,
+                                         num_attention_heads=9, num_key_value_heads=3)).eval()
+    prompts = [[5, 17, 33, 2, 9], [40, 41], [7] * 9, [100, 3, 250]]
+    ours = [c.tokens for c in generate(model, prompts, [], 0, max_new=10, temperature=1e-4, top_p=1.0,
+                                       batch_size=2, seed=0)]
+    for p, tokens in zip(prompts, ours):
+        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                             do_sample=False, max_new_tokens=10, min_new_tokens=10, pad_token_id=0)
+        assert tokens == ref[0, len(p):].tolist()
+
+
 def test_a_repeated_prompt_is_prefilled_once_and_its_rows_decode_apart(tiny_model_dir):
     """n samples of a prompt share one prompt forward pass (its KV cache copied per row); the
     refill test above checks they sample what they would alone, this one that the prompt pass
@@ -108,11 +207,15 @@ def test_a_repeated_prompt_is_prefilled_once_and_its_rows_decode_apart(tiny_mode
     from boundary.sampling.models import load_model
 
     model, tok = load_model(str(tiny_model_dir))
-    widths, forward = [], model.forward
-    model.forward = lambda *a, **k: (widths.append(k["input_ids"].shape), forward(*a, **k))[1]
+    body = model.get_decoder()
+    widths, forward = [], body.forward
+    body.forward = lambda *a, **k: (widths.append(k["input_ids"].shape), forward(*a, **k))[1]
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ["12+34=", "5+6="]] * 8
-    out = generate(model, prompts, [], tok.pad_token_id, max_new=6, temperature=1.0, top_p=1.0,
-                   batch_size=16, seed=0)
+    try:
+        out = generate(model, prompts, [], tok.pad_token_id, max_new=6, temperature=1.0, top_p=1.0,
+                       batch_size=16, seed=0)
+    finally:
+        del body.forward
     assert widths[0][0] == 2 and all(w == (16, 1) for w in widths[1:])  # one prompt pass, 2 rows
     assert len({tuple(c.tokens) for c in out[0::2]}) > 1  # the 8 rows of a prompt differ
 
@@ -160,14 +263,58 @@ def test_the_sampling_benchmark_runs_at_toy_scale():
     run = subprocess.run([sys.executable, "benchmarks/bench_sampling.py", "--cpu", "--shapes", "smollm2-135m",
                           "--n", "2", "--prompt-len", "4", "--new", "3", "--batch", "4"],
                          cwd=ROOT, capture_output=True, text=True, check=True)
-    lines = run.stdout.splitlines()
-    assert any(line.startswith("smollm2-135m  hf backend b4") for line in lines), run.stdout
-    assert any(line.startswith("smollm2-135m  stock generate b4") for line in lines)
+    rows = [line.split() for line in run.stdout.splitlines()]
+    assert any(r[:4] == ["smollm2-135m", "hf", "backend", "b4"] and len(r) >= 8 for r in rows), run.stdout
+    assert any(r[:4] == ["smollm2-135m", "stock", "generate", "b4"] for r in rows)
+
+
+def test_the_benchmarks_real_workload_mode_runs_at_toy_scale(tiny_model_dir, tmp_path):
+    """--real: questions from a JSONL, the model's stop ids, hf and stock rows and the hf
+    profile, each row printed as measured."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"question": q}) + "\n" for q in ["12+34=", "5+6=", "7+8="]))
+    run = subprocess.run([sys.executable, "benchmarks/bench_sampling.py", "--cpu", "--shapes", "", "--real",
+                          str(tiny_model_dir), "--prompts-file", str(questions), "--prompts", "2", "--n", "2",
+                          "--new", "4", "--samplers", "hf,stock", "--profile"],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    rows = [line.split() for line in run.stdout.splitlines()]
+    assert any(r[:4] == ["real", "llama", "stock", "generate"] for r in rows), run.stdout
+    assert any(r[:4] == ["real", "llama", "hf", "backend"] and len(r) >= 9 for r in rows), run.stdout
+    assert "hf profile:" in run.stdout and "KV columns read" in run.stdout
+
+
+def test_a_failing_benchmark_row_is_reported_and_the_run_goes_on(capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_sampling
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def out_of_memory():
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    label = dict(shape="real llama", sampler="stock generate b4096", top_p=0.95)
+    assert bench_sampling.measure(label, torch.device("cpu"), out_of_memory, completions=8) is None
+    assert bench_sampling.measure(label, torch.device("cpu"), lambda: 80, completions=8)["tokens"] == 80
+    printed = capsys.readouterr().out
+    assert "stock generate b4096" in printed and "FAILED OutOfMemoryError: CUDA out of memory" in printed
+
+
+def test_a_sampling_call_logs_its_throughput_batch_and_peak_memory(tiny_model_dir):
+    from boundary.sampling import SamplingParams, sample
+
+    lines = []
+    params = SamplingParams(n=3, temperature=1.0, top_p=0.9, max_new_tokens=4, seed=0, batch_size="auto")
+    out = sample(str(tiny_model_dir), ["a", "b"], ["12+34=", "5+6="], params, log=lines.append)
+    assert len(out) == 6
+    line = next(x for x in lines if x.startswith("sampling (hf): 6 completions"))
+    assert "tok/s" in line and "completions/s" in line and "batch 64 (auto)" in line and "peak host memory" in line
 
 
 def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
-    """batch_size auto on a GPU: a third of free memory over one row's cost, capped by the
-    job's share of the device when $BOUNDARY_JOBS_PER_GPU jobs share it."""
+    """batch_size auto on a GPU: MEMORY_SHARE of free memory over one seat's cost (its whole
+    KV cache, allocated up front, and the sampler's buffers), capped by the job's share of the
+    device when $BOUNDARY_JOBS_PER_GPU jobs share it."""
     from types import SimpleNamespace
 
     from transformers import LlamaConfig
@@ -177,12 +324,13 @@ def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
     cfg = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                       vocab_size=1000)
     model = SimpleNamespace(device=torch.device("cuda", 0), config=cfg, dtype=torch.bfloat16)
-    per_row = 2 * 2 * 2 * 16 * 2 * (10 + 90) + 4 * 4 * 1000
-    gib = 2**30
+    columns = 10 + 90 + hf.CHECK_EVERY
+    per_row = 2 * 2 * 2 * 16 * 2 * columns + 10 * 4 * 1000 + 2 * 4 * 4 * columns
+    gib, share = 2**30, hf.MEMORY_SHARE
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.9 * gib), gib))
     monkeypatch.delenv("BOUNDARY_JOBS_PER_GPU", raising=False)
-    assert hf.default_batch_size(model, 10, 90) == min(hf.MAX_BATCH, int(0.9 * gib / 3 / per_row))
+    assert hf.default_batch_size(model, 10, 90) == min(hf.MAX_BATCH, int(int(0.9 * gib) * share / per_row))
     monkeypatch.setenv("BOUNDARY_JOBS_PER_GPU", "4")
-    assert hf.default_batch_size(model, 10, 90) == int(gib / 4 / 3 / per_row)
+    assert hf.default_batch_size(model, 10, 90) == int(gib / 4 * share / per_row)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.2 * gib), gib))
-    assert hf.default_batch_size(model, 10, 90) == int(0.2 * gib / 3 / per_row)  # less free than a share
+    assert hf.default_batch_size(model, 10, 90) == int(int(0.2 * gib) * share / per_row)  # less free than a share

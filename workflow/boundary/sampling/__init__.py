@@ -6,7 +6,11 @@ generation config; `length`: max_new_tokens reached) and entropy: the mean over 
 completion's tokens of the entropy (nats) of softmax(logits / temperature) at that step,
 before top-p truncation. `hf` accumulates it while decoding; `vllm` exposes only top-k
 log-probs, so its entropy comes from one teacher-forced pass of the same model over the
-drawn tokens (`hf.teacher_forced`). Same seed, same backend and batch size: same samples.
+drawn tokens (`hf.teacher_forced`). `hf` draws each completion from its own random stream,
+keyed by (seed, prompt, sample index): the same samples at any batch size (`streams`).
+
+Every backend logs one throughput line per call (`throughput`): tok/s, completions/s, the
+batch it chose and peak memory.
 
 The package also holds base-model import and loading (models) and sample-and-verify
 (scoring: the one path of calibration, gate draws and evaluation).
@@ -41,6 +45,25 @@ class SamplingParams:
     seed: int = 0
     batch_size: int | str = "auto"  # completions in flight (hf); "auto": what fits the device
     backend: str = "hf"
+
+
+def peak_memory_gib() -> tuple[float, str]:
+    """Peak memory of this process: the GPU's allocations when CUDA is up, else the RSS."""
+    import resource
+
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**30, "GPU"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host"
+
+
+def throughput(backend: str, tokens: int, completions: int, seconds: float, batch: str) -> str:
+    """The sampling log line every stage prints."""
+    peak, where = peak_memory_gib()
+    return (f"sampling ({backend}): {completions:,} completions, {tokens:,} tokens in {seconds:.1f} s: "
+            f"{tokens / seconds:,.0f} tok/s, {completions / seconds:,.1f} completions/s, batch {batch}, "
+            f"peak {where} memory {peak:.1f} GiB")
 
 
 def sample(model_path: str, prompt_ids: list[str], prompts: list[str],

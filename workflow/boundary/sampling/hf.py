@@ -1,203 +1,310 @@
-"""The `hf` backend: a decode loop over a transformers causal LM that never holds a
-[batch, length, vocabulary] tensor.
+"""The `hf` backend: a decode loop over a transformers causal LM with a KV cache of fixed
+seats, that never holds a [batch, length, vocabulary] tensor.
 
 Why not `generate`: entropy needs every step's logits, which `generate` can only return
-stacked as [B, T, V] (62 GiB for 256 SmolLM2 completions of 256 tokens), and a row that stops
-keeps its seat until the longest row of its batch ends. Here each step samples from the last
-logits only (`nucleus.sample_step`, entropy accumulated per row), a row that emits a stop id
-or reaches max_new_tokens stops at once and gives up its seat, and when a quarter of the seats are free,
-queued rows are prefilled and merged into the KV cache: left-padded to a common length, each
-row with its own position ids, exactly as `generate` handles a left-padded batch. Finished
-rows are dropped from the cache in batches (see `generate`).
+stacked as [B, T, V] (62 GiB for 256 SmolLM2 completions of 256 tokens), a row that stops
+keeps its seat until the longest row of its batch ends, and its growing cache copies itself
+every step. Here:
+- the KV cache is one buffer per layer of [seats, kv heads, columns, head dim], allocated once
+  (`Seats`); a row's prompt sits at columns 0.. of its seat, token t is written at column
+  len(prompt) + t, its position id is its column: no padding inside a row, no copy per step;
+- a decode step attends each seat over the columns up to the longest live row, masked per
+  row (`seat_attention`: the grouped query heads of a KV head read it once, no repeat);
+- a row that emits a stop id or reaches max_new_tokens stops counting at once; every
+  CHECK_EVERY steps finished rows are harvested and their seats refilled from the queue: the
+  new rows' distinct prompts are prefilled once (right-padded, causal, no mask) and their
+  KV copied into the free seats. When the queue is empty and fewer than half the seats are
+  live, the buffers shrink to the live seats.
+Each step samples from the last logits only (`nucleus.sample_step`), entropy accumulated
+per row, tokens drawn from each row's own random stream (`streams`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from boundary.core.gpus import jobs_per_gpu
-from boundary.sampling import Completion
+from boundary.sampling import SAMPLE_COLUMNS, Completion, throughput
 from boundary.sampling.models import load_model, stop_ids
 from boundary.sampling.nucleus import sample_step
+from boundary.sampling.streams import row_keys
 
-REFILL_BELOW = 0.75  # refill when fewer than this share of the seats hold live rows
-COMPACT_AT = 0.25  # drop finished rows from the batch once they are this share of it
-CHECK_EVERY = 8  # steps between looks at how many rows finished (each look syncs the GPU)
+CHECK_EVERY = 8  # steps between harvests/refills (each looks at the GPU: a sync)
+SHRINK_BELOW = 0.5  # with the queue empty, shrink the seats once fewer than this share are live
 CPU_BATCH = 64  # completions in flight on a CPU: larger batches are no faster there
 MAX_BATCH = 4096
+MEMORY_SHARE = 0.6  # of this job's memory for the seats' KV cache and the sampler's buffers
+ATTENTION = "boundary_seats"
+TEACHER_BATCH = 128  # sequences a teacher-forced forward pass on a GPU
+
+
+def seat_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Decode attention over `Seats` (one query per row, `seat_mask` [rows, 1, 1, columns]): the
+    G query heads of each KV head as one [G, D] x [D, columns] product, so the KV cache is
+    read once per step. Any other call (prefill, teacher forcing) is transformers' sdpa."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if not kwargs.get("seat_decode"):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    rows, heads, _, dim = query.shape
+    groups = key.shape[1]
+    q = query.view(rows, groups, heads // groups, dim)
+    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scaling  # [rows, kv, G, columns]
+    scores.masked_fill_(~attention_mask, float("-inf"))
+    out = torch.matmul(torch.softmax(scores, -1).to(value.dtype), value)  # [rows, kv, G, dim]
+    return out.view(rows, 1, heads, dim), None
+
+
+def use_seat_attention(model) -> None:
+    """Register `seat_attention` (sdpa masks for its prefill) and make it the model's."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    if getattr(model.config, "_attn_implementation", None) == ATTENTION:
+        return
+    AttentionInterface.register(ATTENTION, seat_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+    model.set_attn_implementation(ATTENTION)
+
+
+class Seats:
+    """The KV cache: per layer a [seats, kv heads, columns, head dim] key and value buffer. A
+    decode step writes row i's new key/value at column `at[i]` and hands attention the first
+    `width` columns (a view)."""
+
+    def __init__(self, config, seats: int, columns: int, dtype, device):
+        cfg = config.get_text_config()
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        shape = (seats, kv_heads, columns, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
+        self.rows = torch.arange(seats, device=device)
+        self.at = torch.zeros(seats, dtype=torch.long, device=device)
+        self.width = 0
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k[self.rows, :, self.at] = key_states[:, :, 0]
+        v[self.rows, :, self.at] = value_states[:, :, 0]
+        return k[:, :, :self.width], v[:, :, :self.width]
+
+    def fill(self, seats: torch.Tensor, cache, of_row: torch.Tensor) -> None:
+        """Copy prefilled prompts' KV (`cache` from a right-padded prefill; row i of the new
+        rows is prompt of_row[i]) into columns 0.. of `seats`."""
+        for k, v, layer in zip(self.keys, self.values, cache.layers):
+            width = layer.keys.shape[2]
+            k[seats, :, :width] = layer.keys[of_row]
+            v[seats, :, :width] = layer.values[of_row]
+
+    def select(self, keep: torch.Tensor) -> None:
+        self.keys = [k[keep] for k in self.keys]
+        self.values = [v[keep] for v in self.values]
+        self.rows = self.rows[:len(keep)]
+        self.at = self.at[keep]
 
 
 @dataclass
-class Active:
-    """The rows in flight: their KV cache, attention mask over its columns, the position of
-    the next token each feeds, the pending next-token logits, and what each has generated."""
-    rows: torch.Tensor  # [B] index into the job's row list
-    cache: object  # transformers DynamicCache
-    mask: torch.Tensor  # [B, L]
-    pos: torch.Tensor  # [B]
-    logits: torch.Tensor  # [B, V]
-    tokens: torch.Tensor  # [B, max_new]
-    count: torch.Tensor  # [B]
-    entropy: torch.Tensor  # [B], summed over generated tokens
-    logps: torch.Tensor  # [B, max_new]
-    live: torch.Tensor  # [B] bool: still generating
-    stopped: torch.Tensor  # [B] bool: ended on a stop id
+class Batch:
+    """Per seat: the job row it holds (-1: none), the pending next-token logits, what the row
+    has generated, and whether it is still generating."""
+    row: torch.Tensor  # [S] long
+    logits: torch.Tensor  # [S, V]
+    tokens: torch.Tensor  # [S, max_new]
+    logps: torch.Tensor  # [S, max_new]
+    count: torch.Tensor  # [S]
+    entropy: torch.Tensor  # [S], summed over generated tokens
+    live: torch.Tensor  # [S] bool
+    stopped: torch.Tensor  # [S] bool: ended on a stop id
+    keys: torch.Tensor  # [S] int64: each row's random stream (`streams.row_keys`)
+    length: np.ndarray = field(default=None)  # [S] filled columns, mirrored on the host (no sync)
 
-    def select(self, keep: torch.Tensor) -> Active:
-        self.cache.batch_select_indices(keep)
-        mask = self.mask[keep]
-        # Columns that are padding for every remaining row are dropped from mask and cache.
-        lead = int(mask.any(0).int().argmax())
-        if lead:
-            mask = mask[:, lead:]
-            for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
-        return Active(self.rows[keep], self.cache, mask, self.pos[keep], self.logits[keep],
-                      self.tokens[keep], self.count[keep], self.entropy[keep], self.logps[keep],
-                      self.live[keep], self.stopped[keep])
+    def select(self, keep: torch.Tensor) -> None:
+        for name in ("row", "logits", "tokens", "logps", "count", "entropy", "live", "stopped", "keys"):
+            setattr(self, name, getattr(self, name)[keep])
+        self.length = self.length[keep.cpu().numpy()]
 
 
-def _left_pad(x: torch.Tensor, length: int, dim: int) -> torch.Tensor:
-    pad = length - x.shape[dim]
-    if not pad:
-        return x
-    widths = [0, 0] * (x.dim() - 1 - dim % x.dim()) + [pad, 0]
-    return F.pad(x, widths)
+def _empty_batch(seats: int, vocab: int, max_new: int, device) -> Batch:
+    return Batch(torch.full((seats,), -1, dtype=torch.long, device=device),
+                 torch.zeros((seats, vocab), dtype=torch.float32, device=device),
+                 torch.zeros((seats, max_new), dtype=torch.long, device=device),
+                 torch.zeros((seats, max_new), dtype=torch.float32, device=device),
+                 torch.zeros(seats, dtype=torch.long, device=device),
+                 torch.zeros(seats, dtype=torch.float32, device=device),
+                 torch.zeros(seats, dtype=torch.bool, device=device),
+                 torch.zeros(seats, dtype=torch.bool, device=device),
+                 torch.zeros(seats, dtype=torch.long, device=device),
+                 np.zeros(seats, dtype=np.int64))
 
 
-def merge(a: Active | None, b: Active) -> Active:
-    """One batch from two: both left-padded to the longer cache, then stacked."""
-    if a is None:
-        return b
-    length = max(a.mask.shape[1], b.mask.shape[1])
-    for la, lb in zip(a.cache.layers, b.cache.layers):
-        la.keys = torch.cat([_left_pad(la.keys, length, 2), _left_pad(lb.keys, length, 2)])
-        la.values = torch.cat([_left_pad(la.values, length, 2), _left_pad(lb.values, length, 2)])
-    return Active(torch.cat([a.rows, b.rows]), a.cache,
-                  torch.cat([_left_pad(a.mask, length, 1), _left_pad(b.mask, length, 1)]),
-                  *(torch.cat([x, y]) for x, y in [(a.pos, b.pos), (a.logits, b.logits),
-                                                    (a.tokens, b.tokens), (a.count, b.count),
-                                                    (a.entropy, b.entropy), (a.logps, b.logps),
-                                                    (a.live, b.live),
-                                                    (a.stopped, b.stopped)]))
-
-
-def prefill(model, prompts: list[list[int]], rows: list[int], pad_id: int, max_new: int) -> Active:
-    """The rows' prompts through the model once, ready to decode. A prompt repeated for n
-    samples is run once and its KV cache copied to its n rows: at n = 256 the prompt
-    forward passes are 1/256 of running every row (on a CPU they dominate a short eval)."""
+def prefill(model, prompts: list[list[int]], pad_id: int):
+    """The distinct prompts through the model once, right-padded (causal attention needs no
+    mask then: padding comes after every real token). Returns (cache, last-token logits per
+    distinct prompt, which distinct prompt each row has). A prompt repeated for n samples is
+    run once: at n = 256 the prompt passes are 1/256 of running every row."""
     from transformers import DynamicCache
 
     device = model.device
     first: dict[tuple, int] = {}
     of_row = torch.tensor([first.setdefault(tuple(p), len(first)) for p in prompts], device=device)
     unique = list(first)
-    length = max(len(p) for p in unique)
-    ids = torch.full((len(unique), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(unique), length), dtype=torch.long)
+    width = max(len(p) for p in unique)
+    ids = torch.full((len(unique), width), pad_id, dtype=torch.long)
     for i, p in enumerate(unique):
-        ids[i, length - len(p):] = torch.tensor(p)
-        mask[i, length - len(p):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids[i, :len(p)] = torch.tensor(p)
+    ids = ids.to(device)
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
-    for layer in cache.layers:  # each row gets its own copy: rows then decode apart
-        layer.keys, layer.values = layer.keys[of_row], layer.values[of_row]
-    n = len(prompts)
-    return Active(torch.tensor(rows, device=device), cache, mask[of_row], pos[of_row, -1] + 1,
-                  out.logits[of_row, -1], torch.zeros((n, max_new), dtype=torch.long, device=device),
-                  torch.zeros(n, dtype=torch.long, device=device),
-                  torch.zeros(n, dtype=torch.float32, device=device),
-                  torch.zeros((n, max_new), dtype=torch.float32, device=device),
-                  torch.ones(n, dtype=torch.bool, device=device),
-                  torch.zeros(n, dtype=torch.bool, device=device))
+    hidden = model.get_decoder()(input_ids=ids, position_ids=torch.arange(width, device=device)[None].expand_as(ids),
+                                 past_key_values=cache, use_cache=True).last_hidden_state
+    last = torch.tensor([len(p) - 1 for p in unique], device=device)
+    logits = model.get_output_embeddings()(hidden[torch.arange(len(unique), device=device), last])
+    return cache, logits, of_row
 
 
-def default_batch_size(model, prompt_len: int, max_new: int) -> int:
-    """Completions in flight that fit the device: on a GPU, a third of this job's memory over
-    the KV cache of one full-length row plus the sampler's [rows, vocab] fp32 buffers (merging
-    and compacting copy the cache, and sdpa expands grouped KV heads), at most MAX_BATCH:
-    past it a step is no faster per token (H200, SmolLM2 shape). This job's memory is what is
-    free, and no more than its share of the device when jobs share it ($BOUNDARY_JOBS_PER_GPU):
-    a job sized on free memory alone grew into its neighbour's (an H200 run, out of memory)."""
-    if model.device.type != "cuda":
-        return CPU_BATCH
+def kv_bytes_per_token(model) -> int:
     cfg = model.config.get_text_config()
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    per_token = 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
-    per_row = per_token * (prompt_len + max_new) + 4 * 4 * cfg.vocab_size
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+
+
+def default_batch_size(model, prompt_len: int, max_new: int) -> int:
+    """Seats that fit the device: on a GPU, MEMORY_SHARE of this job's memory over one seat's
+    KV cache (its full length, allocated up front) plus the sampler's [seats, vocab] fp32
+    buffers (about ten of them live in a step) and the attention scores, at most MAX_BATCH.
+    This job's memory is what is free, and no more than its share of the device when jobs
+    share it ($BOUNDARY_JOBS_PER_GPU): a job sized on free memory alone grew into its
+    neighbour's (an H200 run, out of memory)."""
+    if model.device.type != "cuda":
+        return CPU_BATCH
+    cfg = model.config.get_text_config()
+    columns = prompt_len + max_new + CHECK_EVERY
+    per_row = (kv_bytes_per_token(model) * columns + 10 * 4 * cfg.vocab_size
+               + 2 * 4 * cfg.num_attention_heads * columns)
     free, total = torch.cuda.mem_get_info(model.device)
     mine = min(free, total / jobs_per_gpu())
-    return max(1, min(MAX_BATCH, int(mine / 3 / per_row)))
+    return max(1, min(MAX_BATCH, int(mine * MEMORY_SHARE / per_row)))
 
 
-def harvest(active: Active, rows: torch.Tensor, results: list) -> None:
-    """Record the finished `rows` (a bool mask over the batch) into `results`."""
-    index = rows.nonzero().view(-1)
-    for row, toks, n, s, h, lp in zip(active.rows[index].tolist(), active.tokens[index].tolist(),
-                                      active.count[index].tolist(), active.stopped[index].tolist(),
-                                      active.entropy[index].tolist(), active.logps[index].tolist()):
+class Clock:
+    """Seconds per phase of `generate` when profiling (each phase ends in a device sync, so
+    a profiled run is a little slower than a plain one); a no-op otherwise."""
+
+    def __init__(self, on: bool, device):
+        self.on, self.device, self.seconds, self.counts = on, device, {}, {}
+        self.last = time.perf_counter()
+
+    def __call__(self, phase: str, n: int = 1) -> None:
+        if not self.on:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.last
+        self.counts[phase] = self.counts.get(phase, 0) + n
+        self.last = now
+
+
+def _harvest(batch: Batch, seats: torch.Tensor, results: list) -> None:
+    """Record the rows finished in `seats` (indices) into `results`."""
+    for row, toks, n, s, h, lp in zip(*(x[seats].tolist() for x in (batch.row, batch.tokens, batch.count,
+                                                                        batch.stopped, batch.entropy, batch.logps))):
         results[row] = Completion(toks[:n], "stop" if s else "length", h / n, lp[:n])
 
 
 @torch.inference_mode()
 def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, max_new: int,
-             temperature: float, top_p: float, batch_size: int, seed: int, progress=False):
+             temperature: float, top_p: float, batch_size: int, seed: int,
+             samples: list[int] | None = None, progress=False, profile: dict | None = None):
     """Sample one completion per prompt (repeat a prompt for n samples): a `Completion` each.
-
-    A finished row stops counting at once but keeps its seat until the batch is compacted:
-    every CHECK_EVERY steps, when a quarter of the rows are finished or seats are needed for
-    queued rows. Compacting copies the whole KV cache, so doing it per step would cost more
-    than the rows it removes."""
+    Row i draws from the stream of (seed, prompts[i], samples[i]) (`streams.row_keys`; by
+    default a prompt's k-th row is its sample k), so a row's tokens do not depend on the batch.
+    `profile`, a dict, receives seconds and counts per phase and the KV columns read."""
+    if not prompts:
+        return []
     device = model.device
-    generator = torch.Generator(device=device).manual_seed(seed)
+    if hasattr(model, "set_attn_implementation"):
+        use_seat_attention(model)
+    keys = row_keys(seed, prompts, samples).to(device)
     stop_t = torch.tensor(stop, device=device, dtype=torch.long)
-    queue = list(range(len(prompts)))
-    results: list = [None] * len(prompts)
-    active, step = None, 0
+    seats_n = max(1, min(batch_size, len(prompts)))
+    columns = max(map(len, prompts)) + max_new + CHECK_EVERY
+    vocab = model.get_output_embeddings().weight.shape[0]
+    kv = Seats(model.config, seats_n, columns, model.dtype, device)
+    batch = _empty_batch(seats_n, vocab, max_new, device)
+    clock = Clock(profile is not None, device)
+    queue, results, step, read, used = 0, [None] * len(prompts), 0, 0, 0
     bar = tqdm(total=len(prompts), desc="sampling", disable=not progress)
     while True:
-        if active is None or step % CHECK_EVERY == 0:
-            if active is not None:
-                live = int(active.live.sum())
-                dead = len(active.rows) - live
-                short = queue and live < REFILL_BELOW * batch_size
-                if dead and (not live or short or dead >= COMPACT_AT * len(active.rows)):
-                    harvest(active, ~active.live, results)
-                    bar.update(dead)
-                    active = active.select(active.live.nonzero().view(-1)) if live else None
-            busy = 0 if active is None else len(active.rows)
-            if queue and busy < REFILL_BELOW * batch_size:
-                take, queue = queue[:batch_size - busy], queue[batch_size - busy:]
-                active = merge(active, prefill(model, [prompts[i] for i in take], take, pad_id, max_new))
-            if active is None:
-                break
+        if step % CHECK_EVERY == 0:
+            done = (~batch.live & (batch.row >= 0)).nonzero().view(-1)
+            if len(done):
+                _harvest(batch, done, results)
+                bar.update(len(done))
+                batch.row[done] = -1
+                batch.length[done.cpu().numpy()] = 0
+            free = (batch.row < 0).nonzero().view(-1)
+            if queue < len(prompts) and len(free):
+                take = list(range(queue, min(len(prompts), queue + len(free))))
+                queue += len(take)
+                seats = free[:len(take)]
+                cache, logits, of_row = prefill(model, [prompts[i] for i in take], pad_id)
+                kv.fill(seats, cache, of_row)
+                del cache
+                batch.row[seats] = torch.tensor(take, device=device)
+                batch.logits[seats] = logits.float()[of_row]
+                batch.count[seats], batch.entropy[seats] = 0, 0.0
+                batch.live[seats], batch.stopped[seats] = True, False
+                batch.keys[seats] = keys[take]
+                batch.length[seats.cpu().numpy()] = [len(prompts[i]) for i in take]
+                clock("prefill", len(take))
+            elif queue >= len(prompts):
+                held = batch.row >= 0
+                if not bool(held.any()):
+                    break
+                if float(held.float().mean()) < SHRINK_BELOW:
+                    keep = held.nonzero().view(-1)
+                    kv.select(keep)
+                    batch.select(keep)
+                    clock("shrink")
         step += 1
-        token, entropy, logp = sample_step(active.logits, temperature, top_p, generator)
-        live = active.live
-        at = torch.arange(len(token), device=device)
-        slot = active.count.clamp(max=max_new - 1)
-        active.tokens[at, slot] = torch.where(live, token, active.tokens[at, slot])
-        active.logps[at, slot] = torch.where(live, logp, active.logps[at, slot])
-        active.count += live
-        active.entropy += entropy * live
+        token, entropy, logp = sample_step(batch.logits, temperature, top_p, batch.keys, batch.count)
+        clock("sample")
+        live = batch.live
+        slot = batch.count.clamp(max=max_new - 1)
+        at = kv.rows
+        batch.tokens[at, slot] = torch.where(live, token, batch.tokens[at, slot])
+        batch.logps[at, slot] = torch.where(live, logp, batch.logps[at, slot])
+        batch.count += live
+        batch.entropy += entropy * live
         stopped = torch.isin(token, stop_t) & live
-        active.stopped |= stopped
-        active.live = live & ~stopped & (active.count < max_new)
-        active.mask = torch.cat([active.mask, active.mask.new_ones((len(token), 1))], 1)
-        out = model(input_ids=token[:, None], attention_mask=active.mask,
-                    position_ids=active.pos[:, None], past_key_values=active.cache, use_cache=True)
-        active.logits = out.logits[:, -1]
-        active.pos += 1
+        batch.stopped |= stopped
+        batch.live = live & ~stopped & (batch.count < max_new)
+        # Feed every seat its token (finished and empty seats too: their output is never
+        # read, and skipping them would cost a gather of the cache).
+        clock("bookkeeping")
+        kv.at.copy_(torch.from_numpy(batch.length))
+        kv.width = int(batch.length.max()) + 1
+        mask = torch.arange(kv.width, device=device)[None, :] <= kv.at[:, None]
+        out = model(input_ids=token[:, None], position_ids=kv.at[:, None], past_key_values=kv,
+                    attention_mask=mask[:, None, None, :], use_cache=True, seat_decode=True)
+        batch.logits = out.logits[:, -1].float()
+        held = batch.length > 0
+        read += kv.width * len(batch.length)
+        used += int(batch.length[held].sum() + held.sum())
+        batch.length[held] += 1
+        clock("forward")
     bar.close()
+    if profile is not None:
+        profile.update(seconds=clock.seconds, counts=clock.counts, steps=step, seats=seats_n,
+                       kv_columns_read=read, kv_columns_used=used)
     return results
 
 
@@ -210,35 +317,52 @@ def stop_and_pad(model, tokenizer) -> tuple[list[int], int]:
 def sample(model_path, prompt_ids, prompts, params, log=None):
     import pandas as pd
 
+    start = time.perf_counter()
     model, tokenizer = load_model(str(model_path))
+    if log is not None:
+        log(f"sampling (hf): model loaded in {time.perf_counter() - start:.1f} s")
     stop, pad = stop_and_pad(model, tokenizer)
     encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     jobs = [(pid, i, ids) for pid, ids in zip(prompt_ids, encoded) for i in range(params.n)]
     batch = params.batch_size
+    chosen = "set"
     if batch in (None, "auto"):
         batch = default_batch_size(model, max(map(len, encoded), default=1), params.max_new_tokens)
+        chosen = "auto"
+    if model.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(model.device)
+    start = time.perf_counter()
     out = generate(model, [ids for _, _, ids in jobs], stop, pad,
                    max_new=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-                   batch_size=int(batch), seed=params.seed, progress=log is not None)
+                   batch_size=int(batch), seed=params.seed, samples=[i for _, i, _ in jobs],
+                   progress=log is not None)
+    if log is not None:
+        log(throughput("hf", sum(len(c.tokens) for c in out), len(out), time.perf_counter() - start,
+                       f"{int(batch)} ({chosen})"))
     texts = tokenizer.batch_decode([c.tokens for c in out], skip_special_tokens=True)
     return pd.DataFrame(
         [(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
          for (pid, i, _), text, c in zip(jobs, texts, out)],
-        columns=["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"])
+        columns=SAMPLE_COLUMNS)
 
 
 @torch.inference_mode()
 def teacher_forced(model, prompts: list[list[int]], completions: list[list[int]], temperature: float,
-                   batch_size: int = 16, positions: int = 64) -> tuple[list[float], list[list[float]]]:
+                   batch_size: int | None = None, positions: int = 64) -> tuple[list[float], list[list[float]]]:
     """Per completion, the mean entropy of softmax(logits / T) over its tokens and each token's
     log-probability under it, by one teacher-forced pass: what `generate` records while
     decoding, for backends that expose no full logits. Logits are made `positions` at a time
-    from the hidden states, never [B, T, V]."""
+    from the hidden states, never [B, T, V]. Sequences go through in order of length (batches
+    of like lengths pad little); batch_size: TEACHER_BATCH on a GPU, 16 on a CPU by default."""
     head, body = model.get_output_embeddings(), model.get_decoder()
-    device, entropies, logps = model.device, [], []
-    for start in range(0, len(prompts), batch_size):
-        chunk = completions[start:start + batch_size]
-        seqs = [p + c for p, c in zip(prompts[start:start + batch_size], chunk)]
+    device = model.device
+    batch_size = batch_size or (TEACHER_BATCH if device.type == "cuda" else 16)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
+    entropies, logps = [0.0] * len(order), [None] * len(order)
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        chunk = [completions[i] for i in index]
+        seqs = [prompts[i] + c for i, c in zip(index, chunk)]
         length = max(map(len, seqs))
         ids = torch.zeros((len(seqs), length), dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -263,6 +387,7 @@ def teacher_forced(model, prompts: list[list[int]], completions: list[list[int]]
             total += (ent * inside).sum(1)
             drawn = ids.gather(1, (cols + 1).clamp(max=length - 1))  # the token each position predicts
             token_logps[:, at] = logp.gather(-1, drawn[..., None]).squeeze(-1) * inside
-        entropies.extend((total / lengths.clamp(min=1)).tolist())
-        logps.extend(row[:n] for row, n in zip(token_logps.tolist(), lengths.tolist()))
+        for i, h, row, n in zip(index, (total / lengths.clamp(min=1)).tolist(), token_logps.tolist(),
+                                lengths.tolist()):
+            entropies[i], logps[i] = h, row[:n]
     return entropies, logps

@@ -6,6 +6,7 @@ cache and the evaluation counts are produced by identical sampling and verificat
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 import pandas as pd
@@ -42,7 +43,9 @@ def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
     warning naming the split (`label`) when most completions have no extractable answer."""
     prompts = split["prompt"] if "prompt" in split else split["problem"]
     samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log)
+    start = time.perf_counter()
     samples = score_samples(samples, dict(zip(split["prompt_id"], split["answer"])), extractor, verifier)
+    log(f"verify: {len(samples):,} completions in {time.perf_counter() - start:.1f} s")
     message = unextracted_warning(samples["answer"], extractor, label)
     if message:
         log(f"warning: {message}")

