@@ -25,7 +25,7 @@ def test_plan_holds_every_base_rollout_of_the_schedule_once_in_blocks():
     weights = rng.choice([0.0, 0.3, 1.0], size=(3, 20))  # soft weights too: realised per step
     steps, refresh, G_, size = 7, 3, 4, 10
     batches = ActionSampler(np.ones_like(weights, dtype=bool), 5, G_, 1, steps, refresh, seed=4).schedule
-    blocks = base_rollouts.plan(batches, weights, G_, refresh, seed=4, block_size=size)
+    blocks = base_rollouts.plan_blocks(batches, weights, G_, refresh, seed=4, block_size=size)
     keys = [k for b in blocks for k in b.keys]
     expected = [(s, p * G_ + j) for s in range(steps)
                 for p, w in enumerate(step_weights(weights, s, batches[s], refresh, 4, True)) if w > 0

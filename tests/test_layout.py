@@ -97,3 +97,19 @@ def test_train_keys_come_from_the_schema():
 
     assert schema_keys("train") | schema_keys("methods") <= KEYS
     assert {"epsilon", "weight_decay", "gradient_accumulation_steps", "verify_workers"} <= schema_keys("train")
+
+
+def test_the_snakefile_parses_without_pandas_scipy_or_torch():
+    """Every `snakemake` call parses the Snakefile: the package modules its rules import stay
+    light (the report's names, the anchor kinds, the import graph)."""
+    import re
+    import subprocess
+    import sys
+
+    rules = sources.PACKAGE.parents[1] / "workflow" / "rules"
+    imports = sorted({line for smk in rules.glob("*.smk") for line in smk.read_text().splitlines()
+                      if re.match(r"from boundary[\w.]* import ", line)})
+    probe = "\n".join(["import sys", *imports,
+                       "print(' '.join(m for m in ('pandas', 'scipy', 'torch') if m in sys.modules))"])
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert imports and out.stdout.strip() == ""

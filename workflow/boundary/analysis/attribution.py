@@ -30,9 +30,9 @@ import numpy as np
 import pandas as pd
 
 from boundary.analysis.stats import bootstrap_blocks, nested_over_seeds, seed_weights
+from boundary.core.config import BASE
 from boundary.core.passk import pass_at_k_all, pass_at_k_column
 
-BASE = "base"
 ALL = "all"
 CELLS = ("kept", "lost", "gained", "never")
 AREA = "area_log_k"

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,19 +62,16 @@ from boundary.analysis.stats import (
     zero_predictive,
     zero_upper_bound,
 )
-from boundary.core.artifacts import atomic_dir, output_folder, read_table, write_table
-from boundary.core.errors import BoundaryError
+from boundary.core.artifacts import atomic_dir, output_folder, write_table
+from boundary.core.config import BASE
+from boundary.core.errors import BoundaryError, warn
 from boundary.core.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
+from boundary.training.gate import read_mask
 
 OWNER = "boundary diagnose"
-BASE = "base"
 ALL = "all"
 RUN_KEYS = ["method", "seed"]
 CALIBRATION = ("calibration", 0)  # the calibration's place among the inputs while they are paired
-
-
-def warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -338,17 +334,12 @@ def mask_metrics(masks: dict) -> pd.DataFrame:
     return out[["mask", "epoch", "metric", "value"]]
 
 
-MASK_COLUMNS = ["prompt_id", "epoch", "action", "weight", "flip"]
+MASK_COLUMNS = ("prompt_id", "epoch", "action", "weight", "flip")
 
 
 def load_mask(path) -> pd.DataFrame:
-    m = read_table(path, MASK_COLUMNS)
-    bad = ~m["action"].isin(["sharpen", "anchor", "drop"])
-    if bad.any():
-        raise BoundaryError(f"{path}: unknown action {m.loc[bad, 'action'].iloc[0]!r} (sharpen, anchor or drop)")
-    if m.duplicated(["prompt_id", "epoch"]).any():
-        raise BoundaryError(f"{path}: duplicate (prompt_id, epoch) rows")
-    return m
+    """A mask with its flips, for the masks table (training.gate.read_mask's rules)."""
+    return read_mask(path, MASK_COLUMNS)
 
 
 # ----------------------------------------------------------------------------- analysis

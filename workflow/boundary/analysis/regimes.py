@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from boundary.core.errors import BoundaryError
+from boundary.core.passk import counts_of
 
 REGIMES = ("SolvedEasy", "Reachable", "Boundary", "OutOfReach")
 DEFAULT_BINS = (0.0, 0.01, 0.05, 0.10, 0.25, 0.60, 1.0)
@@ -70,8 +71,7 @@ def label(p_base, th: Thresholds = Thresholds()) -> np.ndarray:
 
 def counts_from_calibration(samples: pd.DataFrame) -> pd.DataFrame:
     """Per-sample calibration rows -> per-prompt n, c, p_base."""
-    g = samples.groupby("prompt_id", sort=True)["correct"]
-    out = pd.DataFrame({"n": g.size(), "c": g.sum().astype(np.int64)}).reset_index()
+    out = counts_of(samples[["prompt_id", "correct"]])[["prompt_id", "n", "c"]]
     out["p_base"] = out["c"] / out["n"]
     return out
 

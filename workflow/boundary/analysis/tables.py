@@ -18,9 +18,9 @@ import pandas as pd
 
 from boundary.analysis.regimes import REGIMES
 from boundary.core.artifacts import write_table, write_text
+from boundary.core.config import BASE
 
 NOT_RUN = "not run"
-BASE = "base"
 
 
 # ----------------------------------------------------------------------------- view

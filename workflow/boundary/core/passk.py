@@ -97,3 +97,25 @@ def add_pass_at_k(counts, ks=DEFAULT_KS):
 def passk_curve(n, c, ks=DEFAULT_KS) -> dict[int, float]:
     """Population pass@k: mean over prompts of the per-prompt estimate, for each usable k."""
     return {k: float(np.mean(pass_at_k(n, c, k))) for k in usable_ks(n, ks)}
+
+
+def counts_of(samples):
+    """The estimator's inputs from one row per sample (prompt_id, correct [, entropy, answer]):
+    per prompt (sorted by id) n, c, the mean entropy, and the distinct non-empty answers of its
+    positives. The one grouping rule of evaluation, calibration and the readers."""
+    import pandas as pd
+
+    correct = samples["correct"].astype(bool).to_numpy()
+    entropy = (pd.to_numeric(samples["entropy"], errors="coerce").to_numpy() if "entropy" in samples
+               else np.full(len(samples), np.nan))
+    g = pd.DataFrame({"prompt_id": samples["prompt_id"].to_numpy(), "c": correct, "entropy": entropy}).groupby(
+        "prompt_id", sort=True)
+    out = pd.DataFrame({"n": g.size(), "c": g["c"].sum().astype(np.int64), "entropy": g["entropy"].mean()})
+    if "answer" in samples:
+        pos = pd.DataFrame({"prompt_id": samples["prompt_id"].to_numpy()[correct],
+                            "answer": samples["answer"].to_numpy()[correct]})
+        pos = pos[pos["answer"].notna() & (pos["answer"].astype(str) != "")]
+        answers = pos.assign(answer=pos["answer"].astype(str)).groupby("prompt_id")["answer"].agg(
+            lambda a: sorted(set(a)))
+        out["answers"] = answers.reindex(out.index).map(lambda a: a if isinstance(a, list) else [])
+    return out.reset_index()

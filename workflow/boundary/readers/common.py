@@ -16,20 +16,16 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from boundary.core.artifacts import read_table
-from boundary.core.errors import BoundaryError
+from boundary.core.errors import BoundaryError, warn
+from boundary.core.passk import counts_of
 
 SAMPLE_COLUMNS = ["prompt_id", "prompt", "completion", "correct", "answer", "entropy"]
-
-
-def warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- files
@@ -156,20 +152,11 @@ def counts_from_samples(samples: pd.DataFrame, path) -> pd.DataFrame:
     if samples["correct"].isna().any():
         raise BoundaryError(f"{path}: some samples carry no verdict (correct, reward or score); "
                             "give --gold FILE to verify them")
-    correct = samples["correct"].astype(bool).to_numpy()
-    keys = samples["prompt_id"].astype(str)
-    g = pd.DataFrame({"prompt_id": keys.to_numpy(), "c": correct,
-                      "entropy": pd.to_numeric(samples["entropy"], errors="coerce").to_numpy()}).groupby(
-        "prompt_id", sort=True)
-    out = pd.DataFrame({"n": g.size(), "c": g["c"].sum().astype(np.int64), "entropy": g["entropy"].mean()})
-    answers = samples["answer"]
-    if answers.notna().any():
-        pos = pd.DataFrame({"prompt_id": keys[correct].to_numpy(), "answer": answers[correct].astype(str).to_numpy()})
-        distinct = pos[pos["answer"] != ""].drop_duplicates().groupby("prompt_id")["answer"].size()
-        out["unique_positives"] = distinct.reindex(out.index).fillna(0).astype(float)
-    else:
-        out["unique_positives"] = np.nan
-    out = out.reset_index()
+    keyed = samples.assign(prompt_id=samples["prompt_id"].astype(str))
+    if samples["answer"].isna().all():
+        keyed = keyed.drop(columns="answer")
+    out = counts_of(keyed)
+    out["unique_positives"] = out["answers"].map(len).astype(float) if "answers" in out else np.nan
     return out[["prompt_id", "n", "c", "entropy", "unique_positives"]]
 
 

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from boundary.core.artifacts import read_table
-from boundary.core.errors import BoundaryError
+from boundary.core.errors import BoundaryError, warn
 from boundary.readers import verl
-from boundary.readers.common import columns_of, warn
+from boundary.readers.common import columns_of
 from boundary.readers.problems import ProblemIndex, normalise, text_id
 
 

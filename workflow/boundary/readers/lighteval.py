@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from boundary.core.errors import BoundaryError
+from boundary.core.errors import BoundaryError, warn
 from boundary.core.passk import pass_at_k
-from boundary.readers.common import SAMPLE_COLUMNS, warn
+from boundary.readers.common import SAMPLE_COLUMNS
 from boundary.readers.problems import message_text
 
 NEW = {"doc", "model_response"}

@@ -27,8 +27,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from boundary.core.errors import BoundaryError
-from boundary.readers.common import SAMPLE_COLUMNS, read_jsonl, verdicts, warn
+from boundary.core.errors import BoundaryError, warn
+from boundary.readers.common import SAMPLE_COLUMNS, read_jsonl, verdicts
 
 
 def looks_like(names) -> bool:

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import pandas as pd
 
 BACKENDS = ("hf", "vllm")
-SAMPLE_COLUMNS = ["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"]
+COMPLETION_COLUMNS = ["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"]
 
 
 class Completion(NamedTuple):

@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 from boundary.core.gpus import jobs_per_gpu
-from boundary.sampling import SAMPLE_COLUMNS, Completion, throughput
+from boundary.sampling import COMPLETION_COLUMNS, Completion, throughput
 from boundary.sampling.models import load_model, stop_ids
 from boundary.sampling.nucleus import sample_step
 from boundary.sampling.streams import row_keys
@@ -343,7 +343,7 @@ def sample(model_path, prompt_ids, prompts, params, log=None):
     return pd.DataFrame(
         [(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
          for (pid, i, _), text, c in zip(jobs, texts, out)],
-        columns=SAMPLE_COLUMNS)
+        columns=COMPLETION_COLUMNS)
 
 
 @torch.inference_mode()

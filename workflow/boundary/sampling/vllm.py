@@ -19,7 +19,7 @@ import time
 
 import pandas as pd
 
-from boundary.sampling import SAMPLE_COLUMNS, Completion, throughput
+from boundary.sampling import COMPLETION_COLUMNS, Completion, throughput
 
 CPU_KV_CACHE_BYTES = 2 << 30
 GPU_SHARE = 0.85  # of the job's share of the GPU (vLLM's default takes 0.92 of the whole card)
@@ -107,4 +107,4 @@ def sample(model_path, prompt_ids, prompts, params, log=None) -> pd.DataFrame:
     rows = [(pid, i, c) for pid, completions in zip(prompt_ids, out) for i, c in enumerate(completions)]
     texts = tokenizer.batch_decode([c.tokens for _, _, c in rows], skip_special_tokens=True)
     return pd.DataFrame([(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
-                         for (pid, i, c), text in zip(rows, texts)], columns=SAMPLE_COLUMNS)
+                         for (pid, i, c), text in zip(rows, texts)], columns=COMPLETION_COLUMNS)

@@ -10,7 +10,15 @@ import pandas as pd
 from boundary.core.errors import BoundaryError
 from boundary.core.options import ArgumentParser
 from boundary.training.anchors import BASE_SAMPLED
-from boundary.training.base_rollouts import COLUMNS, draw_block, hf_sampler, plan, prompt_hash, tokenize, vllm_sampler
+from boundary.training.base_rollouts import (
+    COLUMNS,
+    draw_block,
+    hf_sampler,
+    plan_blocks,
+    prompt_hash,
+    tokenize,
+    vllm_sampler,
+)
 
 
 def main(argv=None):
@@ -45,7 +53,7 @@ def main(argv=None):
     weights = anchor_weights_for(read_mask(args.mask), names, epochs, args.mask)
     batches = action_sampler(cfg, weights).schedule
     size = cfg.base_generation_batch_size or cfg.generation_batch_size
-    blocks = plan(batches, weights, cfg.num_generations, cfg.refresh_steps, args.seed, size)[index::count]
+    blocks = plan_blocks(batches, weights, cfg.num_generations, cfg.refresh_steps, args.seed, size)[index::count]
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)

@@ -12,24 +12,19 @@ import pandas as pd
 
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.options import ArgumentParser
-from boundary.core.passk import add_pass_at_k
+from boundary.core.passk import add_pass_at_k, counts_of
 from boundary.sampling.scoring import sampling_params, scored_samples, shard_of, verifier_for
 
-SAMPLE_COLUMNS = ["prompt_id", "sample_idx", "completion", "answer", "correct", "entropy"]
+# The samples artifact: one row per scored completion.
+SCORED_COLUMNS = ["prompt_id", "sample_idx", "completion", "answer", "correct", "entropy"]
 
 
 def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
-    grouped = samples.groupby("prompt_id", sort=True)
-    counts = pd.DataFrame({
-        "n": grouped.size(),
-        "c": grouped["correct"].sum().astype(int),
-        "entropy": grouped["entropy"].mean(),
-    })
-    positives = samples[samples["correct"]].groupby("prompt_id")["answer"]
-    answers = positives.agg(lambda a: sorted(set(a)))
-    counts["answers"] = answers.reindex(counts.index).map(lambda a: a if isinstance(a, list) else [])
+    """The counts artifact: per prompt n, c, mean entropy, its positives' distinct answers and
+    their number, and pass@k for every k the smallest n allows."""
+    counts = counts_of(samples)
     counts["unique_positives"] = counts["answers"].map(len)
-    counts = counts.reset_index()
+    counts = counts[["prompt_id", "n", "c", "entropy", "answers", "unique_positives"]]
     return add_pass_at_k(counts, [k for k in ks if k <= counts["n"].min()])
 
 
@@ -49,7 +44,7 @@ def main(argv=None):
     s = load_stage_settings(args.settings)
     ev = s["evaluate"]
     if args.gather:
-        samples = pd.concat([read_table(p, SAMPLE_COLUMNS) for p in args.gather], ignore_index=True)
+        samples = pd.concat([read_table(p, SCORED_COLUMNS) for p in args.gather], ignore_index=True)
     else:
         if not (args.model and args.split):
             parser.error("--model and --split are required unless --gather is given")

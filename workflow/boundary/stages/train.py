@@ -28,7 +28,7 @@ from boundary.core.config import load_stage_settings
 from boundary.core.errors import BoundaryError
 from boundary.core.gpus import visible
 from boundary.core.options import ArgumentParser
-from boundary.training.launch import _run, plan, torchrun
+from boundary.training.launch import _run, launch_plan, torchrun
 from boundary.training.schedule import anchor_weights_for
 from boundary.training.trainer import PBATrainer, needs_frozen_base
 from boundary.training.trainer_config import filled, make_config
@@ -45,7 +45,7 @@ def main(argv=None):
     if known.processes is not None and known.processes < 1:
         raise BoundaryError(f"--processes: {known.processes} is not a process count")
     gpus = int(load_stage_settings(known.settings).get("gpus", 0)) if known.settings else 0
-    launch = plan(gpus, known.processes, visible() if gpus else [])
+    launch = launch_plan(gpus, known.processes, visible() if gpus else [])
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
     if launch.processes == 1:
         return run(argv)

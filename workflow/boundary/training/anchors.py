@@ -39,8 +39,10 @@ Jensen-Shannon divergence, u log u - (u + 1) log((u + 1) / 2) (their `js_low_var
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # tensor methods only: the Snakefile reads the anchor kinds without torch
+    import torch
 
 ESTIMATORS = ("k1", "k2", "k3")
 ANCHORS = ("policy", "base", "support", "forward_kl", "js")
@@ -67,7 +69,7 @@ def per_token_kl(logps: torch.Tensor, base_logps: torch.Tensor, estimator: str) 
         # exp(r) overflows only where the base puts e^80 more mass than the policy; clamp
         # keeps one such token from producing inf and a NaN gradient for the whole batch.
         r = r.clamp(max=80.0)
-        return torch.exp(r) - 1.0 - r
+        return r.exp() - 1.0 - r
     raise ValueError(f"unknown KL estimator {estimator!r} (one of {ESTIMATORS})")
 
 
@@ -84,14 +86,14 @@ def base_cross_entropy(logps, mask) -> torch.Tensor:
 def support_floor(logps, base_logps, mask, floor: float) -> torch.Tensor:
     """The `support` anchor: token-mean hinge below min(pi_base, floor) per base rollout."""
     target = base_logps.clamp(max=math.log(floor))
-    return token_mean(torch.relu(target - logps), mask)
+    return token_mean((target - logps).relu(), mask)
 
 
 def base_forward_kl(logps, base_logps, mask) -> torch.Tensor:
     """The `forward_kl` anchor (DPH-RL forward): token-mean of u - log u - 1, u = pi / pi_base,
     on base rollouts; clamped to [-10, 10] like the authors' low_var_kl."""
     log_u = logps - base_logps
-    return token_mean((torch.exp(log_u.clamp(max=20.0)) - log_u - 1.0).clamp(-10.0, 10.0), mask)
+    return token_mean((log_u.clamp(max=20.0).exp() - log_u - 1.0).clamp(-10.0, 10.0), mask)
 
 
 def base_js(logps, base_logps, mask) -> torch.Tensor:
@@ -99,6 +101,6 @@ def base_js(logps, base_logps, mask) -> torch.Tensor:
     u = pi / pi_base, on base rollouts. log((u + 1) / 2) is computed as logaddexp(log u, 0) -
     log 2, finite wherever u is."""
     log_u = (logps - base_logps).clamp(max=20.0)
-    u = torch.exp(log_u)
-    f = u * log_u - (u + 1.0) * (torch.logaddexp(log_u, torch.zeros_like(log_u)) - math.log(2.0))
+    u = log_u.exp()
+    f = u * log_u - (u + 1.0) * (log_u.logaddexp(log_u.new_zeros(())) - math.log(2.0))
     return token_mean(f, mask)

@@ -43,7 +43,7 @@ class Block:
     keys: list  # [(step, position)], position = prompt's place in the batch x G + rollout
 
 
-def plan(batches: list[list[int]], anchor_weights: np.ndarray, num_generations: int,
+def plan_blocks(batches: list[list[int]], anchor_weights: np.ndarray, num_generations: int,
          refresh_steps: int, seed: int, block_size: int) -> list[Block]:
     """Every base rollout of a run's schedule, in blocks: refresh epoch by epoch, keys in
     (step, position) order, `block_size` at a time."""
@@ -135,7 +135,7 @@ class BaseRolloutSupply:
 
     def __init__(self, files, num_generations: int, seed: int, refresh_steps: int, sampler, prompt_ids):
         self.files = list(files or [])
-        self.blocks: list[Block] = []  # the run's base rollouts, as `plan` cuts them
+        self.blocks: list[Block] = []  # the run's base rollouts, as `plan_blocks` cuts them
         self.batches: list[list[int]] | None = None  # every step's prompt rows
         self.num_generations, self.seed, self.refresh_steps = num_generations, seed, refresh_steps
         self._sampler, self._prompt_ids = sampler, prompt_ids

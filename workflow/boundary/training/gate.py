@@ -131,11 +131,16 @@ def build_mask(kind: str, settings: dict, draws: pd.DataFrame | None, prompt_ids
     return ev[COLUMNS]
 
 
-def read_mask(path) -> pd.DataFrame:
-    mask = read_table(path, ["prompt_id", "epoch", "action", "weight"])
+def read_mask(path, columns=("prompt_id", "epoch", "action", "weight")) -> pd.DataFrame:
+    """A mask file as training and the analysis read it: `columns` present, actions sharpen or
+    anchor (drop is a method's `masked_action`, applied to anchored prompts; never in a mask),
+    one row per (prompt_id, epoch)."""
+    mask = read_table(path, list(columns))
     bad = set(mask["action"]) - {"sharpen", "anchor"}
     if bad:
-        raise BoundaryError(f"{path}: unknown action(s) {', '.join(sorted(map(str, bad)))}")
+        raise BoundaryError(f"{path}: unknown action(s) {', '.join(sorted(map(str, bad)))} (sharpen or anchor)")
+    if mask.duplicated(["prompt_id", "epoch"]).any():
+        raise BoundaryError(f"{path}: duplicate (prompt_id, epoch) rows")
     return mask
 
 

@@ -23,7 +23,7 @@ class Launch:
     devices: tuple[str, ...]  # CUDA_VISIBLE_DEVICES of every process; () on CPU
 
 
-def plan(gpus: int, processes: int | None, devices: list[str]) -> Launch:
+def launch_plan(gpus: int, processes: int | None, devices: list[str]) -> Launch:
     """How many processes train, and which devices they see. `devices`: those visible."""
     if gpus == 0:
         return Launch(processes or 1, ())

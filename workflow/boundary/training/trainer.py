@@ -162,7 +162,7 @@ class PBATrainer(GRPOTrainer):
         self._batches = sampler.schedule  # every step's prompts, for the base rollouts
         if self._supply is not None:
             size = self.args.base_generation_batch_size or self.args.generation_batch_size
-            self._supply.schedule(self._batches, base_rollouts.plan(
+            self._supply.schedule(self._batches, base_rollouts.plan_blocks(
                 self._batches, self.anchor_weights, self.num_generations, self.args.refresh_steps,
                 self.args.seed, size))
         return sampler
