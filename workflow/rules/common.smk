@@ -7,7 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.training.anchors import BASE_SAMPLED
-from boundary.core.config import dumps, load_yaml, method_settings, validate_config
+from boundary.core.config import BASE, dumps, load_yaml, method_settings, validate_config
 from boundary.core.errors import BoundaryError
 from boundary.analysis.report_settings import figure_names, load_settings, table_names
 from boundary.cli import COMMANDS
@@ -128,7 +128,7 @@ def base_rollout_files(method, seed):
 
 def policy_dir(method, seed):
     """The model folder evaluated for a method: base, a final policy, or a checkpoint."""
-    if method == "base":
+    if method == BASE:
         return base_model()
     spec = config["methods"][method]
     if spec["checkpoint_of"] and spec["step"] < config["train"]["steps"]:
@@ -137,7 +137,7 @@ def policy_dir(method, seed):
 
 
 def eval_targets(bench):
-    yield f"{OUT}/eval/{bench}/base/seed0/counts.parquet"
+    yield f"{OUT}/eval/{bench}/{BASE}/seed0/counts.parquet"
     for method in config["methods"]:
         for seed in seeds_of(method):
             yield f"{OUT}/eval/{bench}/{method}/seed{seed}/counts.parquet"
