@@ -18,6 +18,7 @@ from trl import GRPOConfig
 from boundary.core.config import schema_defaults, schema_keys
 from boundary.core.errors import BoundaryError
 from boundary.training import objectives
+from boundary.training.sharding import SHARDINGS, config_args
 from boundary.training.anchors import ANCHORS, ESTIMATORS
 
 MASKED_ACTIONS = ("anchor", "drop")
@@ -52,6 +53,7 @@ class PBAConfig(GRPOConfig):
     cov_fraction: float = field(default=METHOD["cov_fraction"], metadata={"help": "fraction of tokens Clip-Cov / KL-Cov select"})
     cov_bounds: tuple = field(default=tuple(METHOD["cov_bounds"]), metadata={"help": "Clip-Cov covariance band (lb, ub)"})
     cov_kl_coef: float = field(default=METHOD["cov_kl_coef"], metadata={"help": "KL-Cov penalty coefficient"})
+    sharding: str = field(default=TRAIN["sharding"], metadata={"help": "ddp | fsdp (training/sharding.py)"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -75,6 +77,8 @@ class PBAConfig(GRPOConfig):
         # One generation batch per optimizer step, so a batch's refresh epoch is its step's.
         if self.num_iterations != 1 or self.steps_per_generation != self.gradient_accumulation_steps:
             raise BoundaryError("num_iterations must be 1 and steps_per_generation = gradient_accumulation_steps")
+        if self.sharding not in SHARDINGS:
+            raise BoundaryError(f"sharding: {self.sharding!r} is not one of {', '.join(SHARDINGS)}")
 
     @property
     def regrouped(self) -> bool:
@@ -116,16 +120,18 @@ def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
     G, P = int(s["num_generations"]), int(s["prompts_per_step"])
     accum = int(s["gradient_accumulation_steps"])
     world = int(os.environ.get("WORLD_SIZE", 1))  # processes under accelerate/torchrun
-    if (P * G) % (accum * world):
-        raise BoundaryError("train settings: prompts_per_step x num_generations must divide by "
-                            "gradient_accumulation_steps x processes")
+    why = batch_split_error(s, world)
+    if why:
+        raise BoundaryError(why)
     steps = int(s["steps"])
+    # FSDP is set up only where it shards: several GPU processes (accelerate drops it on a CPU).
+    sharded = s["sharding"] if world > 1 and torch.cuda.is_available() else "ddp"
     return PBAConfig(
         output_dir=checkpoint_dir, seed=seed, max_steps=steps, learning_rate=float(s["lr"]),
         lr_scheduler_type="cosine", warmup_steps=float(s["warmup_ratio"]),
         optim="adamw_torch", weight_decay=float(s["weight_decay"]),
         max_grad_norm=float(s["max_grad_norm"]), bf16=bool(bf16),
-        gradient_checkpointing=bool(checkpointing),
+        **config_args(sharded, bool(checkpointing)),
         # per_device_train_batch_size counts completions: prompts x G per optimizer step.
         num_generations=G, per_device_train_batch_size=P * G // (accum * world),
         gradient_accumulation_steps=accum, steps_per_generation=accum,
@@ -144,8 +150,24 @@ def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         save_total_limit=2, logging_steps=1, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0,
         use_cpu=not torch.cuda.is_available(),  # several CPU processes then meet over gloo
+        sharding=s["sharding"],
         **{k: s[k] for k in VLLM_KEYS if s.get(k) is not None},
     )
+
+
+def batch_split_error(settings: dict, processes: int) -> str | None:
+    """Why `processes` cannot share a step's batch evenly (every process generates and trains
+    the same number of completions), or None (settings without a batch: make_config says so)."""
+    s = filled(settings)
+    if "prompts_per_step" not in s or "num_generations" not in s:
+        return None
+    completions = int(s["prompts_per_step"]) * int(s["num_generations"])
+    accum = int(s["gradient_accumulation_steps"])
+    if completions % (accum * processes):
+        return (f"train.gpus: {processes} processes do not divide a step's prompts_per_step x num_generations "
+                f"= {completions} completions" + (f" into {accum} accumulation steps each" if accum > 1 else "")
+                + "; choose a count that divides it")
+    return None
 
 
 def filled(settings: dict) -> dict:
