@@ -61,14 +61,15 @@ def settings_for(method: str, n: int, a) -> dict:
     return {"steps": a.steps, "lr": 1e-6, "num_generations": a.G, "prompts_per_step": a.prompts,
             "max_completion_length": a.completion_len, "temperature": 1.0, "top_p": 1.0,
             "checkpoints": [], "refresh_steps": a.refresh, "save_steps": a.save_steps,
-            "extractor": "last_number", "gpus": n, "sharding": a.sharding, **METHODS[method]}
+            "extractor": "last_number", "gpus": 0 if a.cpu else n, "sharding": a.sharding, **METHODS[method]}
 
 
 def train_cmd(method: str, n: int, a, work: Path, out: str) -> list[str]:
     extra = ["--mask", str(work / "mask.parquet")] if METHODS[method] else []
     if METHODS[method].get("anchor") == "support":
         extra += ["--base-rollouts", *map(str, sorted((work / "base_rollouts").glob("*.parquet")))]
-    return boundary("--gpus", str(n), "train", "--model", a.model, "--train-split", a.split,
+    where = ["train", "--processes", str(n)] if a.cpu else ["--gpus", str(n), "train"]
+    return boundary(*where, "--model", a.model, "--train-split", a.split,
                     "--settings", json.dumps(settings_for(method, n, a)), "--seed", "0",
                     "--out", str(work / out), "--checkpoint-dir", str(work / (out + "_ck")), *extra)
 
@@ -123,6 +124,7 @@ def main():
     p.add_argument("--completion-len", type=int, default=256)
     p.add_argument("--resume-gpus", type=int, default=2, help="process count of the killed run (0: none)")
     p.add_argument("--work", default="gpu_check")
+    p.add_argument("--cpu", action="store_true", help="CPU processes over gloo (a dry run of this script)")
     a = p.parse_args()
     work = Path(a.work)
     (work / "logs").mkdir(parents=True, exist_ok=True)
@@ -135,7 +137,8 @@ def main():
                   for i, pid in enumerate(split["prompt_id"]) for e in range(epochs)]).to_parquet(work / "mask.parquet")
     t0 = time.time()
     if "pba_support" in methods:  # the base_rollouts stage, 2 shard jobs on 1 GPU each
-        draws = [start(boundary("--gpus", "1", "base-rollouts", "--model", a.model, "--train-split", a.split,
+        draws = [start(boundary(*([] if a.cpu else ["--gpus", "1"]), "base-rollouts", "--model", a.model,
+                                "--train-split", a.split,
                                 "--mask", str(work / "mask.parquet"),
                                 "--settings", json.dumps(settings_for("pba_support", 1, a)), "--seed", "0",
                                 "--shard", f"{i}/2", "--out", str(work / "base_rollouts" / f"{i}.parquet")),
@@ -151,7 +154,7 @@ def main():
         ck = work / "killed_ck"
         while killed.poll() is None and not list(ck.glob(f"*/checkpoint-{a.save_steps}/trainer_state.json")):
             time.sleep(0.5)
-        time.sleep(2)  # into the next steps, mid-run
+        time.sleep(1)  # into the next step, mid-run
         os.killpg(killed.pid, signal.SIGKILL)  # as a node failure would: no clean shutdown
         killed.wait()
         print(f"killed the {a.resume_gpus}-process {resume_method} run after checkpoint-{a.save_steps} "
@@ -171,6 +174,8 @@ def main():
         text = (work / "logs" / "resumed.log").read_text()
         said = [line for line in text.splitlines() if "resuming from" in line]
         print(f"== resumed {resume_method} ({a.resume_gpus} processes): {said[0] if said else 'FAIL: did not resume'}")
+        if said and f"checkpoint-{a.steps};" in said[0]:
+            print("  FAIL the killed run had already finished: nothing was resumed mid-run")
         full = work / f"{resume_method}_{a.resume_gpus}"
         a1, a2 = pd.read_parquet(full / "actions.parquet"), pd.read_parquet(work / "killed" / "actions.parquet")
         print(f"  {'ok  ' if a1.equals(a2) else 'FAIL'} actions equal to the uninterrupted run")

@@ -105,7 +105,8 @@ def build_qwen7b(tok, max_len: int):
 def main():
     from datasets import Dataset
 
-    from boundary.train import PBATrainer, make_config
+    from boundary.training.trainer import PBATrainer
+    from boundary.training.trainer_config import make_config
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", help="a model folder; default: Qwen2.5-7B's shape, random weights")
