@@ -245,3 +245,22 @@ def test_a_batch_loss_is_the_mean_of_its_halves(model_dir, split, tmp_path, anch
                                                    for k, v in out.items()})
              for s in (slice(0, half), slice(half, None))]
     assert torch.allclose(whole, (parts[0] + parts[1]) / 2, atol=1e-6)
+
+
+def test_processes_that_cannot_connect_fail_in_one_line_and_write_nothing(smoke, tmp_path):
+    """The training processes' communication starts before anything is built: gloo (NCCL on
+    GPUs) failing to start is the launch's last line, naming it and the process; no output
+    or checkpoint folder is left behind."""
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
+            "--settings", json.dumps(smoke_settings("grpo")), "--seed", "0", "--out", str(out),
+            "--checkpoint-dir", str(ck), "--processes", "2"]
+    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args],
+                         env={**env(), "GLOO_SOCKET_IFNAME": "no-such-interface0"},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert run.returncode == 1
+    last = run.stdout.strip().splitlines()[-1]
+    assert last.startswith("boundary train: error: train: process 0: GLOO failed to start between the 2 "
+                           "training processes on the CPU ("), last
+    assert "no-such-interface0" in last
+    assert not out.exists() and not ck.exists()

@@ -9,6 +9,7 @@ CPU is shown at most one device. `--processes N` with `gpus: 0` runs N CPU proce
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
