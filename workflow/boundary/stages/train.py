@@ -25,16 +25,15 @@ import torch
 from transformers import TrainerCallback
 
 from boundary.core import sources
-from boundary.core.config import load_stage_settings
+from boundary.core.config import batch_split_error, load_stage_settings
 from boundary.core.errors import BoundaryError
 from boundary.core.gpus import visible
 from boundary.core.options import ArgumentParser
 from boundary.training import sharding
-from boundary.training.launch import (ERRORS_ENV, _run, plan, relay_error, relayed_error, start_processes,
-                                      torchrun)
+from boundary.training.launch import ERRORS_ENV, _run, plan, relay_error, relayed_error, start_processes, torchrun
 from boundary.training.schedule import anchor_weights_for
 from boundary.training.trainer import PBATrainer, needs_frozen_base
-from boundary.training.trainer_config import batch_split_error, filled, make_config
+from boundary.training.trainer_config import filled, make_config
 
 
 def main(argv=None):
@@ -57,9 +56,11 @@ def main(argv=None):
     launch = plan(gpus, known.processes, visible() if gpus else [])
     # Refused here, before any process starts or anything is written.
     sharding.check_launch(settings["sharding"], gpus, launch.processes)
-    why = batch_split_error(settings, launch.processes)
-    if why:
-        raise BoundaryError(why)
+    if "prompts_per_step" in settings and "num_generations" in settings:  # else make_config says so
+        why = batch_split_error(int(settings["prompts_per_step"]) * int(settings["num_generations"]),
+                                int(settings["gradient_accumulation_steps"]), launch.processes)
+        if why:
+            raise BoundaryError(why)
     if settings["sharding"] == "fsdp" and launch.processes == 1:
         print("train: sharding fsdp with 1 GPU shards nothing: the one process holds the whole model", flush=True)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)

@@ -102,7 +102,8 @@ def reduce_in_fp32(accelerator) -> None:
 
 def synced_generate(model) -> None:
     """transformers' generate steps every process until all are done (`synced_gpus`) for a
-    module it knows is sharded; accelerate's fully_shard does not set the mark it reads."""
+    module marked as FSDP-managed. torch's fully_shard sets that mark (for Dynamo) when the
+    trainer prepares the model; set here too, so generation never depends on that detail."""
     model._is_fsdp_managed_module = True
 
 

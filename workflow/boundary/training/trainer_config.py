@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
-from boundary.core.config import schema_defaults, schema_keys
+from boundary.core.config import batch_split_error, schema_defaults, schema_keys
 from boundary.core.errors import BoundaryError
 from boundary.training import objectives
-from boundary.training.sharding import SHARDINGS, config_args
 from boundary.training.anchors import ANCHORS, ESTIMATORS
+from boundary.training.sharding import SHARDINGS, config_args
 
 MASKED_ACTIONS = ("anchor", "drop")
 TRAIN = schema_defaults("train")
@@ -120,7 +120,7 @@ def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
     G, P = int(s["num_generations"]), int(s["prompts_per_step"])
     accum = int(s["gradient_accumulation_steps"])
     world = int(os.environ.get("WORLD_SIZE", 1))  # processes under accelerate/torchrun
-    why = batch_split_error(s, world)
+    why = batch_split_error(P * G, accum, world)
     if why:
         raise BoundaryError(why)
     steps = int(s["steps"])
@@ -153,21 +153,6 @@ def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         sharding=s["sharding"],
         **{k: s[k] for k in VLLM_KEYS if s.get(k) is not None},
     )
-
-
-def batch_split_error(settings: dict, processes: int) -> str | None:
-    """Why `processes` cannot share a step's batch evenly (every process generates and trains
-    the same number of completions), or None (settings without a batch: make_config says so)."""
-    s = filled(settings)
-    if "prompts_per_step" not in s or "num_generations" not in s:
-        return None
-    completions = int(s["prompts_per_step"]) * int(s["num_generations"])
-    accum = int(s["gradient_accumulation_steps"])
-    if completions % (accum * processes):
-        return (f"train.gpus: {processes} processes do not divide a step's prompts_per_step x num_generations "
-                f"= {completions} completions" + (f" into {accum} accumulation steps each" if accum > 1 else "")
-                + "; choose a count that divides it")
-    return None
 
 
 def filled(settings: dict) -> dict:
