@@ -172,7 +172,14 @@ def main():
             trainer.train()
         result["status"] = "ok"
     except torch.OutOfMemoryError as err:
-        result["status"] = f"out of memory in {stage}: {str(err).splitlines()[0][:160]}"
+        # The processes may have stopped at different collectives: no gather; rank 0 reports
+        # its own peak and every process leaves at once rather than wait on the others.
+        if rank == 0:
+            result["status"] = f"out of memory in {stage}: {str(err).splitlines()[0][:160]}"
+            result["peak_alloc_gib_rank0"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
+            with open(args.out, "a") as f:
+                f.write(json.dumps(result) + "\n")
+        os._exit(0)
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else 0.0
     rows = phases.rows[args.warmup:]
     mine = torch.tensor([peak, *[np.mean([r.get(k, 0.0) for r in rows]) if rows else np.nan
