@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -264,3 +265,54 @@ def test_processes_that_cannot_connect_fail_in_one_line_and_write_nothing(smoke,
                            "training processes on the CPU ("), last
     assert "no-such-interface0" in last
     assert not out.exists() and not ck.exists()
+
+
+@pytest.fixture(scope="module")
+def accelerate_with_cpu_fsdp(tmp_path_factory):
+    """A private copy of the installed accelerate whose AcceleratorState turns FSDP on for CPU
+    processes too: as shipped it does so for GPU (and other accelerator) process groups only,
+    and on the CPU silently trains unsharded. One list gains MULTI_CPU; nothing else changes."""
+    import accelerate
+
+    root = tmp_path_factory.mktemp("accelerate_cpu_fsdp")
+    shutil.copytree(Path(accelerate.__file__).parent, root / "accelerate")
+    state = root / "accelerate" / "state.py"
+    marker = "            elif self.distributed_type in [\n                DistributedType.MULTI_GPU,\n"
+    text = state.read_text()
+    if text.count(marker) != 1:
+        pytest.skip(f"accelerate {accelerate.__version__}: its AcceleratorState changed; cannot lift its GPU-only FSDP")
+    state.write_text(text.replace(marker, marker.replace("[\n", "[\n                DistributedType.MULTI_CPU,\n")))
+    return root
+
+
+def test_fsdp_trains_as_ddp_does_on_two_cpu_processes(smoke, accelerate_with_cpu_fsdp, tmp_path):
+    """The trainer's FSDP2 path (accelerate's plugin, the frozen base sharded as TRL shards its
+    reference, synced generation, every process scoring with the base or none, sharded
+    checkpoints, the whole model gathered for the outputs) on 2 gloo processes, in fp32,
+    against DDP: the same rollouts (each process's stream is seeded as under DDP) give the
+    same loss, gradient norm, KL and rewards step by step, and the same final weights."""
+    from safetensors.torch import load_file
+
+    runs = {}
+    for mode in ("fsdp", "ddp"):
+        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                              str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
+                              str(smoke / "train.parquet"), str(tmp_path / mode)],
+                             env={**env(), "MODE": mode, "OMP_NUM_THREADS": "1",
+                                  "PYTHONPATH": f"{accelerate_with_cpu_fsdp}{os.pathsep}{ROOT / 'workflow'}"},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert run.returncode == 0, run.stdout[-6000:]
+        runs[mode] = json.loads([line for line in run.stdout.splitlines() if line.startswith('{"log"')][0])
+    fsdp, ddp = runs["fsdp"], runs["ddp"]
+    assert fsdp["sharded"] and fsdp["policy"].startswith("FSDP") and fsdp["base"].startswith("FSDP")
+    assert not ddp["sharded"] and not ddp["policy"].startswith("FSDP")
+    assert fsdp["checkpoints"] == ddp["checkpoints"] == ["checkpoint-2", "checkpoint-3"]
+    assert [h["step"] for h in fsdp["log"]] == [1, 2, 3]
+    for a, b in zip(fsdp["log"], ddp["log"]):
+        for key, value in a.items():
+            assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
+    assert any(h["grad_norm"] > 0 for h in fsdp["log"]) and any(h["kl"] for h in fsdp["log"])
+    a, b = (load_file(tmp_path / m / "final" / "model.safetensors") for m in ("fsdp", "ddp"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    config = json.loads((tmp_path / "fsdp" / "final" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]  # not the FSDP-wrapped class's name

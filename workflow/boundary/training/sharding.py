@@ -119,5 +119,11 @@ def prepare_frozen(model, accelerator):
 
 def full_state_dict(accelerator, model) -> dict:
     """The model's whole state dict, for save_pretrained on the main process. Every process
-    must call it: under fsdp it gathers the shards."""
-    return accelerator.get_state_dict(model)
+    must call it: under fsdp it gathers the shards. Gathered, tied weights (SmolLM2's lm_head
+    and embeddings) are separate copies that save_pretrained would write twice: the tied
+    targets are left out, as save_pretrained leaves them out of an unsharded model."""
+    state = accelerator.get_state_dict(model)
+    if is_fsdp(accelerator):
+        for target in getattr(accelerator.unwrap_model(model), "all_tied_weights_keys", None) or {}:
+            state.pop(target, None)
+    return state
