@@ -3,7 +3,8 @@
 base is loaded, sharded under FSDP and scored every step), 3 steps on the smoke base, under
 `MODE` = fsdp or ddp. make_config maps fsdp to ddp without GPUs; here the FSDP arguments are
 passed anyway (the test runs this with an accelerate that allows FSDP on CPU processes).
-Rank 0 prints one JSON line: the log, the wrapped classes, the checkpoints written."""
+Given a checkpoint, resumes from it. Rank 0 prints one JSON line: the log, the wrapped
+classes, the checkpoints written."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 import boundary.training.trainer_config as trainer_config
 from boundary.stages.train import save_atomic
@@ -29,7 +30,17 @@ def reward(prompts, completions, answer, **kwargs):
     return [float(hashlib.md5(c.encode()).digest()[0] < 100) for c in completions]  # ~40% correct
 
 
-def main(base: str, split_path: str, out: str):
+class Steps(TrainerCallback):
+    """The steps this process ran (a resumed run skips those in its checkpoint)."""
+
+    def __init__(self):
+        self.run = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.run.append(state.global_step)
+
+
+def main(base: str, split_path: str, out: str, resume: str | None = None):
     mode = os.environ["MODE"]
     start_processes()
     trainer_config.config_args = lambda sharded, checkpointing: config_args(mode, checkpointing)
@@ -44,13 +55,15 @@ def main(base: str, split_path: str, out: str):
     trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(base), reward_funcs=reward, args=cfg,
                          train_dataset=data, processing_class=tok,
                          anchor_weights=(np.arange(len(split)) % 2).astype(float)[None])
-    trainer.train()
+    steps = Steps()
+    trainer.add_callback(steps)
+    trainer.train(resume_from_checkpoint=resume)
     save_atomic(trainer.accelerator, trainer.model, tok, Path(out) / "final")
     if trainer.accelerator.is_main_process:
         keys = ("step", "loss", "grad_norm", "kl", "anchor_loss", "reward", "learning_rate")
         print(json.dumps({"log": [{k: h.get(k) for k in keys} for h in trainer.state.log_history if "loss" in h],
                           "sharded": trainer._sharded, "policy": type(trainer.model).__name__,
-                          "base": type(trainer.base_model).__name__,
+                          "base": type(trainer.base_model).__name__, "steps_run": steps.run,
                           "checkpoints": sorted(p.name for p in Path(out).glob("checkpoint-*"))}), flush=True)
 
 

@@ -293,17 +293,17 @@ def test_fsdp_trains_as_ddp_does_on_two_cpu_processes(smoke, accelerate_with_cpu
     same loss, gradient norm, KL and rewards step by step, and the same final weights."""
     from safetensors.torch import load_file
 
-    runs = {}
-    for mode in ("fsdp", "ddp"):
+    def worker(mode, out, *resume):
         run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                               str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
-                              str(smoke / "train.parquet"), str(tmp_path / mode)],
+                              str(smoke / "train.parquet"), str(out), *map(str, resume)],
                              env={**env(), "MODE": mode, "OMP_NUM_THREADS": "1",
                                   "PYTHONPATH": f"{accelerate_with_cpu_fsdp}{os.pathsep}{ROOT / 'workflow'}"},
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert run.returncode == 0, run.stdout[-6000:]
-        runs[mode] = json.loads([line for line in run.stdout.splitlines() if line.startswith('{"log"')][0])
-    fsdp, ddp = runs["fsdp"], runs["ddp"]
+        return json.loads([line for line in run.stdout.splitlines() if line.startswith('{"log"')][0])
+
+    fsdp, ddp = worker("fsdp", tmp_path / "fsdp"), worker("ddp", tmp_path / "ddp")
     assert fsdp["sharded"] and fsdp["policy"].startswith("FSDP") and fsdp["base"].startswith("FSDP")
     assert not ddp["sharded"] and not ddp["policy"].startswith("FSDP")
     assert fsdp["checkpoints"] == ddp["checkpoints"] == ["checkpoint-2", "checkpoint-3"]
@@ -316,3 +316,9 @@ def test_fsdp_trains_as_ddp_does_on_two_cpu_processes(smoke, accelerate_with_cpu
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     config = json.loads((tmp_path / "fsdp" / "final" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]  # not the FSDP-wrapped class's name
+    # Killed after checkpoint 2 (here: what came after it deleted), the FSDP run resumes from
+    # its sharded checkpoint and repeats step 3.
+    shutil.copytree(tmp_path / "fsdp" / "checkpoint-2", tmp_path / "resumed" / "checkpoint-2")
+    resumed = worker("fsdp", tmp_path / "resumed", tmp_path / "resumed" / "checkpoint-2")
+    assert fsdp["steps_run"] == [1, 2, 3] and resumed["steps_run"] == [3]
+    assert resumed["log"] == fsdp["log"]
