@@ -124,6 +124,7 @@ def main():
     p.add_argument("--completion-len", type=int, default=256)
     p.add_argument("--resume-gpus", type=int, default=2, help="process count of the killed run (0: none)")
     p.add_argument("--work", default="gpu_check")
+    p.add_argument("--deadline", type=float, help="seconds: runs unfinished by then are stopped")
     p.add_argument("--cpu", action="store_true", help="CPU processes over gloo (a dry run of this script)")
     a = p.parse_args()
     work = Path(a.work)
@@ -152,7 +153,8 @@ def main():
     if a.resume_gpus:
         killed = start(train_cmd(resume_method, a.resume_gpus, a, work, "killed"), work / "logs" / "killed.log")
         ck = work / "killed_ck"
-        while killed.poll() is None and not list(ck.glob(f"*/checkpoint-{a.save_steps}/trainer_state.json")):
+        while (killed.poll() is None and not list(ck.glob(f"*/checkpoint-{a.save_steps}/trainer_state.json"))
+               and (not a.deadline or time.time() < t0 + a.deadline)):
             time.sleep(0.5)
         time.sleep(1)  # into the next step, mid-run
         os.killpg(killed.pid, signal.SIGKILL)  # as a node failure would: no clean shutdown
@@ -162,8 +164,13 @@ def main():
         jobs["resumed", a.resume_gpus] = start(train_cmd(resume_method, a.resume_gpus, a, work, "killed"),
                                                work / "logs" / "resumed.log")
     for key, job in jobs.items():
-        if job.wait():
-            print(f"FAIL {key}: exit {job.returncode}; log {work}/logs", flush=True)
+        try:
+            code = job.wait(timeout=max(1.0, t0 + a.deadline - time.time()) if a.deadline else None)
+        except subprocess.TimeoutExpired:  # out of time: stop it, compare what finished
+            os.killpg(job.pid, signal.SIGKILL)
+            code = f"killed at the {a.deadline} s deadline"
+        if code:
+            print(f"FAIL {key}: exit {code}; log {work}/logs", flush=True)
     print(f"all runs done ({time.time() - t0:.0f} s)", flush=True)
     for m in methods:
         for n in counts[1:]:
