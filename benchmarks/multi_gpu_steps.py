@@ -106,7 +106,10 @@ def build_random(shape: str, tok, max_len: int):
                                                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(0)  # the same random weights in every process
     # fp32 master weights, as a loaded checkpoint trains; built on the GPU (fast), sharded after.
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)  # each process builds on its own GPU, not all on GPU 0
+    with torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu"):
         model = getattr(transformers, f"{family}ForCausalLM")(config)
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
