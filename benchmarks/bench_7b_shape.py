@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,13 +55,17 @@ def main():
                    "--prompts", str(args.prompts), "--G", str(args.G), "--prompt-len", str(args.prompt_len),
                    "--completion-len", str(args.completion_len), "--steps", str(args.steps),
                    "--warmup", str(args.warmup), "--out", str(out)]
-            try:
-                done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, timeout=args.timeout)
-                text, code = done.stdout, done.returncode
-            except subprocess.TimeoutExpired as err:
-                text, code = (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) \
-                    else (err.stdout or ""), "timeout"
+            log = Path(tmp) / f"{sharding}_{method}.log"
+            # A file, not a pipe, and a process group of its own: on a timeout every worker is
+            # stopped and what they printed is still there to show.
+            with open(log, "w") as f:
+                job = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                try:
+                    code = job.wait(timeout=args.timeout)
+                except subprocess.TimeoutExpired:
+                    os.killpg(job.pid, signal.SIGKILL)
+                    code = f"timeout after {args.timeout} s"
+            text = log.read_text(errors="replace")
             if out.exists():
                 r = json.loads(out.read_text().splitlines()[-1])
             elif "OutOfMemoryError" in text or "CUDA out of memory" in text:

@@ -80,10 +80,17 @@ class Phases(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         sync()
         row = {"step": time.perf_counter() - self.now, **self.current}
+        say(0 if state.is_world_process_zero else 1, f"step {state.global_step}: {row['step']:.1f} s")
         batch = row.pop("batch", 0.0)  # generate + score
         row["score"] = batch - row.get("generate", 0.0)
         row["fwd_bwd"] = row["step"] - batch - row.get("optimizer", 0.0)
         self.rows.append(row)
+
+
+def say(rank: int, text: str):
+    """Progress on rank 0: what a run that times out got through."""
+    if rank == 0:
+        print(f"[multi_gpu_steps] {text}", flush=True)
 
 
 def timed(phases: Phases, name: str, fn):
@@ -146,7 +153,7 @@ def main():
     result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
               "processes": world,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
-    phases, trainer, stage = Phases(), None, "build"
+    phases, trainer, stage, t0 = Phases(), None, "build", time.perf_counter()
     try:
         if args.model:
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -165,6 +172,7 @@ def main():
             cfg = make_config(settings, seed=0, checkpoint_dir=tmp)
             cfg.generation_kwargs = {"suppress_tokens": stop_ids(model, tok)}  # full-length rollouts
             cfg.save_strategy = "no"
+            say(rank, f"model built ({time.perf_counter() - t0:.0f} s)")
             stage = "trainer"
             trainer = PBATrainer(model, reward_funcs=pseudo_reward, args=cfg, train_dataset=data,
                                  processing_class=tok, anchor_weights=anchored, callbacks=[phases])
@@ -172,7 +180,9 @@ def main():
             trainer._generate_and_score_completions = timed(phases, "batch",
                                                             trainer._generate_and_score_completions)
             stage = "train"
+            say(rank, f"trainer built ({time.perf_counter() - t0:.0f} s); training")
             trainer.train()
+            say(rank, f"trained ({time.perf_counter() - t0:.0f} s)")
         result["status"] = "ok"
     except torch.OutOfMemoryError as err:
         # The processes may have stopped at different collectives: no gather; rank 0 reports
