@@ -1,7 +1,7 @@
 """A training process of tests/test_distributed.py::test_fsdp_trains_as_ddp_does_on_two_cpu_processes
 (not a test itself): the project's PBATrainer, the policy anchor with a global KL (so the frozen
 base is loaded, sharded under FSDP and scored every step), 3 steps on the smoke base, under
-`MODE` = fsdp or ddp. make_config maps fsdp to ddp without GPUs; here the FSDP arguments are
+`MODE` = fsdp or ddp; `METHOD` (JSON) overrides these settings. make_config maps fsdp to ddp without GPUs; here the FSDP arguments are
 passed anyway (the test runs this with an accelerate that allows FSDP on CPU processes).
 Given a checkpoint, resumes from it. Rank 0 prints one JSON line: the log, the wrapped
 classes, the checkpoints written."""
@@ -49,7 +49,7 @@ def main(base: str, split_path: str, out: str, resume: str | None = None):
                               "prompt_id": split["prompt_id"].tolist()})
     settings = {"steps": 3, "lr": 1e-4, "num_generations": 4, "prompts_per_step": 4, "max_completion_length": 6,
                 "checkpoints": [], "refresh_steps": 3, "save_steps": 2, "sharding": mode, "mask": "m",
-                "anchor": "policy", "kl_estimator": "k2", "beta_kl": 0.05}
+                "anchor": "policy", "kl_estimator": "k2", "beta_kl": 0.05, **json.loads(os.environ.get("METHOD", "{}"))}
     cfg = trainer_config.make_config(settings, 0, out)
     tok = AutoTokenizer.from_pretrained(base)
     trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(base), reward_funcs=reward, args=cfg,

@@ -285,6 +285,18 @@ def accelerate_with_cpu_fsdp(tmp_path_factory):
     return root
 
 
+def fsdp_cpu_worker(smoke, accelerate, mode: str, out, method: dict, *resume) -> dict:
+    """tests/fsdp_cpu_worker.py in 2 gloo processes under `mode`; its JSON line."""
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
+                          str(smoke / "train.parquet"), str(out), *map(str, resume)],
+                         env={**env(), "MODE": mode, "METHOD": json.dumps(method), "OMP_NUM_THREADS": "1",
+                              "PYTHONPATH": f"{accelerate}{os.pathsep}{ROOT / 'workflow'}"},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert run.returncode == 0, run.stdout[-6000:]
+    return json.loads([line for line in run.stdout.splitlines() if line.startswith('{"log"')][0])
+
+
 def test_fsdp_trains_as_ddp_does_on_two_cpu_processes(smoke, accelerate_with_cpu_fsdp, tmp_path):
     """The trainer's FSDP2 path (accelerate's plugin, the frozen base sharded as TRL shards its
     reference, synced generation, every process scoring with the base or none, sharded
@@ -294,14 +306,7 @@ def test_fsdp_trains_as_ddp_does_on_two_cpu_processes(smoke, accelerate_with_cpu
     from safetensors.torch import load_file
 
     def worker(mode, out, *resume):
-        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                              str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
-                              str(smoke / "train.parquet"), str(out), *map(str, resume)],
-                             env={**env(), "MODE": mode, "OMP_NUM_THREADS": "1",
-                                  "PYTHONPATH": f"{accelerate_with_cpu_fsdp}{os.pathsep}{ROOT / 'workflow'}"},
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert run.returncode == 0, run.stdout[-6000:]
-        return json.loads([line for line in run.stdout.splitlines() if line.startswith('{"log"')][0])
+        return fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, out, {}, *resume)
 
     fsdp, ddp = worker("fsdp", tmp_path / "fsdp"), worker("ddp", tmp_path / "ddp")
     assert fsdp["sharded"] and fsdp["policy"].startswith("FSDP") and fsdp["base"].startswith("FSDP")
@@ -322,3 +327,17 @@ def test_fsdp_trains_as_ddp_does_on_two_cpu_processes(smoke, accelerate_with_cpu
     resumed = worker("fsdp", tmp_path / "resumed", tmp_path / "resumed" / "checkpoint-2")
     assert fsdp["steps_run"] == [1, 2, 3] and resumed["steps_run"] == [3]
     assert resumed["log"] == fsdp["log"]
+
+
+def test_fsdp_trains_the_drop_sampler_and_the_field_s_methods_as_ddp_does(smoke, accelerate_with_cpu_fsdp, tmp_path):
+    """Without a frozen base: the drop sampler, the unlikeliness reward and KL-Cov (each makes
+    an extra no-grad policy forward, a collective under FSDP, on every process) under FSDP
+    log what DDP logs, step by step."""
+    method = {"anchor": None, "beta_kl": 0.0, "masked_action": "drop", "unlikeliness": 0.5, "cov_select": "kl"}
+    fsdp, ddp = (fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, tmp_path / mode, method)
+                 for mode in ("fsdp", "ddp"))
+    assert fsdp["sharded"] and fsdp["base"] == "NoneType" and fsdp["policy"].startswith("FSDP")
+    for a, b in zip(fsdp["log"], ddp["log"], strict=True):
+        for key, value in a.items():
+            assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
+    assert any(h["grad_norm"] > 0 for h in fsdp["log"])
