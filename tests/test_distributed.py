@@ -285,12 +285,13 @@ def accelerate_with_cpu_fsdp(tmp_path_factory):
     return root
 
 
-def fsdp_cpu_worker(smoke, accelerate, mode: str, out, method: dict, *resume) -> dict:
+def fsdp_cpu_worker(smoke, accelerate, mode: str, out, method: dict, *resume, base_rollouts="") -> dict:
     """tests/fsdp_cpu_worker.py in 2 gloo processes under `mode`; its JSON line."""
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                           str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
                           str(smoke / "train.parquet"), str(out), *map(str, resume)],
                          env={**env(), "MODE": mode, "METHOD": json.dumps(method), "OMP_NUM_THREADS": "1",
+                              "BASE_ROLLOUTS": str(base_rollouts),
                               "PYTHONPATH": f"{accelerate}{os.pathsep}{ROOT / 'workflow'}"},
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert run.returncode == 0, run.stdout[-6000:]
@@ -341,3 +342,29 @@ def test_fsdp_trains_the_drop_sampler_and_the_field_s_methods_as_ddp_does(smoke,
         for key, value in a.items():
             assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
     assert any(h["grad_norm"] > 0 for h in fsdp["log"])
+
+
+def test_fsdp_trains_the_support_anchor_on_pre_drawn_rollouts_as_ddp_does(smoke, accelerate_with_cpu_fsdp, tmp_path):
+    """A base-sampled anchor under FSDP: its rollouts pre-drawn by the base_rollouts stage (no
+    frozen base in training, no base generate call), the support hinge on their stored base
+    log-probs; FSDP logs what DDP logs step by step."""
+    from fsdp_cpu_worker import SETTINGS, anchored
+
+    split = pd.read_parquet(smoke / "train.parquet")
+    w = anchored(len(split))[0]
+    pd.DataFrame({"prompt_id": split["prompt_id"], "epoch": 0, "weight": w,
+                  "action": np.where(w > 0, "anchor", "sharpen")}).to_parquet(tmp_path / "mask.parquet")
+    method = {"anchor": "support", "support_floor": 0.5, "beta_a": 2.0, "beta_kl": 0.0}
+    drawn = tmp_path / "base_rollouts.parquet"
+    run = subprocess.run([sys.executable, "-m", "boundary.cli", "base-rollouts", "--model", str(smoke / "base"),
+                          "--train-split", str(smoke / "train.parquet"), "--mask", str(tmp_path / "mask.parquet"),
+                          "--settings", json.dumps({**SETTINGS, **method}), "--seed", "0", "--out", str(drawn)],
+                         env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert run.returncode == 0, run.stdout[-6000:]
+    fsdp, ddp = (fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, tmp_path / mode, method, base_rollouts=drawn)
+                 for mode in ("fsdp", "ddp"))
+    assert fsdp["sharded"] and fsdp["base"] == "NoneType"  # pre-drawn: no frozen base in training
+    for a, b in zip(fsdp["log"], ddp["log"], strict=True):
+        for key, value in a.items():
+            assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
+    assert any(h["anchor_loss"] for h in fsdp["log"])
