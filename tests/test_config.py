@@ -21,6 +21,7 @@ def test_paper_config_states_the_run_card():
     assert (train["lr"], train["num_generations"], train["prompts_per_step"]) == (1e-6, 8, 256)
     assert (train["steps"], train["checkpoints"]) == (1000, [100, 300, 600, 1000])
     assert train["warmup_ratio"] == 0.05 and train["max_grad_norm"] == 1.0 and train["bf16"] is True
+    assert (train["gpus"], train["sharding"]) == (8, "fsdp")  # a 7.6B policy, AdamW: DDP cannot fit
     assert paper["evaluate"] == {"n": 256, "temperature": 0.6, "top_p": 0.95, "seed": 3003,
                                  "ks": [1, 4, 16, 64, 256]}
     assert paper["gate"]["G0"] == 8 and paper["gate"]["tau"] == 0.10
@@ -52,6 +53,16 @@ def _default():
     (lambda c: c["regimes"].update(easy=0.05), "config: regimes: boundary must be <= easy"),
     (lambda c: c["regimes"].update(coverage_min=1.0), "config: regimes.coverage_min: must be < 1"),
     (lambda c: c.update(prompt={"template": "Solve:"}), "config: prompt.template: must contain {problem}"),
+    (lambda c: c["train"].update(gpus=3), "config: train.gpus: 3 processes do not divide a step's "
+                                          "prompts_per_step x num_generations = 64 completions; choose a "
+                                          "count that divides it"),
+    (lambda c: c["train"].update(gpus=2, gradient_accumulation_steps=64),
+     "config: train.gpus: 2 processes do not divide a step's prompts_per_step x num_generations = 64 "
+     "completions into 64 accumulation steps each; choose a count that divides it"),
+    (lambda c: c["train"].update(sharding="zero3"), "config: train.sharding: 'zero3' is not one of ['ddp', 'fsdp']"),
+    (lambda c: c["train"].update(sharding="fsdp"), "config: train.sharding: fsdp needs train.gpus >= 1 "
+                                                   "(accelerate runs FSDP on GPUs only; on the CPU it would "
+                                                   "train unsharded)"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     config = _default()

@@ -43,8 +43,8 @@ def started(monkeypatch):
     return runs
 
 
-def train_argv(gpus, *extra):
-    return ["--model", "m", "--train-split", "s", "--settings", json.dumps({"gpus": gpus, "steps": 1}),
+def train_argv(gpus, *extra, **settings):
+    return ["--model", "m", "--train-split", "s", "--settings", json.dumps({"gpus": gpus, "steps": 1, **settings}),
             "--seed", "0", "--out", "o", "--checkpoint-dir", "c", *extra]
 
 
@@ -87,6 +87,7 @@ def test_cpu_processes_run_under_torchrun(started):
 
 def test_a_worker_trains_in_place(started, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "8")  # set by torchrun for each worker
+    monkeypatch.setattr(launch, "start_processes", lambda: None)  # no process group here
     launch.main(train_argv(8))
     assert started[0]["processes"] == 1 and started[0]["argv"] == train_argv(8)
 
@@ -94,4 +95,52 @@ def test_a_worker_trains_in_place(started, monkeypatch):
 def test_a_failed_process_fails_the_job(started, monkeypatch):
     monkeypatch.setattr(launch, "_run", lambda command, env: 1)
     with pytest.raises(BoundaryError, match="a process of 2 failed"):
+        launch.main(train_argv(0, "--processes", "2"))
+
+
+def test_gpus_that_do_not_divide_the_batch_are_one_line_before_any_process(eight_gpus, started):
+    """3 GPUs cannot share 16 prompts x G=4 = 64 completions evenly: refused by the launcher,
+    naming train.gpus, before torchrun starts (not once per worker)."""
+    with pytest.raises(BoundaryError, match=r"^train.gpus: 3 processes do not divide .* = 64 completions"):
+        launch.main(train_argv(3, prompts_per_step=16, num_generations=4))
+    with pytest.raises(BoundaryError, match=r"3 processes do not divide .* into 2 accumulation steps"):
+        launch.main(train_argv(0, "--processes", "3", prompts_per_step=16, num_generations=4,
+                               gradient_accumulation_steps=2))
+    launch.main(train_argv(4, prompts_per_step=16, num_generations=4))
+    assert [r["processes"] for r in started] == [4]
+
+
+def test_fsdp_without_gpus_is_refused_not_run_unsharded(started):
+    """accelerate drops its FSDP plugin on a CPU (the processes would train as DDP over gloo):
+    the launcher says so in one line instead."""
+    with pytest.raises(BoundaryError, match=r"^train.sharding: fsdp needs GPUs .* 2 process\(es\)"):
+        launch.main(train_argv(0, "--processes", "2", sharding="fsdp"))
+    assert started == []
+
+
+def test_a_sharding_the_installed_accelerate_lacks_is_one_line(eight_gpus, started, monkeypatch):
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    fields = {k: v for k, v in FullyShardedDataParallelPlugin.__dataclass_fields__.items() if k != "fsdp_version"}
+    monkeypatch.setattr(FullyShardedDataParallelPlugin, "__dataclass_fields__", fields)  # an accelerate < 1.6
+    with pytest.raises(BoundaryError, match=r"^train.sharding: fsdp needs FSDP2, which the installed accelerate"):
+        launch.main(train_argv(2, sharding="fsdp"))
+    with pytest.raises(BoundaryError, match=r"^train.sharding: 'zero3' is not one of ddp, fsdp"):
+        launch.main(train_argv(2, sharding="zero3"))
+    launch.main(train_argv(2, sharding="ddp"))
+    assert [r["processes"] for r in started] == [2]
+
+
+def test_a_worker_error_is_the_launch_s_one_line(started, monkeypatch, tmp_path):
+    """A worker's BoundaryError (here: its process group failing to start) is relayed to the
+    launcher's last line, naming the process."""
+    def failing(command, env):
+        monkeypatch.setenv("BOUNDARY_TRAIN_ERRORS", env["BOUNDARY_TRAIN_ERRORS"])
+        monkeypatch.setenv("RANK", "1")
+        from boundary.training.launch import relay_error
+        relay_error(BoundaryError("NCCL failed to start between the 2 training processes"))
+        return 1
+
+    monkeypatch.setattr(launch, "_run", failing)
+    with pytest.raises(BoundaryError, match=r"^train: process 1: NCCL failed to start between the 2"):
         launch.main(train_argv(0, "--processes", "2"))

@@ -131,6 +131,35 @@ def test_policy_anchor_scores_only_anchored_rows(model_dir, split, tmp_path):
     assert out["base_per_token_logps"][~anchored].abs().sum() == 0
 
 
+def test_sharded_the_base_scores_every_row_whenever_a_process_needs_it(model_dir, split, tmp_path):
+    """Under FSDP a forward of the sharded base is a collective: each process scores its whole
+    batch (the same calls everywhere), and the anchored rows get the values the unsharded
+    trainer gives them; a batch with no anchored row on any process makes no base call."""
+    w = alternate(split)
+    plain = make_trainer(model_dir, split, tmp_path / "plain", w, mask="m", anchor="policy", kl_estimator="k2")
+    out = plain._generate_and_score_completions(first_batch(plain, split))
+    need = out["anchor_weight"] > 0
+    expected = plain._base_logps(out, need, [None] * len(need))
+    plain._sharded = True  # what FSDP sets; one process: the any-process flag is this one's
+    rows = count_base_rows(plain)
+    sharded = plain._base_logps(out, need, [None] * len(need))
+    assert rows == [P * G]  # the whole batch, not its anchored half
+    assert torch.allclose(sharded[need], expected[need], atol=1e-6) and sharded[~need].abs().sum() == 0
+    rows.clear()
+    plain._base_logps(out, torch.zeros_like(need), [None] * len(need))
+    assert rows == []
+
+
+def test_sharded_base_sampled_anchors_need_pre_drawn_rollouts(model_dir, split, tmp_path):
+    """Drawn in place, the sharded base's generate calls would differ between processes:
+    refused in one line naming the method's anchor (the policy anchor trains)."""
+    with pytest.raises(BoundaryError, match=r"^method with anchor support: under train.sharding fsdp its base "
+                                            r"rollouts must be pre-drawn"):
+        make_trainer(model_dir, split, tmp_path, alternate(split), mask="m", anchor="support", sharding="fsdp")
+    trainer = make_trainer(model_dir, split, tmp_path, alternate(split), mask="m", anchor="policy", sharding="fsdp")
+    assert trainer.args.sharding == "fsdp" and not trainer._sharded  # one CPU process: nothing to shard
+
+
 @pytest.mark.parametrize("anchor", ["base", "support"])
 def test_base_sampled_anchors_draw_anchored_rollouts_from_the_base(model_dir, split, tmp_path, anchor):
     w = alternate(split)
@@ -262,6 +291,25 @@ def test_config_errors(tmp_path):
     assert cfg.lr_scheduler_type == "cosine" and cfg.max_grad_norm == 1.0 and cfg.beta == 0.0
     assert cfg.bf16 == (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     assert cfg.gradient_checkpointing == torch.cuda.is_available()
+    assert cfg.sharding == "ddp" and not cfg.fsdp  # the schema's default
+    with pytest.raises(BoundaryError, match="sharding: 'zero3' is not one of ddp, fsdp"):
+        make_config({**SETTINGS, "sharding": "zero3"}, 0, str(tmp_path))
+
+
+def test_fsdp_settings_map_onto_accelerate_s_fsdp2_plugin(tmp_path):
+    """train.sharding fsdp in several GPU processes: TrainingArguments' FSDP2 settings (decoder
+    layers as units, resharded after forward, FSDP's own activation checkpointing, sharded
+    checkpoints); in one process or on the CPU nothing is sharded."""
+    from boundary.training.sharding import config_args
+
+    args = config_args("fsdp", True)
+    assert args["fsdp"] is True and args["gradient_checkpointing"] is False
+    assert args["fsdp_config"] == {"version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                                   "reshard_after_forward": True, "activation_checkpointing": True,
+                                   "state_dict_type": "SHARDED_STATE_DICT", "cpu_ram_efficient_loading": False}
+    assert config_args("ddp", True) == {"gradient_checkpointing": True}
+    cfg = make_config({**SETTINGS, "sharding": "fsdp"}, 0, str(tmp_path))  # one process
+    assert cfg.sharding == "fsdp" and not cfg.fsdp
 
 
 # --- the CLI: outputs, and a killed job resumes ------------------------------------------------

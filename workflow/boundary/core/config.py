@@ -117,6 +117,25 @@ def _check_references(config: dict) -> None:
         raise BoundaryError("config: regimes.coverage_min: must be < 1")
     if "{problem}" not in config["prompt"]["template"]:
         raise BoundaryError("config: prompt.template: must contain {problem}")
+    train, accum = config["train"], schema_defaults("train")["gradient_accumulation_steps"]
+    why = batch_split_error(train["prompts_per_step"] * train["num_generations"],
+                            train.get("gradient_accumulation_steps", accum), max(1, train["gpus"]))
+    if why:
+        raise BoundaryError(f"config: {why}")
+    if train.get("sharding") == "fsdp" and train["gpus"] == 0:
+        raise BoundaryError("config: train.sharding: fsdp needs train.gpus >= 1 (accelerate runs FSDP on "
+                            "GPUs only; on the CPU it would train unsharded)")
+
+
+def batch_split_error(completions: int, accumulation: int, processes: int) -> str | None:
+    """Why `processes` cannot share a step's `completions` evenly (every process generates and
+    trains as many, in `accumulation` micro-batches), or None."""
+    if completions % (accumulation * processes):
+        return (f"train.gpus: {processes} processes do not divide a step's prompts_per_step x "
+                f"num_generations = {completions} completions"
+                + (f" into {accumulation} accumulation steps each" if accumulation > 1 else "")
+                + "; choose a count that divides it")
+    return None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

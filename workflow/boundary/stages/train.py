@@ -15,6 +15,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,11 +25,20 @@ import torch
 from transformers import TrainerCallback
 
 from boundary.core import sources
-from boundary.core.config import load_stage_settings
+from boundary.core.config import batch_split_error, load_stage_settings
 from boundary.core.errors import BoundaryError
 from boundary.core.gpus import visible
 from boundary.core.options import ArgumentParser
-from boundary.training.launch import _run, launch_plan, torchrun
+from boundary.training import sharding
+from boundary.training.launch import (
+    ERRORS_ENV,
+    _run,
+    launch_plan,
+    relay_error,
+    relayed_error,
+    start_processes,
+    torchrun,
+)
 from boundary.training.schedule import anchor_weights_for
 from boundary.training.trainer import PBATrainer, needs_frozen_base
 from boundary.training.trainer_config import filled, make_config
@@ -37,15 +47,30 @@ from boundary.training.trainer_config import filled, make_config
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if "WORLD_SIZE" in os.environ:  # a worker of a launch: train here
-        return run(argv)
+        try:
+            start_processes()
+            return run(argv)
+        except BoundaryError as err:
+            relay_error(err)
+            raise
     parser = ArgumentParser(add_help=False)  # run() documents both
     parser.add_argument("--settings")
     parser.add_argument("--processes", type=int)
     known, _ = parser.parse_known_args(argv)
     if known.processes is not None and known.processes < 1:
         raise BoundaryError(f"--processes: {known.processes} is not a process count")
-    gpus = int(load_stage_settings(known.settings).get("gpus", 0)) if known.settings else 0
+    settings = filled(load_stage_settings(known.settings)) if known.settings else filled({})
+    gpus = int(settings["gpus"])
     launch = launch_plan(gpus, known.processes, visible() if gpus else [])
+    # Refused here, before any process starts or anything is written.
+    sharding.check_launch(settings["sharding"], gpus, launch.processes)
+    if "prompts_per_step" in settings and "num_generations" in settings:  # else make_config says so
+        why = batch_split_error(int(settings["prompts_per_step"]) * int(settings["num_generations"]),
+                                int(settings["gradient_accumulation_steps"]), launch.processes)
+        if why:
+            raise BoundaryError(why)
+    if settings["sharding"] == "fsdp" and launch.processes == 1:
+        print("train: sharding fsdp with 1 GPU shards nothing: the one process holds the whole model", flush=True)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
     if launch.processes == 1:
         return run(argv)
@@ -55,7 +80,12 @@ def main(argv=None):
     env["OMP_NUM_THREADS"] = str(max(1, threads // launch.processes))
     where = f"GPUs {','.join(launch.devices)}" if launch.devices else "CPU (gloo)"
     print(f"train: {launch.processes} processes on {where}", flush=True)
-    code = _run(torchrun(launch.processes, argv), env)
+    with tempfile.TemporaryDirectory() as errors:
+        env[ERRORS_ENV] = errors
+        code = _run(torchrun(launch.processes, argv), env)
+        said = relayed_error(errors) if code else None
+    if said:
+        raise BoundaryError(f"train: {said}")
     if code:
         raise BoundaryError(f"train: a process of {launch.processes} failed (exit {code}); "
                             "its error is above in this log")
@@ -80,22 +110,27 @@ def make_reward(extractor: str, timeout: int, workers: int = 2):
 
 class StepSnapshots(TrainerCallback):
     """save_pretrained copies at the configured steps, into the checkpoint folder (which
-    outlives a killed job); `boundary train` copies them into its outputs at the end."""
+    outlives a killed job); `boundary train` copies them into its outputs at the end.
+    `accelerator` is set once the trainer exists."""
 
     def __init__(self, steps, folder: Path):
-        self.steps, self.folder = set(steps), folder
+        self.steps, self.folder, self.accelerator = set(steps), folder, None
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        if state.global_step in self.steps and state.is_world_process_zero:
-            save_atomic(model, processing_class, self.folder / f"step{state.global_step}")
+        if state.global_step in self.steps:
+            save_atomic(self.accelerator, model, processing_class, self.folder / f"step{state.global_step}")
 
 
-def save_atomic(model, tokenizer, path: Path):
+def save_atomic(accelerator, model, tokenizer, path: Path):
+    """save_pretrained of the whole model, by the main process. Every process calls it: under
+    FSDP the whole state dict is gathered from the shards."""
     from boundary.core.artifacts import atomic_dir
 
-    with atomic_dir(path) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    state = sharding.full_state_dict(accelerator, model)
+    if accelerator.is_main_process:
+        with atomic_dir(path) as tmp:
+            accelerator.unwrap_model(model).save_pretrained(tmp, state_dict=state)
+            tokenizer.save_pretrained(tmp)
 
 
 def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str:
@@ -169,11 +204,11 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     checkpoints = sorted(int(s) for s in settings.get("checkpoints", []))
     snapshots = checkpoint_dir / "snapshots"
     snapshots.mkdir(parents=True, exist_ok=True)
+    snapshot = StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots)
     trainer = PBATrainer(model, reward_funcs=reward, args=cfg, train_dataset=data,
                          processing_class=tokenizer, anchor_weights=weights, base_model=base,
-                         base_rollouts=base_rollout_files,
-                         callbacks=[StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots),
-                                    *callbacks])
+                         base_rollouts=base_rollout_files, callbacks=[snapshot, *callbacks])
+    snapshot.accelerator = trainer.accelerator
     resume = last_checkpoint(checkpoint_dir)
     main_process = trainer.accelerator.is_main_process
     if main_process:
@@ -192,11 +227,11 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
              "seconds": round(time.time() - start, 1)}
     if torch.cuda.is_available():  # this process's GPU peak, policy + base + optimizer + rollouts
         stats["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
+    save_atomic(trainer.accelerator, trainer.model, tokenizer, out_dir / "final")
     if main_process:  # the outputs, once
         for step_dir in snapshots.glob("step*"):
             with atomic_dir(out_dir / step_dir.name) as tmp:
                 shutil.copytree(step_dir, tmp, dirs_exist_ok=True)
-        save_atomic(trainer.model, tokenizer, out_dir / "final")
         log = log_table(trainer.state.log_history)
         write_table(trainer.actions(), out_dir / "actions.parquet")
         write_table(log, out_dir / "log.parquet")

@@ -9,6 +9,7 @@ CPU is shown at most one device. `--processes N` with `gpus: 0` runs N CPU proce
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -55,3 +56,52 @@ def _run(command: list[str], env: dict) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+ERRORS_ENV = "BOUNDARY_TRAIN_ERRORS"  # where the workers of a launch leave their error line
+
+
+def start_processes() -> None:
+    """In a worker: start the processes' communication before anything is built (NCCL on
+    GPUs, gloo on the CPU; accelerate then uses this process group), so a failure to start is
+    one line naming it, not a trace from deep inside the first collective."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    from transformers import TrainingArguments
+
+    world, local = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    # TrainingArguments' own ddp_timeout, as accelerate would have started the group with.
+    timeout = datetime.timedelta(seconds=TrainingArguments.__dataclass_fields__["ddp_timeout"].default)
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(local)
+            dist.init_process_group(backend, timeout=timeout, device_id=torch.device("cuda", local))
+            dist.barrier(device_ids=[local])  # NCCL connects here
+        else:
+            dist.init_process_group(backend, timeout=timeout)
+            dist.barrier()
+    except RuntimeError as err:  # DistBackendError and gloo's enforce failures among them
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        where = f"GPUs {os.environ.get('CUDA_VISIBLE_DEVICES', '?')}" if backend == "nccl" else "the CPU"
+        raise BoundaryError(f"{backend.upper()} failed to start between the {world} training processes on "
+                            f"{where} ({first[:200]}); NCCL_DEBUG=INFO shows NCCL's own account") from None
+
+
+def relay_error(err: BoundaryError) -> None:
+    """In a worker: leave this process's error line for the launcher to report."""
+    folder = os.environ.get(ERRORS_ENV)
+    if folder:
+        with open(os.path.join(folder, f"rank{int(os.environ.get('RANK', 0)):05d}"), "w") as f:
+            f.write(str(err))
+
+
+def relayed_error(folder: str) -> str | None:
+    """The lowest-ranked worker's error line, as 'process R: line', or None."""
+    names = sorted(os.listdir(folder))
+    if not names:
+        return None
+    with open(os.path.join(folder, names[0])) as f:
+        return f"process {int(names[0][4:])}: {f.read()}"

@@ -67,7 +67,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from boundary.core.errors import BoundaryError
-from boundary.training import base_rollouts, objectives
+from boundary.training import base_rollouts, objectives, sharding
 from boundary.training.anchors import (
     ANCHORS,
     BASE_SAMPLED,
@@ -123,6 +123,7 @@ class PBATrainer(GRPOTrainer):
         if cfg.use_vllm and anchoring and cfg.anchor in BASE_SAMPLED and not base_rollouts:
             raise BoundaryError(f"use_vllm: anchor {cfg.anchor} reads pre-drawn base rollouts "
                                 "(the base_rollouts stage; boundary train --base-rollouts)")
+        sharding.check_method(cfg.sharding, cfg.anchor, anchoring, bool(base_rollouts), BASE_SAMPLED)
         # The frozen base is loaded only when some term needs it.
         needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollouts))
         if needs_base and base_model is None:
@@ -133,6 +134,11 @@ class PBATrainer(GRPOTrainer):
             # policy's generate batch every step. Flash / memory-efficient attention do not.
             torch.backends.cuda.enable_cudnn_sdp(False)
         super().__init__(model, *args, **kwargs)
+        # Under FSDP every forward of a sharded model is a collective (training/sharding.py).
+        self._sharded = sharding.is_fsdp(self.accelerator)
+        if self._sharded:
+            sharding.synced_generate(self.model)
+            sharding.reduce_in_fp32(self.accelerator)
         self._row = {pid: i for i, pid in enumerate(self.train_dataset["prompt_id"])}
         self.anchoring, self.base_model = anchoring, None
         if needs_base:
@@ -141,7 +147,7 @@ class PBATrainer(GRPOTrainer):
                 base_model.to(torch.bfloat16)
             add_fused_lm_head(base_model, temperature=self.temperature,
                               cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
-            self.base_model = self.accelerator.prepare_model(base_model, evaluation_mode=True)
+            self.base_model = sharding.prepare_frozen(base_model, self.accelerator)
         self._from_base: list[bool] | None = None  # per row: drawn from the frozen base
         self._drawn_logps: list | None = None  # per row: base log-probs from its draw, if any
         self._pre_drawn = list(base_rollouts or [])  # the base_rollouts stage's files
@@ -244,7 +250,7 @@ class PBATrainer(GRPOTrainer):
             need |= out["anchor_weight"] > 0
         if self.args.beta_kl > 0:
             need |= ~from_base
-        if need.any():
+        if self._on_any_process(need.any()):
             out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
             out["base_scored"] = need
         if self.args.regrouped and self.model.training:
@@ -304,9 +310,17 @@ class PBATrainer(GRPOTrainer):
         self._add_stat("generate_seconds", time.perf_counter() - start)
         return completions, (logprobs if self.use_vllm else None)
 
+    def _on_any_process(self, flag: torch.Tensor) -> bool:
+        """`flag` here, or on any process under FSDP: a sharded model's forward is a collective,
+        so every process makes it or none does."""
+        if not self._sharded:
+            return bool(flag)
+        return bool(self.accelerator.gather(flag.reshape(1).int()).any())
+
     def _base_sampler(self):
-        """A draw function on the frozen base, or None where no base is loaded (pre-drawn)."""
-        if self.base_model is None:
+        """A draw function on the frozen base, or None where no base is loaded (pre-drawn) or
+        it is sharded (processes would make different numbers of generate calls)."""
+        if self.base_model is None or self._sharded:
             return None
         model = self.accelerator.unwrap_model(self.base_model)
         return base_rollouts.hf_sampler(model, self.processing_class, self.temperature, self.args.top_p,
@@ -324,10 +338,13 @@ class PBATrainer(GRPOTrainer):
             values = pad_sequence([torch.tensor(drawn[i]) for i in rows], batch_first=True)
             full[rows, :values.size(1)] = values.to(full)
         rest = need & ~stored
-        if rest.any():
-            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)[rest]
-            attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)[rest]
-            full[rest] = self._score_with_base(ids, attn, T).to(full.dtype)
+        if self._on_any_process(rest.any()):
+            # Sharded, every process scores its whole batch: the same forward calls everywhere.
+            scored = torch.ones_like(rest) if self._sharded else rest
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)[scored]
+            attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)[scored]
+            logps = self._score_with_base(ids, attn, T).to(full.dtype)
+            full[rest] = logps[rest[scored]]
         return full
 
     def _score_with_base(self, ids, attn, T: int) -> torch.Tensor:

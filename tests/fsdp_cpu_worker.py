@@ -1,0 +1,80 @@
+"""A training process of tests/test_distributed.py::test_fsdp_trains_as_ddp_does_on_two_cpu_processes
+(not a test itself): the project's PBATrainer, the policy anchor with a global KL (so the frozen
+base is loaded, sharded under FSDP and scored every step), 3 steps on the smoke base, under
+`MODE` = fsdp or ddp; `METHOD` (JSON) overrides these settings; `BASE_ROLLOUTS` names the
+base_rollouts stage's file for a base-sampled anchor. make_config maps fsdp to ddp without GPUs; here the FSDP arguments are
+passed anyway (the test runs this with an accelerate that allows FSDP on CPU processes).
+Given a checkpoint, resumes from it. Rank 0 prints one JSON line: the log, the wrapped
+classes, the checkpoints written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+import boundary.training.trainer_config as trainer_config
+from boundary.stages.train import save_atomic
+from boundary.training.launch import start_processes
+from boundary.training.sharding import config_args
+from boundary.training.trainer import PBATrainer
+
+SETTINGS = {"steps": 3, "lr": 1e-4, "num_generations": 4, "prompts_per_step": 4, "max_completion_length": 6,
+            "checkpoints": [], "refresh_steps": 3, "save_steps": 2, "mask": "m",
+            "anchor": "policy", "kl_estimator": "k2", "beta_kl": 0.05}
+
+
+def anchored(n: int) -> np.ndarray:
+    """The mask: odd rows anchored, one refresh epoch."""
+    return (np.arange(n) % 2).astype(float)[None]
+
+
+def reward(prompts, completions, answer, **kwargs):
+    return [float(hashlib.md5(c.encode()).digest()[0] < 100) for c in completions]  # ~40% correct
+
+
+class Steps(TrainerCallback):
+    """The steps this process ran (a resumed run skips those in its checkpoint)."""
+
+    def __init__(self):
+        self.run = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.run.append(state.global_step)
+
+
+def main(base: str, split_path: str, out: str, resume: str | None = None):
+    mode = os.environ["MODE"]
+    start_processes()
+    trainer_config.config_args = lambda sharded, checkpointing: config_args(mode, checkpointing)
+    split = pd.read_parquet(split_path)
+    data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].astype(str).tolist(),
+                              "prompt_id": split["prompt_id"].tolist()})
+    settings = {**SETTINGS, "sharding": mode, **json.loads(os.environ.get("METHOD", "{}"))}
+    cfg = trainer_config.make_config(settings, 0, out)
+    tok = AutoTokenizer.from_pretrained(base)
+    trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(base), reward_funcs=reward, args=cfg,
+                         train_dataset=data, processing_class=tok,
+                         anchor_weights=anchored(len(split)),
+                         base_rollouts=[os.environ["BASE_ROLLOUTS"]] if os.environ.get("BASE_ROLLOUTS") else None)
+    steps = Steps()
+    trainer.add_callback(steps)
+    trainer.train(resume_from_checkpoint=resume)
+    save_atomic(trainer.accelerator, trainer.model, tok, Path(out) / "final")
+    if trainer.accelerator.is_main_process:
+        keys = ("step", "loss", "grad_norm", "kl", "anchor_loss", "reward", "learning_rate")
+        print(json.dumps({"log": [{k: h.get(k) for k in keys} for h in trainer.state.log_history if "loss" in h],
+                          "sharded": trainer._sharded, "policy": type(trainer.model).__name__,
+                          "base": type(trainer.base_model).__name__, "steps_run": steps.run,
+                          "checkpoints": sorted(p.name for p in Path(out).glob("checkpoint-*"))}), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
