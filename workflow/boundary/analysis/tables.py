@@ -17,8 +17,7 @@ import numpy as np
 import pandas as pd
 
 from boundary.analysis.regimes import REGIMES
-from boundary.core.artifacts import write_table, write_text
-from boundary.core.config import BASE
+from boundary.core.artifacts import BASE, write_table, write_text
 
 NOT_RUN = "not run"
 

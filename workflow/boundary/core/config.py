@@ -16,9 +16,6 @@ import yaml
 
 from boundary.core.errors import BoundaryError
 
-# The frozen base wherever methods are listed (eval/{bench}/base/seed0, tables, figures): a
-# name no method may take.
-BASE = "base"
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
