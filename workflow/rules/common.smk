@@ -7,7 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.training.anchors import BASE_SAMPLED
-from boundary.core.artifacts import BASE
+from boundary.core.names import BASE
 from boundary.core.config import dumps, load_yaml, method_settings, validate_config
 from boundary.core.errors import BoundaryError
 from boundary.analysis.report_settings import figure_names, load_settings, table_names

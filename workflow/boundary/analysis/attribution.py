@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from boundary.analysis.stats import bootstrap_blocks, nested_over_seeds, seed_weights
-from boundary.core.artifacts import BASE
+from boundary.core.names import BASE
 from boundary.core.passk import pass_at_k_all, pass_at_k_column
 
 ALL = "all"

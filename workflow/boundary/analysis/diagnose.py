@@ -62,8 +62,9 @@ from boundary.analysis.stats import (
     zero_predictive,
     zero_upper_bound,
 )
-from boundary.core.artifacts import BASE, atomic_dir, output_folder, write_table
+from boundary.core.artifacts import atomic_dir, output_folder, write_table
 from boundary.core.errors import BoundaryError, warn
+from boundary.core.names import BASE
 from boundary.core.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
 from boundary.training.gate import read_mask
 

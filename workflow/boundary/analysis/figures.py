@@ -15,10 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from boundary.analysis.regimes import REGIMES  # noqa: E402
-from boundary.core.artifacts import (
-    BASE,
-    atomic_path,  # noqa: E402
-)
+from boundary.core.artifacts import atomic_path  # noqa: E402
+from boundary.core.names import BASE  # noqa: E402
 
 BASE_BLUE, RL_RED, PBA_GREEN, GRAY = "#0072B2", "#D55E00", "#009E73", "#737373"
 OTHERS = ["#756BB1", "#BC8000", "#CC79A7", "#56B4E9", "#E69F00", "#000000", "#999999"]

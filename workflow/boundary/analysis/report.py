@@ -45,8 +45,9 @@ import pandas as pd
 from boundary.analysis import tables
 from boundary.analysis.diagnose import analyse, check_regimes, load_mask, mask_metrics
 from boundary.analysis.regimes import strata_order
-from boundary.core.artifacts import BASE, read_table, write_table
+from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError, warn
+from boundary.core.names import BASE
 from boundary.readers.counts import load_counts
 
 SEED_DIR = re.compile(r"seed(-?\d+)$")

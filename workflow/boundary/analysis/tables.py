@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from boundary.analysis.regimes import REGIMES
-from boundary.core.artifacts import BASE, write_table, write_text
+from boundary.core.artifacts import write_table, write_text
+from boundary.core.names import BASE
 
 NOT_RUN = "not run"
 

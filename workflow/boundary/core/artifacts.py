@@ -28,11 +28,6 @@ import pandas as pd
 from boundary.core.errors import BoundaryError
 
 # Columns read verbatim as text from CSV and JSONL: "000" stays "000", "1.10" stays "1.10".
-# The frozen base wherever methods are listed: its artifacts (eval/{bench}/base/seed0), tables and
-# figures. A name no method may take.
-BASE = "base"
-
-
 ID_COLUMNS = ("prompt_id",)
 _FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
          errno.EFBIG: "file size limit exceeded"}
