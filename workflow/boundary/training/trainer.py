@@ -150,12 +150,11 @@ class PBATrainer(GRPOTrainer):
             self.base_model = sharding.prepare_frozen(base_model, self.accelerator)
         self._from_base: list[bool] | None = None  # per row: drawn from the frozen base
         self._drawn_logps: list | None = None  # per row: base log-probs from its draw, if any
-        self._pre_drawn = list(base_rollouts or [])  # the base_rollouts stage's files
         self._batches: list[list[int]] | None = None  # every step's prompt rows (the schedule)
         self._supply = None  # the frozen-base rollouts of anchored rows (base-sampled anchors)
         if anchoring and cfg.anchor in BASE_SAMPLED:
             self._supply = BaseRolloutSupply(
-                self._pre_drawn, self.num_generations, cfg.seed, cfg.refresh_steps, self._base_sampler,
+                base_rollouts, self.num_generations, cfg.seed, cfg.refresh_steps, self._base_sampler,
                 lambda: tokenize(self.processing_class, self.train_dataset["prompt"]))
         self._surrogate_logps = None
         self._rewards = None
