@@ -30,6 +30,7 @@ COMMANDS = {
     "report": ("boundary.stages.report", "the paper's tables and figures"),
     "diagnose": ("boundary.analysis.diagnose", "regimes, transitions, tables, figures from counts files"),
     "seeds": ("boundary.analysis.stats", "seed means, SDs, t intervals and paired gains"),
+    "power": ("boundary.analysis.power", "diagnostic prompts and seeds that resolve a Boundary change"),
     "cluster-check": ("boundary.core.cluster", "name the rules a SLURM cluster can never schedule"),
 }
 

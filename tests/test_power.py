@@ -1,0 +1,45 @@
+"""The power calculation (analysis/power.py): the effect it simulates is the one asked for,
+power grows with the Boundary prompts, and a task without Boundary prompts is refused."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from boundary.analysis.power import expected_pass, power_table, shrink_factor
+from boundary.analysis.regimes import Thresholds
+from boundary.cli import main
+from boundary.core.errors import BoundaryError
+
+
+def _counts(p, n=256):
+    return pd.DataFrame({"prompt_id": [str(i) for i in range(len(p))], "n": n,
+                         "c": np.round(np.asarray(p) * n).astype(int)})
+
+
+def test_shrink_factor_lowers_mean_pass_at_k_by_the_effect():
+    p = np.array([0.004, 0.01, 0.03, 0.08])
+    s = shrink_factor(p, 256, 0.05)
+    assert 0 < s < 1
+    assert expected_pass(p, 256, 256).mean() - expected_pass(p * s, 256, 256).mean() == pytest.approx(0.05, abs=1e-9)
+    with pytest.raises(BoundaryError, match="exceeds the Boundary prompts' pass@256"):
+        shrink_factor(p, 256, 0.99)
+
+
+def test_power_grows_with_boundary_prompts_and_a_null_effect_is_rarely_resolved():
+    rng = np.random.default_rng(0)
+    p = np.concatenate([rng.uniform(0.004, 0.03, 300), rng.uniform(0.2, 0.9, 100)])
+    table = power_table(_counts(p), Thresholds(), prompts=[40, 400], seeds=[1], effect=0.2, n_eval=256,
+                        k=256, sims=40, resamples=400)
+    small, large = table.itertuples()
+    assert small.boundary_prompts < large.boundary_prompts
+    assert large.power > small.power and large.power >= 0.9
+    assert large.mean_width < small.mean_width
+    assert table["false_positive"].max() <= 0.2
+
+
+def test_a_calibration_without_boundary_prompts_is_one_line(tmp_path, capsys):
+    path = tmp_path / "counts.parquet"
+    _counts(np.full(50, 0.9)).to_parquet(path)
+    assert main(["power", "--calibration", str(path), "--settings", '{"boundary": 0.1}']) == 1
+    assert capsys.readouterr().err.strip().endswith(
+        "power: the calibration labels fewer than 2 prompts Boundary; no design can resolve a Boundary change on this task")
