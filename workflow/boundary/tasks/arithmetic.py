@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boundary.core.artifacts import write_text
+from boundary.core.config import schema_defaults
 from boundary.core.errors import BoundaryError
 from boundary.core.options import ArgumentParser
 
@@ -163,13 +164,14 @@ def parse_split(text: str) -> tuple[str, int]:
 
 
 def main(argv=None):
+    defaults = schema_defaults("arithmetic")  # the config section's, written once
     parser = ArgumentParser(prog="boundary arithmetic", description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", required=True, help="folder for NAME.jsonl, one per --split")
     parser.add_argument("--split", action="append", required=True, metavar="NAME=COUNT",
                         help="a split and its number of problems (repeat: disjoint splits)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--levels", default="1:10,1:100,2:10,2:100,3:10,3:100,4:10,4:100",
-                        help="difficulties mixed evenly, as steps:operand_max pairs")
+    parser.add_argument("--seed", type=int, default=defaults["seed"])
+    parser.add_argument("--levels", default=",".join(f"{s}:{m}" for s, m in defaults["levels"]),
+                        help="difficulties mixed evenly, as steps:operand_max pairs (default: %(default)s)")
     args = parser.parse_args(argv)
     sizes = dict(parse_split(s) for s in args.split)
     if len(sizes) < len(args.split):
