@@ -109,3 +109,19 @@ def test_bad_options_are_one_line(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"splits": {"a/b": 3}}, "arithmetic.splits: 'a/b' does not match"),
+    ({"splits": {"train": 3}, "levels": [[0, 10]]}, "arithmetic.levels.0.0: 0 is less than the minimum of 1"),
+    ({"splits": {}}, "arithmetic.splits: {} should be non-empty"),
+])
+def test_a_bad_config_section_is_one_line(section, message):
+    from conftest import ROOT
+
+    from boundary.core.config import load_yaml, validate_config
+    from boundary.core.errors import BoundaryError
+
+    config = {**load_yaml(ROOT / "config" / "smollm2_arith_smoke.yaml"), "arithmetic": section}
+    with pytest.raises(BoundaryError, match=re.escape(message)):
+        validate_config(config)
