@@ -8,7 +8,8 @@ from boundary.core.config import dumps, load_config, load_stage_settings, valida
 from boundary.core.errors import BoundaryError
 
 
-@pytest.mark.parametrize("name", ["config", "smoke", "paper", "study", "methods_study"])
+@pytest.mark.parametrize("name", ["config", "smoke", "paper", "study", "methods_study", "smollm2_arith",
+                                  "smollm2_arith_smoke"])
 def test_shipped_configs_validate(name):
     config = load_config(ROOT / "config" / f"{name}.yaml")
     assert config["train"]["loss_type"] == "grpo"  # never TRL's dapo default

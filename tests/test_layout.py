@@ -75,7 +75,7 @@ def test_the_code_writes_no_default_that_disagrees_with_the_schema():
     method, report = schema_defaults("methods"), schema_defaults("report")
     config = {f.name: f.default for f in dataclasses.fields(PBAConfig)}
     for key in ["kl_estimator", "beta_a", "beta_kl", "masked_action", "support_floor", "advantage",
-                "passk_k", "positive_weight", "unlikeliness", "cov_fraction", "cov_kl_coef"]:
+                "passk_k", "positive_weight", "negative_weight", "unlikeliness", "cov_fraction", "cov_kl_coef"]:
         assert config[key] == method[key], key
     assert list(config["cov_bounds"]) == method["cov_bounds"]
     assert config["refresh_steps"] == schema_defaults("gate")["refresh_steps"]

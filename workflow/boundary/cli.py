@@ -19,6 +19,7 @@ COMMANDS = {
     "pretrain": ("boundary.stages.pretrain", "pretrain the synthetic testbed's base model"),
     "import-base": ("boundary.stages.import_base", "a base model (folder, hub id or GGUF) as a plain folder"),
     "data": ("boundary.stages.data", "write the train, diagnostic and benchmark splits"),
+    "arithmetic": ("boundary.tasks.arithmetic", "seeded arithmetic word problems as JSONL splits"),
     "calibrate": ("boundary.stages.calibrate", "frozen-base calibration samples (regime labels)"),
     "gate-draws": ("boundary.stages.calibrate", "frozen-base gate draws per refresh epoch"),
     "regimes": ("boundary.stages.regimes", "label regimes from the calibration cache"),

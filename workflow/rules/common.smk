@@ -76,6 +76,20 @@ def base_model():
     return f"{OUT}/models/base"
 
 
+def arithmetic_files():
+    """The generated arithmetic task's JSONL splits (config `arithmetic:`), if any."""
+    spec = config["arithmetic"]
+    return [f"{OUT}/arithmetic/{split}.jsonl" for split in spec["splits"]] if spec else []
+
+
+def generated_data():
+    """The data files of the config that a rule of this run writes: the splits stage's inputs."""
+    data = config["data"] or {}
+    specs = [data.get("train"), data.get("diagnostic"), *(data.get("benchmarks") or {}).values()]
+    made = arithmetic_files()
+    return sorted({s["path"] for s in specs if s and s["path"] in made})
+
+
 def extractor_of(split):
     """The answer extractor for a split ("train", "diagnostic" or a benchmark name): the
     dataset's own `extractor`, else verify.extractor."""
@@ -219,7 +233,7 @@ def run_artifacts():
     files = [f"{OUT}/splits/train.parquet", f"{OUT}/splits/diagnostic.parquet",
              *[f"{OUT}/splits/bench_{b}.parquet" for b in BENCHMARKS],
              f"{OUT}/rollouts/base_calibration.parquet", f"{OUT}/regimes/regimes.parquet", *masks,
-             base_model()]
+             base_model(), *arithmetic_files()]
     if masks:
         files.append(f"{OUT}/rollouts/base_gate.parquet")
     if "oracle" in kinds:

@@ -1,3 +1,31 @@
+# The generated arithmetic task (config `arithmetic:`): plain JSONL splits that `data:` entries
+# name like any other file.
+if config["arithmetic"]:
+
+    rule arithmetic:
+        output:
+            arithmetic_files(),
+        input:
+            code=code("arithmetic"),
+        params:
+            out_dir=f"{OUT}/arithmetic",
+            splits=" ".join(f"--split {k}={v}" for k, v in config["arithmetic"]["splits"].items()),
+            seed=config["arithmetic"]["seed"],
+            levels=",".join(f"{s}:{m}" for s, m in config["arithmetic"]["levels"]),
+        threads: job_threads("cpu")
+        resources:
+            **job_resources("cpu"),
+        log:
+            f"{OUT}/logs/arithmetic.log",
+        benchmark:
+            f"{OUT}/benchmarks/arithmetic.tsv"
+        conda:
+            "../../envs/boundary.yaml"
+        shell:
+            "boundary arithmetic --out-dir {params.out_dir} {params.splits} --seed {params.seed} "
+            "--levels {params.levels} > {log} 2>&1"
+
+
 rule splits:
     output:
         train=f"{OUT}/splits/train.parquet",
@@ -6,6 +34,7 @@ rule splits:
     input:
         # The chat template is the imported base model's tokenizer's.
         model=[base_model()] if config["prompt"]["chat"] else [],
+        data=generated_data(),
         code=code("data"),
     params:
         settings=as_param(

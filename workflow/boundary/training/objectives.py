@@ -10,8 +10,9 @@ prompt's G completions, as TRL lays them out); rewards are binary (1 correct, 0 
                         when only the reward changes (unlikeliness reward)
   passk_advantages      Pass@k Training (Chen et al. 2025, arXiv 2508.10751): the analytic
                         advantage of the group's pass@k reward, k <= G
-  reinforce_advantages  W-REINFORCE / NSR (Zhu et al. 2025, arXiv 2506.01347): +lambda for a
-                        correct rollout, -1 for a wrong one, no baseline (lambda = 0: NSR)
+  reinforce_advantages  W-REINFORCE / NSR / PSR (Zhu et al. 2025, arXiv 2506.01347): +lambda for
+                        a correct rollout, -1 for a wrong one, no baseline (lambda = 0: NSR);
+                        PSR keeps +1 for a correct rollout and drops the negative term
   unlikeliness_rewards  unlikeliness reward (He et al. 2025, arXiv 2506.02355): a correct
                         rollout's reward shrinks with its likelihood rank in its group
   clip_cov_tokens       Clip-Cov (Cui et al. 2025, arXiv 2505.22617): a random few tokens whose
@@ -32,7 +33,7 @@ ADVANTAGES = ("grpo", "passk", "reinforce")
 COV_SELECTIONS = ("clip", "kl")
 # Method settings of these objectives, passed to the trainer's config as they are (epsilon_high
 # is TRL's own: DAPO's clip-higher).
-METHOD_SETTINGS = ("advantage", "passk_k", "positive_weight", "unlikeliness", "cov_select", "cov_fraction",
+METHOD_SETTINGS = ("advantage", "passk_k", "positive_weight", "negative_weight", "unlikeliness", "cov_select", "cov_fraction",
                    "cov_bounds", "cov_kl_coef", "epsilon_high")
 
 
@@ -78,11 +79,13 @@ def passk_advantages(rewards: torch.Tensor, G: int, k: int) -> torch.Tensor:
     return out.reshape(-1)
 
 
-def reinforce_advantages(rewards: torch.Tensor, positive_weight: float) -> torch.Tensor:
-    """W-REINFORCE (the authors' `weighted` psr_nsr advantage): lambda for a correct rollout,
-    -1 for a wrong one; lambda = 0 is negative-sample reinforcement alone (NSR)."""
+def reinforce_advantages(rewards: torch.Tensor, positive_weight: float, negative_weight: float) -> torch.Tensor:
+    """The authors' psr_nsr advantage: positive_weight (lambda) for a correct rollout,
+    -negative_weight for a wrong one, no baseline. Their three modes are weights: `weighted`
+    (W-REINFORCE) is (lambda, 1), `negative` (NSR) is (0, 1), `positive` (PSR, their return of
+    a 0/1 reward) is (1, 0)."""
     r = rewards.float()
-    return torch.where(r > 0.5, torch.full_like(r, positive_weight), torch.full_like(r, -1.0))
+    return torch.where(r > 0.5, torch.full_like(r, positive_weight), torch.full_like(r, -negative_weight))
 
 
 def sequence_logps(per_token_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

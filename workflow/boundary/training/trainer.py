@@ -369,7 +369,7 @@ class PBATrainer(GRPOTrainer):
         if args.advantage == "passk":
             adv = objectives.passk_advantages(rewards, G, args.passk_k)
         elif args.advantage == "reinforce":
-            adv = objectives.reinforce_advantages(rewards, args.positive_weight)
+            adv = objectives.reinforce_advantages(rewards, args.positive_weight, args.negative_weight)
         else:
             if args.unlikeliness > 0:
                 rewards = objectives.unlikeliness_rewards(

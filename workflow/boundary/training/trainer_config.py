@@ -48,6 +48,8 @@ class PBAConfig(GRPOConfig):
     passk_k: int = field(default=METHOD["passk_k"], metadata={"help": "passk advantage: k <= num_generations"})
     positive_weight: float = field(default=METHOD["positive_weight"], metadata={
         "help": "reinforce advantage: a correct rollout's weight lambda (0: negatives only, NSR)"})
+    negative_weight: float = field(default=METHOD["negative_weight"], metadata={
+        "help": "reinforce advantage: a wrong rollout's weight (0 with positive_weight 1: PSR)"})
     unlikeliness: float = field(default=METHOD["unlikeliness"], metadata={"help": "unlikeliness reward beta_rank (0: off)"})
     cov_select: str | None = field(default=None, metadata={"help": "clip (Clip-Cov) | kl (KL-Cov) | None"})
     cov_fraction: float = field(default=METHOD["cov_fraction"], metadata={"help": "fraction of tokens Clip-Cov / KL-Cov select"})
@@ -69,6 +71,9 @@ class PBAConfig(GRPOConfig):
             raise BoundaryError("beta: use beta_kl (TRL's beta is k3-only and loads its own reference)")
         if self.advantage not in objectives.ADVANTAGES:
             raise BoundaryError(f"advantage: {self.advantage!r} is not one of {objectives.ADVANTAGES}")
+        if self.advantage == "reinforce" and self.positive_weight == 0 and self.negative_weight == 0:
+            raise BoundaryError("positive_weight, negative_weight: both 0 gives every rollout a zero "
+                                "advantage (nothing to learn)")
         if self.cov_select not in (None, *objectives.COV_SELECTIONS):
             raise BoundaryError(f"cov_select: {self.cov_select!r} is not one of {objectives.COV_SELECTIONS} or null")
         if self.regrouped and self.scale_rewards == "batch":

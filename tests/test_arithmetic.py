@@ -1,0 +1,127 @@
+"""The generated arithmetic task: deterministic given the seed, every answer right (worked
+out again from the question text alone), splits disjoint, levels mixed evenly, and the JSONL
+read by the data stage and graded by the verifier like any other data file."""
+
+import json
+import re
+
+import pytest
+
+from boundary.cli import main
+from boundary.stages.data import build_splits
+from boundary.tasks.arithmetic import Level, generate, parse_levels
+from boundary.tasks.verify import Verifier, extract_answer
+
+LEVELS = parse_levels("1:10,2:100,3:20,4:100")
+
+# Each sentence of a story as (pattern, operation): read independently of the generator.
+STEPS = [
+    (r"has (\d+) \w+", lambda v, b: b),
+    (r"(?:buys|finds|gives \w+) (\d+) more", lambda v, b: v + b),
+    (r"(?:gives|loses|sells) (\d+) (?!more)", lambda v, b: v - b),
+    (r"with (\d+) times as many|are (\d+) times as many", lambda v, b: v * b),
+    (r"among (\d+) people|into (\d+) equal", lambda v, b: v / b),
+]
+
+
+def solve(question: str) -> float:
+    value = None
+    for sentence in re.split(r"(?<=[.?])\s+", question)[:-1]:
+        hits = [(op, next(g for g in m.groups() if g)) for pattern, op in STEPS
+                if (m := re.search(pattern, sentence))]
+        assert len(hits) == 1, sentence
+        op, number = hits[0]
+        value = op(value, int(number))
+    return value
+
+
+def test_answers_are_right_and_splits_disjoint():
+    splits = generate({"train": 300, "diagnostic": 100}, seed=3, levels=LEVELS)
+    rows = splits["train"] + splits["diagnostic"]
+    assert [len(splits["train"]), len(splits["diagnostic"])] == [300, 100]
+    for row in rows:
+        value = solve(row["question"])
+        assert value == int(row["answer"]) and int(row["answer"]) >= 0, row
+        assert row["question"].endswith("have now?")
+        assert row["solution"].count("=") == row["steps"]
+    assert len({r["question"] for r in rows}) == len(rows)
+    assert len({r["id"] for r in rows}) == len(rows)
+    # levels cycle, so every prefix mixes them evenly
+    assert [r["steps"] for r in splits["train"][:8]] == [1, 2, 3, 4] * 2
+    assert {r["difficulty"] for r in rows} == {lv.name for lv in LEVELS}
+
+
+def test_deterministic_given_the_seed():
+    one = generate({"train": 50}, seed=7, levels=LEVELS)
+    assert one == generate({"train": 50}, seed=7, levels=LEVELS)
+    assert one != generate({"train": 50}, seed=8, levels=LEVELS)
+
+
+def test_operations_stay_in_range():
+    rows = generate({"x": 400}, seed=0, levels=[Level(4, 10)])["x"]
+    for row in rows:
+        operands = [int(b) for b in re.findall(r"[-+*/] (\d+) =", row["solution"])]
+        assert all(1 <= b <= 10 for b in operands), row
+    ops = {op for row in rows for op in re.findall(r" ([-+*/]) \d+ =", row["solution"])}
+    assert ops == {"+", "-", "*", "/"}
+
+
+def test_the_command_writes_jsonl_the_data_stage_reads(tmp_path):
+    out = tmp_path / "arith"
+    assert main(["arithmetic", "--out-dir", str(out), "--split", "train=40", "--split",
+                 "diagnostic=12", "--seed", "0", "--levels", "1:10,3:50"]) == 0
+    first = (out / "train.jsonl").read_text()
+    assert main(["arithmetic", "--out-dir", str(out), "--split", "train=40", "--split",
+                 "diagnostic=12", "--seed", "0", "--levels", "1:10,3:50"]) == 0
+    assert (out / "train.jsonl").read_text() == first  # same seed, same bytes
+
+    def spec(split):
+        return {"path": str(out / f"{split}.jsonl"), "problem_field": "question",
+                "answer_field": "answer", "id_field": "id", "answer_format": "plain",
+                "limit": None, "source": "arithmetic", "extractor": None}
+
+    settings = {"testbed": None, "prompt": {"template": "{problem}", "chat": False, "system": None},
+                "data": {"train": spec("train"), "diagnostic": spec("diagnostic"),
+                         "benchmarks": {"arith": spec("diagnostic")}}}
+    splits = build_splits(settings)
+    train, diagnostic = splits["train"], splits["diagnostic"]
+    assert len(train) == 40 and len(diagnostic) == 12
+    assert not set(train["problem"]) & set(diagnostic["problem"])
+    rows = [json.loads(line) for line in first.splitlines()]
+    assert train["prompt_id"].tolist() == [r["id"] for r in rows]
+    assert train["answer"].tolist() == [r["answer"] for r in rows]
+    # a completion in the model's own style is graded right on its last number, or its box
+    gold = train["answer"].iloc[5]
+    answers = [extract_answer(f"So there are {gold} left. The answer is {gold}.", "last_number"),
+               extract_answer(f"So the answer is \\boxed{{{gold}}}.", "boxed"),
+               extract_answer(f"{gold} - 1 = {int(gold) - 1}", "last_number")]
+    assert Verifier(timeout=5, workers=1).check([gold] * 3, answers) == [True, True, False]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--split", "train"], "--split: 'train' is not NAME=COUNT"),
+    (["--split", "a=2", "--split", "a=3"], "--split: a split name is given twice"),
+    (["--split", "a=2", "--levels", "0:10"], "--levels: '0:10' is not steps:operand_max"),
+    (["--split", "a=20000", "--levels", "1:2"], "--levels: level '1-step, operands to 2' has too few"),
+])
+def test_bad_options_are_one_line(tmp_path, capsys, args, message):
+    assert main(["arithmetic", "--out-dir", str(tmp_path / "o"), *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"splits": {"a/b": 3}}, "arithmetic.splits: 'a/b' does not match"),
+    ({"splits": {"train": 3}, "levels": [[0, 10]]}, "arithmetic.levels.0.0: 0 is less than the minimum of 1"),
+    ({"splits": {}}, "arithmetic.splits: {} should be non-empty"),
+])
+def test_a_bad_config_section_is_one_line(section, message):
+    from conftest import ROOT
+
+    from boundary.core.config import load_yaml, validate_config
+    from boundary.core.errors import BoundaryError
+
+    config = {**load_yaml(ROOT / "config" / "smollm2_arith_smoke.yaml"), "arithmetic": section}
+    with pytest.raises(BoundaryError, match=re.escape(message)):
+        validate_config(config)
