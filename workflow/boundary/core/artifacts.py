@@ -269,35 +269,182 @@ def atomic_dir(path: str | os.PathLike, owner: str | None = None) -> Iterator[Pa
 
 # ----------------------------------------------------------------------------- reading
 
-def _read_csv(path: Path, ids: Iterable[str]) -> pd.DataFrame:
-    ids = list(ids)
-    df = pd.read_csv(path, dtype={c: str for c in ids})
-    for col in ids:
-        if col in df and df[col].isna().any():  # "NA", "null", ...: ids are text, read verbatim
+class _Number(float):
+    """A JSON number that keeps the text it was written as: a text column reads `7.50` as
+    "7.50", not "7.5"."""
+
+    def __new__(cls, text: str):
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def _as_text(value):
+    """A value of a text column as written: numbers as their digits (a 20-digit integer is not
+    rounded, "7" does not become "7.0"); strings, nulls, lists and objects as they are."""
+    if isinstance(value, _Number):
+        return value.text
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+def _kind(value) -> str:
+    return ("array" if isinstance(value, list) else "string" if isinstance(value, str) else
+            "null" if value is None else "boolean" if isinstance(value, bool) else "number")
+
+
+def _json_error(path: Path, line: int, err: json.JSONDecodeError) -> BoundaryError:
+    return BoundaryError(f"{path}: line {line}: not valid JSON ({err.msg}, column {err.colno})")
+
+
+def json_records(path: str | os.PathLike) -> list[dict]:
+    """The objects of a JSON-lines file, or of a file holding one JSON array of objects (or one
+    object over several lines); a UTF-8 BOM is skipped. What is not a JSON object is one line
+    giving its line (or, in an array, its item) number."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as err:
+        raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+    body = text.lstrip()
+    skipped = text[:len(text) - len(body)].count("\n")  # blank lines before the JSON
+    if body.startswith("["):  # one array (a .json export), not JSON lines
+        try:
+            records = json.loads(body, parse_float=_Number)
+        except json.JSONDecodeError as err:
+            raise _json_error(path, err.lineno + skipped, err) from None
+        for i, record in enumerate(records, 1):
+            if not isinstance(record, dict):
+                raise BoundaryError(f"{path}: item {i} of the array: a JSON {_kind(record)}, not an object")
+        return records
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line, parse_float=_Number)
+        except json.JSONDecodeError as err:
+            if not records:  # perhaps one object written over several lines
+                try:
+                    whole = json.loads(body, parse_float=_Number)
+                except json.JSONDecodeError:
+                    whole = None
+                if isinstance(whole, dict):
+                    return [whole]
+            raise _json_error(path, number, err) from None
+        if not isinstance(record, dict):
+            raise BoundaryError(f"{path}: line {number}: a JSON {_kind(record)}, not an object "
+                                "(one object per line, or one array of objects)")
+        records.append(record)
+    return records
+
+
+def json_columns(path: str | os.PathLike) -> list[str]:
+    """Column names of a JSON table: the keys of its first object."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            first = next((line for line in f if line.strip()), "")
+    except (OSError, UnicodeDecodeError) as err:
+        raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+    try:
+        record = json.loads(first) if first.strip() else None
+    except json.JSONDecodeError:  # an array, or one object over several lines
+        record = None
+    if not isinstance(record, dict):
+        records = json_records(path)
+        record = records[0] if records else {}
+    return list(record)
+
+
+def read_json(path: str | os.PathLike, types: dict | None = None, text: Iterable[str] = ()) -> pd.DataFrame:
+    """A JSON-lines file (or one array of objects) as a table: every column, or with `types`
+    ({column: pyarrow type, or None to infer}) those columns only, absent ones as nulls.
+    Columns in `text` are kept as written (`_as_text`); the others take their JSON types.
+
+    With `types`, Arrow's multithreaded reader goes first (about 1 s per million short
+    rows); Python's json where it refuses the file (types that vary between lines, numbers
+    in a text column, an array, a bad line: then named by its number)."""
+    path, text = Path(path), set(text)
+    if types is not None:
+        try:
+            return _read_json_arrow(path, types, text)
+        except Exception:  # pyarrow.ArrowInvalid and kin: the exact reader below says why
+            pass
+    records = json_records(path)
+    if types is not None:
+        records = [{k: r.get(k) for k in types} for r in records]
+    for record in records:
+        for k in text.intersection(record):
+            record[k] = _as_text(record[k])
+    df = pd.DataFrame.from_records(records, columns=list(types) if types is not None else None)
+    for k in text.intersection(df.columns):
+        df[k] = df[k].astype(object).where(df[k].notna(), None)
+    return df
+
+
+def _read_json_arrow(path: Path, types: dict, text: set) -> pd.DataFrame:
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    schema = {k: pa.string() if k in text else t for k, t in types.items() if k in text or t is not None}
+    table = pj.read_json(path, read_options=pj.ReadOptions(block_size=1 << 24),
+                         parse_options=pj.ParseOptions(explicit_schema=pa.schema(schema),
+                                                       unexpected_field_behavior="ignore"
+                                                       if len(schema) == len(types) else "infer"))
+    df = table.select([c for c in table.column_names if c in types]).to_pandas(types_mapper=_strings)
+    for k in types:
+        if k not in df:
+            df[k] = None
+    return df[list(types)]
+
+
+def _strings(dtype):
+    import pyarrow as pa
+    return pd.StringDtype("pyarrow") if dtype in (pa.string(), pa.large_string()) else None
+
+
+def _read_csv(path: Path, text: Iterable[str]) -> pd.DataFrame:
+    text = list(text)
+    df = pd.read_csv(path, dtype={c: str for c in text})
+    for col in text:
+        if col in df and df[col].isna().any():  # "NA", "null", ...: text is read verbatim
             df[col] = pd.read_csv(path, usecols=[col], dtype=str, keep_default_na=False)[col]
     return df
 
 
-def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: bool = False,
-               ids: Iterable[str] = ID_COLUMNS) -> pd.DataFrame:
-    """Read parquet, CSV or JSONL; a missing file, unknown type, missing column or (with
-    `nonempty`) a file without rows is one line.
+def blank_row(values: pd.Series) -> int | None:
+    """The first row (counted from 1) whose value is null or blank text, or None."""
+    blank = values.isna() | (values.astype(str).str.strip() == "")
+    return int(blank.to_numpy().argmax()) + 1 if blank.any() else None
 
-    Columns in `ids` are read from CSV and JSONL as text, verbatim; a blank one is an error."""
+
+def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: bool = False,
+               ids: Iterable[str] = ID_COLUMNS, text: Iterable[str] = ()) -> pd.DataFrame:
+    """Read parquet, CSV or JSON (lines, or one array); a missing file, unknown type, missing
+    column or (with `nonempty`) a file without rows is one line.
+
+    Columns in `ids` and `text` are read from CSV and JSON verbatim, as text (no type
+    guessing: "007" stays "007", a 20-digit number keeps its digits); a blank id is an error."""
     path = Path(path)
     if not path.exists():
         raise BoundaryError(f"{path}: file not found")
     if path.is_dir():
         raise BoundaryError(f"{path}: is a folder, not a file")
     ids = tuple(ids)
-    readers = {".parquet": pd.read_parquet, ".csv": lambda p: _read_csv(p, ids),
-               ".jsonl": lambda p: pd.read_json(p, lines=True, dtype={c: str for c in ids}),
-               ".json": lambda p: pd.read_json(p, lines=True, dtype={c: str for c in ids})}
+    verbatim = ids + tuple(text)
+    readers = {".parquet": pd.read_parquet, ".csv": lambda p: _read_csv(p, verbatim),
+               ".jsonl": lambda p: read_json(p, text=verbatim), ".json": lambda p: read_json(p, text=verbatim)}
     reader = readers.get(path.suffix.lower())
     if reader is None:
         raise BoundaryError(f"{path}: unknown file type {path.suffix!r} (use parquet, csv or jsonl)")
     try:
         df = reader(path)
+    except BoundaryError:
+        raise
     except Exception as err:  # corrupt or unreadable file
         detail = " ".join(str(err).split())  # one line, whatever the reader's message
         raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {detail})") from None
@@ -308,7 +455,7 @@ def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: b
         raise BoundaryError(f"{path}: missing column(s) {', '.join(missing)}")
     for col in ids:
         if col in df.columns:
-            blank = df[col].isna() | (df[col].astype(str).str.strip() == "")
-            if blank.any():
-                raise BoundaryError(f"{path}: blank {col} in row {int(blank.to_numpy().argmax()) + 1}")
+            row = blank_row(df[col])
+            if row is not None:
+                raise BoundaryError(f"{path}: blank {col} in row {row}")
     return df
