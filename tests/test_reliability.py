@@ -75,8 +75,16 @@ def test_seeds_options(files, capsys, option, message):
     (["--ks", "1.9"], "argument --ks: '1.9' is not a comma-separated list of distinct whole numbers >= 1"),
     (["--seed", "-1"], "argument --seed: '-1' is not a whole number >= 0"),
     (["--easy", "1.5"], "argument --easy: '1.5' is not a number between 0 and 1"),
-    (["--bins", "0.5"], "argument --bins: '0.5' is not at least two distinct comma-separated numbers "
-                        "between 0 and 1"),
+    (["--bins", "0.5"], "argument --bins: '0.5' is not comma-separated increasing numbers from 0 to 1 "
+                        "(e.g. 0,0.1,0.5,1)"),
+    (["--bins", "0,0.5"], "argument --bins: '0,0.5' is not comma-separated increasing numbers from 0 to 1 "
+                          "(e.g. 0,0.1,0.5,1)"),
+    (["--bins", "0,0.5,0.2,1"], "argument --bins: '0,0.5,0.2,1' is not comma-separated increasing numbers "
+                                "from 0 to 1 (e.g. 0,0.1,0.5,1)"),
+    (["--bins", "0,nan,1"], "argument --bins: '0,nan,1' is not comma-separated increasing numbers from 0 to 1 "
+                            "(e.g. 0,0.1,0.5,1)"),
+    (["--reward-threshold", "nan"], "argument --reward-threshold: 'nan' is not a finite number"),
+    (["--reward-threshold", "inf"], "argument --reward-threshold: 'inf' is not a finite number"),
     (["--pair", "g", "g"], "--pair g g: two different methods, please"),
 ])
 def test_diagnose_options(files, capsys, option, message):

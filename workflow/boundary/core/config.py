@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
 from pathlib import Path
 
 import yaml
@@ -69,6 +70,7 @@ def validate_config(config: dict) -> dict:
     if not isinstance(config, dict):
         raise BoundaryError(f"config: must be a mapping of sections, not a {type(config).__name__}")
     config = copy.deepcopy(config)
+    _check_finite(config)
     schema = _schema()
     _fill_defaults(config, schema)
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config),
@@ -83,6 +85,17 @@ def validate_config(config: dict) -> dict:
         raise BoundaryError(f"config: {_where(err)}: {err.message}")
     _check_references(config)
     return config
+
+
+def _check_finite(node, where: str = "") -> None:
+    """No NaN or infinity anywhere: JSON schema bounds let them through (every comparison with
+    NaN is false), and a NaN temperature or rate gives numbers without a word."""
+    if isinstance(node, float) and not math.isfinite(node):
+        text = ".nan" if math.isnan(node) else ".inf" if node > 0 else "-.inf"
+        raise BoundaryError(f"config: {where or '<top level>'}: {text} is not a finite number")
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        _check_finite(value, f"{where}.{key}" if where else str(key))
 
 
 def _check_references(config: dict) -> None:
