@@ -39,10 +39,7 @@ CLI:
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -435,20 +432,6 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
 
 
 # ----------------------------------------------------------------------------- output
-
-def publish(tmp: Path, out: Path) -> None:
-    """Move a fully written temp folder into place: nothing in `out` is ever half-written."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    for entry in sorted(tmp.iterdir()):
-        target = out / entry.name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        os.replace(entry, target)
-    shutil.rmtree(tmp, ignore_errors=True)
-
 
 def main(argv=None) -> None:
     from boundary.analysis import figures, page, tables  # matplotlib only when the CLI draws

@@ -69,7 +69,8 @@ def storage_full(err: BaseException, near: str | os.PathLike | None = None) -> s
     """Why `err` means the storage is full ("no space left on device", ...), or None.
 
     Writers report it as OSError errno, as text (pyarrow, safetensors), or not at all
-    (torch's zip writer): then a folder `near` with no free blocks left decides."""
+    (torch's zip writer): then, for an error without an errno, a folder `near` on a real file
+    system (not /proc) with no free blocks left decides."""
     code = getattr(err, "errno", None)
     if code in _FULL:
         return _FULL[code]
@@ -78,22 +79,27 @@ def storage_full(err: BaseException, near: str | os.PathLike | None = None) -> s
         text = match.group(0)
         return next((v for k, v in _FULL.items() if os.strerror(k) == text or f"os error {k}" == text),
                     _FULL[errno.ENOSPC])
-    if near is not None:
+    if near is not None and code is None:
         try:
             folder = Path(near)
             while not folder.exists() and folder != folder.parent:
                 folder = folder.parent
-            if os.statvfs(folder).f_bavail == 0:
+            space = os.statvfs(folder)
+            if space.f_blocks > 0 and space.f_bavail == 0:
                 return _FULL[errno.ENOSPC]
         except OSError:
             pass
     return None
 
 
-class StorageFull(BoundaryError):
+class Unwritable(BoundaryError):
     def __init__(self, path, why: str):
         super().__init__(f"{path}: cannot be written: {why}")
         self.why = why
+
+
+class StorageFull(Unwritable):
+    pass
 
 
 @contextmanager
@@ -102,8 +108,8 @@ def storage_errors(path: str | os.PathLike) -> Iterator[None]:
     such block names it: the output a user asked for, not a temp file inside it)."""
     try:
         yield
-    except StorageFull as err:
-        raise StorageFull(path, err.why) from None
+    except Unwritable as err:
+        raise type(err)(path, err.why) from None
     except BoundaryError:
         raise
     except Exception as err:
@@ -113,13 +119,26 @@ def storage_errors(path: str | os.PathLike) -> Iterator[None]:
         raise StorageFull(path, why) from None
 
 
+@contextmanager
+def creating(path: str | os.PathLike) -> Iterator[None]:
+    """Making the files and folders of `path`: a full disk, or a place that is read-only, does
+    not exist or refuses us, is one line naming `path` and what the system said."""
+    with storage_errors(path):
+        try:
+            yield
+        except OSError as err:
+            if storage_full(err) is not None:
+                raise
+            raise Unwritable(path, (err.strerror or str(err)).lower()) from None
+
+
 # ----------------------------------------------------------------------------- atomic files
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
-    with storage_errors(path):
+    with creating(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
@@ -127,7 +146,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         _as_created(Path(tmp), folder=False)
         with storage_errors(path):
             yield Path(tmp)
-        os.replace(tmp, path)
+        with creating(path):
+            os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -196,7 +216,7 @@ def scratch_dir(path: str | os.PathLike) -> Iterator[Path]:
     Its name holds this process's id and host, so the next call for the same `path` removes
     one that a killed process left behind."""
     path = Path(path)
-    with storage_errors(path):
+    with creating(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_scratch(path)
         tmp = Path(tempfile.mkdtemp(prefix=_scratch_name(path, _PARTIAL), dir=path.parent))
@@ -224,28 +244,46 @@ def _exchange(a: Path, b: Path) -> bool:
 MARKER = ".boundary"  # names the command that wrote a folder: it may replace that folder
 
 
-def output_folder(path: str | os.PathLike, owner: str | None = None) -> Path:
+def output_folder(path: str | os.PathLike, owner: str) -> Path:
     """`path` as a folder that `atomic_dir(path, owner)` may replace; otherwise one line.
 
-    With an owner (a user-facing command such as "boundary diagnose"), an existing folder is
-    replaced only if it is empty or that command wrote it, so `--out ~/data` can never wipe
-    a user's files."""
+    An existing folder is replaced only if it is empty or `owner` (the command, such as
+    "boundary diagnose") wrote it, so `--out ~/data` can never wipe a user's files: the one
+    "is this folder ours" check. Its parent must take new folders (checked now, so a bad
+    `--out` fails before the work)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise BoundaryError(f"{path}: exists and is not a folder")
-    if owner and path.is_dir() and any(path.iterdir()):
+    if path.is_dir() and any(path.iterdir()):
         marker = path / MARKER
         written_by = marker.read_text().strip() if marker.is_file() else None
         if written_by != owner:
             raise BoundaryError(f"{path}: not empty and not written by {owner} (it would be replaced "
                                 "as a whole); give a new or empty folder")
+    with creating(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=_scratch_name(path, "probe"), dir=path.parent))
     return path
 
 
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Put the finished folder `tmp` at `path`; an existing `path` is exchanged with it in one
+    rename (it is then at `tmp`, for the caller's scratch folder to remove)."""
+    with creating(path):
+        if not path.exists():
+            os.rename(tmp, path)
+        elif not _exchange(tmp, path):  # no renameat2: move the old folder aside first
+            aside = Path(tempfile.mkdtemp(prefix=_scratch_name(path, _PARTIAL), dir=path.parent))
+            os.rename(path, aside / path.name)
+            os.rename(tmp, path)
+            shutil.rmtree(aside, ignore_errors=True)
+
+
 @contextmanager
-def atomic_dir(path: str | os.PathLike, owner: str | None = None) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike, owner: str) -> Iterator[Path]:
     """Yield an empty temp folder beside `path`; if the block succeeds it replaces `path` as a
-    whole, so `path` holds exactly this run's files (nothing of an earlier run).
+    whole, so `path` holds exactly this run's files (nothing of an earlier run), and a marker
+    saying that `owner` wrote it.
 
     An existing folder is exchanged with the new one in one rename and then removed; a kill
     before that leaves `path` as it was (and a scratch folder that the next call removes).
@@ -255,16 +293,29 @@ def atomic_dir(path: str | os.PathLike, owner: str | None = None) -> Iterator[Pa
     with scratch_dir(path) as tmp:
         with storage_errors(path):
             yield tmp
-            if owner:
-                (tmp / MARKER).write_text(owner + "\n")
+            (tmp / MARKER).write_text(owner + "\n")
         _as_created_tree(tmp)
-        if not path.exists():
-            os.rename(tmp, path)
-        elif not _exchange(tmp, path):  # no renameat2: move the old folder aside first
-            aside = Path(tempfile.mkdtemp(prefix=_scratch_name(path, _PARTIAL), dir=path.parent))
-            os.rename(path, aside / path.name)
-            os.rename(tmp, path)
-            shutil.rmtree(aside, ignore_errors=True)
+        _swap_in(tmp, path)
+
+
+def publish(tmp: Path, out: str | os.PathLike, owner: str) -> None:
+    """Move the files and folders of a finished folder `tmp` into `out`: each folder replaces
+    its namesake as a whole, as `atomic_dir` does (only where `owner` wrote it: all are
+    checked before anything moves), each file its namesake."""
+    out = Path(out)
+    entries = sorted(tmp.iterdir())
+    for entry in entries:
+        if entry.is_dir():
+            output_folder(out / entry.name, owner)
+    with creating(out):
+        out.mkdir(parents=True, exist_ok=True)
+        for entry in entries:
+            if entry.is_dir():
+                (entry / MARKER).write_text(owner + "\n")
+                _as_created_tree(entry)
+                _swap_in(entry, out / entry.name)
+            else:
+                os.replace(entry, out / entry.name)
 
 
 # ----------------------------------------------------------------------------- reading
