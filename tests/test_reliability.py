@@ -93,6 +93,17 @@ def test_diagnose_options(files, capsys, option, message):
     assert not (files / "o").exists()
 
 
+def test_seeds_names_are_read_as_written_and_never_blank(files, capsys):
+    (files / "names.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"method": 1.0, "metric": "m", "seed": s, "value": v} for s, v in ((0, 1.0), (1, 2.0))]))
+    assert cli(["seeds", str(files / "names.jsonl"), "--out", str(files / "o")]) == 0
+    assert pd.read_csv(files / "o" / "seeds.csv", dtype=str)["method"].tolist() == ["1.0"]
+    (files / "blank.jsonl").write_text('{"method": "a", "metric": "m", "seed": 0, "value": 1.0}\n'
+                                       '{"method": null, "metric": "m", "seed": 1, "value": 2.0}\n')
+    line = error_line(capsys, ["seeds", str(files / "blank.jsonl"), "--out", str(files / "o2")])
+    assert line == f"boundary seeds: error: {files / 'blank.jsonl'}: blank method in row 2"
+
+
 def test_a_missing_option_is_one_line(files, capsys):
     line = error_line(capsys, ["seeds", str(files / "long.csv")])
     assert line == "boundary seeds: error: the following arguments are required: --out"
