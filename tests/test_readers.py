@@ -344,6 +344,11 @@ def test_gold_answers_are_read_as_written(tmp_path):
     (tmp_path / "m.jsonl").write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2 + 3?"}],
                                                   "answer": "5"}) + "\n")
     assert readers.Grader(tmp_path / "m.jsonl").problems == {text_id("What is 2 + 3?"): "What is 2 + 3?"}
+    (tmp_path / "p.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": null, "answer": "3"}\n')
+    with pytest.raises(BoundaryError) as err:
+        readers.Grader(tmp_path / "p.jsonl")
+    assert str(err.value) == (f"{tmp_path / 'p.jsonl'}: blank problem in row 2 (without prompt_id the problem "
+                              "text keys the answer)")
     (tmp_path / "n.jsonl").write_text('{"prompt_id": "a", "answer": null}\n')
     with pytest.raises(BoundaryError) as err:
         readers.Grader(tmp_path / "n.jsonl")

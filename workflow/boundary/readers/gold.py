@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from boundary.core.artifacts import read_table
+from boundary.core.artifacts import blank_row, read_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.readers import verl
 from boundary.readers.common import columns_of
@@ -54,6 +54,10 @@ class Grader:
         if "prompt_id" not in gold.columns and not texts:
             raise BoundaryError(f"{path}: needs prompt_id or problem text (problem or prompt) beside answer")
         by_text = "prompt_id" not in gold.columns
+        blank = blank_row(gold[texts[0]]) if by_text else None
+        if blank is not None:
+            raise BoundaryError(f"{path}: blank {texts[0]} in row {blank} (without prompt_id the problem text "
+                                "keys the answer)")
         if by_text:  # a problem asked twice with one answer is one prompt (the readers pool its samples)
             gold["prompt_id"] = [text_id(t) for t in gold[texts[0]]]
             gold = gold.drop_duplicates(["prompt_id", "answer"])
