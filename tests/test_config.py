@@ -87,6 +87,14 @@ def test_a_value_that_is_not_finite_is_one_line(section, key, text, shown):
     assert str(err.value) == f"config: {where}: {shown} is not a finite number"
 
 
+def test_stage_settings_that_are_not_finite_are_one_line():
+    from boundary.core.config import load_stage_settings
+
+    with pytest.raises(BoundaryError) as err:
+        load_stage_settings('{"sampling": {"temperature": NaN}}')
+    assert str(err.value) == "--settings: sampling.temperature: .nan is not a finite number"
+
+
 def test_defaults_are_filled_without_touching_the_input():
     config = _default()
     before = copy.deepcopy(config)

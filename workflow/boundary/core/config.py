@@ -218,9 +218,14 @@ def load_stage_settings(value: str) -> dict:
             raise BoundaryError(f"--settings: {value}: not JSON and no such file")
         text = path.read_text()
     try:
-        return json.loads(text)
+        settings = json.loads(text)
     except json.JSONDecodeError as err:
         raise BoundaryError(f"--settings: invalid JSON ({err.msg})") from None
+    try:
+        _check_finite(settings)  # Python's json reads NaN and Infinity, which JSON has not
+    except BoundaryError as err:
+        raise BoundaryError(f"--settings: {str(err).removeprefix('config: ')}") from None
+    return settings
 
 
 def schema_defaults(section: str) -> dict:
