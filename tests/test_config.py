@@ -74,6 +74,28 @@ def test_bad_config_is_one_line_naming_the_field(mutate, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("section, key, text, shown", [
+    ("evaluate", "temperature", ".nan", ".nan"), ("train", "lr", ".inf", ".inf"),
+    ("gate", "tau", "-.inf", "-.inf"), ("train", "checkpoints", "[2, .nan]", ".nan"),
+])
+def test_a_value_that_is_not_finite_is_one_line(section, key, text, shown):
+    """NaN passes every schema bound (each comparison with it is false): refused by name."""
+    config = _default()
+    config[section][key] = yaml.safe_load(f"v: {text}")["v"]
+    with pytest.raises(BoundaryError) as err:
+        validate_config(config)
+    where = f"{section}.{key}" + (".1" if text.startswith("[") else "")
+    assert str(err.value) == f"config: {where}: {shown} is not a finite number"
+
+
+def test_stage_settings_that_are_not_finite_are_one_line():
+    from boundary.core.config import load_stage_settings
+
+    with pytest.raises(BoundaryError) as err:
+        load_stage_settings('{"sampling": {"temperature": NaN}}')
+    assert str(err.value) == "--settings: sampling.temperature: .nan is not a finite number"
+
+
 def test_defaults_are_filled_without_touching_the_input():
     config = _default()
     before = copy.deepcopy(config)

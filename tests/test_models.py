@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from boundary.core.errors import BoundaryError
 from boundary.sampling.models import import_base, load_model, stop_ids
 
 
@@ -56,3 +57,52 @@ def test_a_bad_source_is_one_line_and_writes_nothing(tmp_path, make, message):
         "boundary import-base: error: " + message.format(p=tmp_path)), run.stderr
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def _resaved(src, out, names):
+    """A copy of the model folder `src` whose weights are renamed or dropped by `names`
+    ({old name: new name, or None to drop})."""
+    from safetensors.torch import load_file, save_file
+
+    subprocess.run(["cp", "-r", str(src), str(out)], check=True)
+    weights = load_file(out / "model.safetensors")
+    save_file({names(k): v for k, v in weights.items() if names(k)}, out / "model.safetensors",
+              metadata={"format": "pt"})
+    return out
+
+
+def test_a_folder_saved_from_ddp_imports_its_weights_with_one_warning(tiny_model_dir, tmp_path, capsys):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    src = _resaved(tiny_model_dir, tmp_path / "ddp", lambda k: "module." + k)
+    import_base(str(src), tmp_path / "base")
+    assert (f"warning: {src}: every weight name starts with 'module.' (saved from DDP); read without it"
+            in capsys.readouterr().err.splitlines())
+    model, _ = load_model(str(tmp_path / "base"))
+    original = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    assert all(torch.equal(original[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("names, wrong", [
+    (lambda k: None if ".mlp." in k else k, "3 missing (model.layers.0.mlp.down_proj.weight, "
+                                            "model.layers.0.mlp.gate_proj.weight, model.layers.0.mlp.up_proj.weight)"),
+    (lambda k: k.replace("model.norm", "model.final_norm"), "1 missing (model.norm.weight); 1 unexpected "
+                                                            "(model.final_norm.weight)"),
+])
+def test_weights_that_do_not_fit_the_config_are_one_line(tiny_model_dir, tmp_path, names, wrong):
+    """Never a model with randomly initialised weights: import and every later load refuse."""
+    src = _resaved(tiny_model_dir, tmp_path / "src", names)
+    message = f"{src}: the weights do not fit the model's config: {wrong} (missing ones would be initialised at random)"
+    for load in (lambda: import_base(str(src), tmp_path / "base"), lambda: load_model(str(src))):
+        with pytest.raises(BoundaryError) as err:
+            load()
+        assert str(err.value) == message
+    assert not (tmp_path / "base").exists()
+
+
+def test_a_base_model_path_that_does_not_exist_says_so(tmp_path):
+    with pytest.raises(BoundaryError) as err:
+        import_base("models/Qwen2.5-7B", tmp_path / "base")
+    assert str(err.value) == ("models/Qwen2.5-7B: no such model folder or file (as a hub id it could not be "
+                              "fetched: hub ids need network access)")

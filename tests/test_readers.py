@@ -333,6 +333,36 @@ def test_gold_file_problems(tmp_path):
         readers.Grader(tmp_path / "bad.csv")
 
 
+def test_gold_answers_are_read_as_written(tmp_path):
+    """No type guessing in a gold file: a 20-digit answer keeps its digits, "7" stays "7"; verl's
+    reward_model gives its ground truth, chat messages their question; a null answer is one line."""
+    (tmp_path / "g.jsonl").write_text(
+        '{"prompt_id": 1, "answer": 98765432109876543210}\n{"prompt_id": 2, "answer": "7"}\n'
+        '{"prompt_id": 3, "answer": {"ground_truth": "1/2", "style": "rule"}}\n{"prompt_id": 4, "answer": 7.0}\n')
+    g = readers.Grader(tmp_path / "g.jsonl")
+    assert g.answers == {"1": "98765432109876543210", "2": "7", "3": "1/2", "4": "7.0"}
+    (tmp_path / "m.jsonl").write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2 + 3?"}],
+                                                  "answer": "5"}) + "\n")
+    assert readers.Grader(tmp_path / "m.jsonl").problems == {text_id("What is 2 + 3?"): "What is 2 + 3?"}
+    (tmp_path / "p.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": null, "answer": "3"}\n')
+    with pytest.raises(BoundaryError) as err:
+        readers.Grader(tmp_path / "p.jsonl")
+    assert str(err.value) == (f"{tmp_path / 'p.jsonl'}: blank problem in row 2 (without prompt_id the problem "
+                              "text keys the answer)")
+    (tmp_path / "n.jsonl").write_text('{"prompt_id": "a", "answer": null}\n')
+    with pytest.raises(BoundaryError) as err:
+        readers.Grader(tmp_path / "n.jsonl")
+    assert str(err.value) == f"{tmp_path / 'n.jsonl'}: row 1: field 'answer' is empty"
+
+
+def test_a_null_prompt_id_in_samples_is_one_line(tmp_path):
+    (tmp_path / "s.jsonl").write_text('{"prompt_id": "a", "completion": "x", "correct": true}\n'
+                                      '{"prompt_id": null, "completion": "y", "correct": false}\n')
+    with pytest.raises(BoundaryError) as err:
+        readers.read(tmp_path / "s.jsonl")
+    assert str(err.value) == f"{tmp_path / 's.jsonl'}: blank prompt_id in row 2"
+
+
 def test_biased_aggregates_warn_or_refuse(tmp_path, capsys):
     pd.DataFrame({"prompt_id": ["a", "b"], "n": [4, 4], "c": [1, 0], "acc/best@4/mean": [1.0, 0.0]}).to_csv(
         tmp_path / "counts.csv", index=False)

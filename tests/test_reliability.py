@@ -75,14 +75,33 @@ def test_seeds_options(files, capsys, option, message):
     (["--ks", "1.9"], "argument --ks: '1.9' is not a comma-separated list of distinct whole numbers >= 1"),
     (["--seed", "-1"], "argument --seed: '-1' is not a whole number >= 0"),
     (["--easy", "1.5"], "argument --easy: '1.5' is not a number between 0 and 1"),
-    (["--bins", "0.5"], "argument --bins: '0.5' is not at least two distinct comma-separated numbers "
-                        "between 0 and 1"),
+    (["--bins", "0.5"], "argument --bins: '0.5' is not comma-separated increasing numbers from 0 to 1 "
+                        "(e.g. 0,0.1,0.5,1)"),
+    (["--bins", "0,0.5"], "argument --bins: '0,0.5' is not comma-separated increasing numbers from 0 to 1 "
+                          "(e.g. 0,0.1,0.5,1)"),
+    (["--bins", "0,0.5,0.2,1"], "argument --bins: '0,0.5,0.2,1' is not comma-separated increasing numbers "
+                                "from 0 to 1 (e.g. 0,0.1,0.5,1)"),
+    (["--bins", "0,nan,1"], "argument --bins: '0,nan,1' is not comma-separated increasing numbers from 0 to 1 "
+                            "(e.g. 0,0.1,0.5,1)"),
+    (["--reward-threshold", "nan"], "argument --reward-threshold: 'nan' is not a finite number"),
+    (["--reward-threshold", "inf"], "argument --reward-threshold: 'inf' is not a finite number"),
     (["--pair", "g", "g"], "--pair g g: two different methods, please"),
 ])
 def test_diagnose_options(files, capsys, option, message):
     line = error_line(capsys, diagnose_args(files, *option, "--out", str(files / "o")))
     assert line == f"boundary diagnose: error: {message}"
     assert not (files / "o").exists()
+
+
+def test_seeds_names_are_read_as_written_and_never_blank(files, capsys):
+    (files / "names.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"method": 1.0, "metric": "m", "seed": s, "value": v} for s, v in ((0, 1.0), (1, 2.0))]))
+    assert cli(["seeds", str(files / "names.jsonl"), "--out", str(files / "o")]) == 0
+    assert pd.read_csv(files / "o" / "seeds.csv", dtype=str)["method"].tolist() == ["1.0"]
+    (files / "blank.jsonl").write_text('{"method": "a", "metric": "m", "seed": 0, "value": 1.0}\n'
+                                       '{"method": null, "metric": "m", "seed": 1, "value": 2.0}\n')
+    line = error_line(capsys, ["seeds", str(files / "blank.jsonl"), "--out", str(files / "o2")])
+    assert line == f"boundary seeds: error: {files / 'blank.jsonl'}: blank method in row 2"
 
 
 def test_a_missing_option_is_one_line(files, capsys):
@@ -105,6 +124,51 @@ def test_out_that_holds_other_files_is_left_alone(files, capsys):
     assert line == (f"boundary seeds: error: {files / 'mine'}: not empty and not written by boundary seeds "
                     "(it would be replaced as a whole); give a new or empty folder")
     assert (files / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_a_folder_the_command_did_not_write_is_never_replaced(files, capsys, tiny_model_dir):
+    """import-base and the report's folders as diagnose's and seeds' --out: a user's file stops
+    the command before any work, and stays."""
+    (files / "mine").mkdir()
+    (files / "mine" / "notes.txt").write_text("keep")
+    line = error_line(capsys, ["import-base", "--source", str(tiny_model_dir), "--out", str(files / "mine")])
+    assert line == (f"boundary import-base: error: {files / 'mine'}: not empty and not written by boundary "
+                    "import-base (it would be replaced as a whole); give a new or empty folder")
+    report = files / "report"
+    (report / "tables").mkdir(parents=True)
+    (report / "tables" / "notes.txt").write_text("keep")
+    (report / "figures" / "a").mkdir(parents=True)  # a folder of the report's own: replaced
+    (report / "figures" / ".boundary").write_text("boundary report\n")
+    (files / "new" / "tables").mkdir(parents=True)
+    (files / "new" / "figures").mkdir()
+    with pytest.raises(BoundaryError) as err:
+        artifacts.publish(files / "new", report, "boundary report")
+    assert str(err.value) == (f"{report / 'tables'}: not empty and not written by boundary report (it would be "
+                              "replaced as a whole); give a new or empty folder")
+    assert (files / "mine" / "notes.txt").read_text() == "keep" == (report / "tables" / "notes.txt").read_text()
+    assert (report / "figures" / "a").is_dir()  # nothing moved: every folder is checked first
+    (report / "tables" / "notes.txt").unlink()
+    artifacts.publish(files / "new", report, "boundary report")
+    assert sorted(p.name for p in (report / "figures").iterdir()) == [".boundary"]
+
+
+@pytest.mark.parametrize("out, why", [("/proc/boundary-out", "no such file or directory"),
+                                      ("ro/out", "read-only file system")])
+def test_an_out_that_cannot_be_written_says_why(files, capsys, monkeypatch, out, why):
+    """Checked before the work; a read-only place (simulated: root may write anywhere) or one
+    that cannot hold folders is its own reason, not "no space left on device"."""
+    if out.startswith("ro"):
+        out = str(files / out)
+        real = artifacts.tempfile.mkdtemp
+
+        def read_only(*args, dir=None, **kwargs):
+            if str(dir).startswith(str(files / "ro")):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+            return real(*args, dir=dir, **kwargs)
+        monkeypatch.setattr(artifacts.tempfile, "mkdtemp", read_only)
+    for argv in (["seeds", str(files / "long.csv")], diagnose_args(files)):
+        line = error_line(capsys, [*argv, "--out", out])
+        assert line == f"boundary {argv[0]}: error: {out}: cannot be written: {why}"
 
 
 def test_out_is_replaced_as_a_whole(files):
@@ -185,7 +249,7 @@ def test_a_full_disk_names_the_path(tmp_path, monkeypatch, code, why):
     assert str(err.value) == f"{tmp_path / 't.parquet'}: cannot be written: {why}"
     assert list(tmp_path.iterdir()) == []  # no temp file left behind
     with pytest.raises(BoundaryError) as err:
-        with atomic_dir(tmp_path / "d") as tmp:
+        with atomic_dir(tmp_path / "d", "boundary seeds") as tmp:
             (tmp / "x").write_text("x")
             raise OSError(code, os.strerror(code))
     assert str(err.value) == f"{tmp_path / 'd'}: cannot be written: {why}"
@@ -236,7 +300,7 @@ def test_artifacts_get_the_umask(tmp_path, mask, file_mode, dir_mode):
     artifacts.umask.cache_clear()
     try:
         write_table(SEEDS, tmp_path / "t.csv")
-        with atomic_dir(tmp_path / "d") as tmp:
+        with atomic_dir(tmp_path / "d", "boundary seeds") as tmp:
             write_table(SEEDS, tmp / "t.parquet")
     finally:
         os.umask(old)

@@ -75,6 +75,14 @@ def slow_equal(gold, answer, timeout):
     return gold == answer
 
 
+def logs_the_answer(gold, answer, timeout):
+    """What math-verify does when a parse times out: log the whole text."""
+    import logging
+
+    logging.getLogger("math_verify.parser").warning(f"Timeout during parsing: {answer}")
+    return False
+
+
 def cannot_import(gold, answer, timeout):
     raise ImportError("No module named 'math_verify'")
 
@@ -175,3 +183,13 @@ def test_extractors_for_models_that_do_not_box():
     assert extract_answer("The answer is 18.", "boxed_or_last_number") == "18"
     assert extract_answer(text, "boxed_or_last_number") == "\\frac{1}{2}"
     assert extract_answer("no digits here", "boxed_or_last_number") == ""
+
+
+def test_a_long_answer_math_verify_logs_is_shortened(capfd):
+    v = Verifier(timeout=1, workers=1, check_one=logs_the_answer)
+    try:
+        v.check(["1"], ["x" * 100_000])
+    finally:
+        v.close()
+    logged = [line for line in capfd.readouterr().err.splitlines() if "Timeout during parsing" in line]
+    assert logged == ["Timeout during parsing: 1", f"Timeout during parsing: {'x' * 176}... (100024 characters)"]

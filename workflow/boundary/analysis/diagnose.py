@@ -39,10 +39,7 @@ CLI:
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -436,23 +433,9 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
 
 # ----------------------------------------------------------------------------- output
 
-def publish(tmp: Path, out: Path) -> None:
-    """Move a fully written temp folder into place: nothing in `out` is ever half-written."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    for entry in sorted(tmp.iterdir()):
-        target = out / entry.name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        os.replace(entry, target)
-    shutil.rmtree(tmp, ignore_errors=True)
-
-
 def main(argv=None) -> None:
     from boundary.analysis import figures, page, tables  # matplotlib only when the CLI draws
-    from boundary.core.options import EDGES, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
+    from boundary.core.options import EDGES, FINITE, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
 
     ap = ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="base counts or samples, any --format (parquet, csv or jsonl); "
@@ -484,7 +467,7 @@ def main(argv=None) -> None:
     tools.add_argument("--extractor", default="boxed", help="answer extractor for re-grading (boxed, last_number)")
     tools.add_argument("--verify-timeout", type=POSITIVE, default=5, help="seconds per math-verify check")
     tools.add_argument("--verify-workers", type=POSITIVE, default=2, help="math-verify worker processes")
-    tools.add_argument("--reward-threshold", type=float, default=0.5, help="reward/score above it is correct")
+    tools.add_argument("--reward-threshold", type=FINITE, default=0.5, help="reward/score above it is correct")
     tools.add_argument("--step", type=int, help="verl dump folder: the step to read (default: latest); "
                                                 "one input's own: PATH@step=N")
     ev = ap.add_argument_group("uncertainty")

@@ -245,7 +245,8 @@ def main(argv=None) -> None:
     ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
     args = ap.parse_args(argv)
     out = output_folder(args.out, OWNER)
-    df = read_table(args.file, ["method", "metric", "seed", "value"])
+    # names as written, never blank (a null would drop out of every groupby without a word)
+    df = read_table(args.file, ["method", "metric", "seed", "value"], ids=("method", "metric", "benchmark", "regime"))
     keys = seed_keys(df)
     if df.empty:
         raise BoundaryError(f"{args.file}: no rows")

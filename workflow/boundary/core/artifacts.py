@@ -69,7 +69,8 @@ def storage_full(err: BaseException, near: str | os.PathLike | None = None) -> s
     """Why `err` means the storage is full ("no space left on device", ...), or None.
 
     Writers report it as OSError errno, as text (pyarrow, safetensors), or not at all
-    (torch's zip writer): then a folder `near` with no free blocks left decides."""
+    (torch's zip writer): then, for an error without an errno, a folder `near` on a real file
+    system (not /proc) with no free blocks left decides."""
     code = getattr(err, "errno", None)
     if code in _FULL:
         return _FULL[code]
@@ -78,22 +79,27 @@ def storage_full(err: BaseException, near: str | os.PathLike | None = None) -> s
         text = match.group(0)
         return next((v for k, v in _FULL.items() if os.strerror(k) == text or f"os error {k}" == text),
                     _FULL[errno.ENOSPC])
-    if near is not None:
+    if near is not None and code is None:
         try:
             folder = Path(near)
             while not folder.exists() and folder != folder.parent:
                 folder = folder.parent
-            if os.statvfs(folder).f_bavail == 0:
+            space = os.statvfs(folder)
+            if space.f_blocks > 0 and space.f_bavail == 0:
                 return _FULL[errno.ENOSPC]
         except OSError:
             pass
     return None
 
 
-class StorageFull(BoundaryError):
+class Unwritable(BoundaryError):
     def __init__(self, path, why: str):
         super().__init__(f"{path}: cannot be written: {why}")
         self.why = why
+
+
+class StorageFull(Unwritable):
+    pass
 
 
 @contextmanager
@@ -102,8 +108,8 @@ def storage_errors(path: str | os.PathLike) -> Iterator[None]:
     such block names it: the output a user asked for, not a temp file inside it)."""
     try:
         yield
-    except StorageFull as err:
-        raise StorageFull(path, err.why) from None
+    except Unwritable as err:
+        raise type(err)(path, err.why) from None
     except BoundaryError:
         raise
     except Exception as err:
@@ -113,13 +119,26 @@ def storage_errors(path: str | os.PathLike) -> Iterator[None]:
         raise StorageFull(path, why) from None
 
 
+@contextmanager
+def creating(path: str | os.PathLike) -> Iterator[None]:
+    """Making the files and folders of `path`: a full disk, or a place that is read-only, does
+    not exist or refuses us, is one line naming `path` and what the system said."""
+    with storage_errors(path):
+        try:
+            yield
+        except OSError as err:
+            if storage_full(err) is not None:
+                raise
+            raise Unwritable(path, (err.strerror or str(err)).lower()) from None
+
+
 # ----------------------------------------------------------------------------- atomic files
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
-    with storage_errors(path):
+    with creating(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
@@ -127,7 +146,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         _as_created(Path(tmp), folder=False)
         with storage_errors(path):
             yield Path(tmp)
-        os.replace(tmp, path)
+        with creating(path):
+            os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -196,7 +216,7 @@ def scratch_dir(path: str | os.PathLike) -> Iterator[Path]:
     Its name holds this process's id and host, so the next call for the same `path` removes
     one that a killed process left behind."""
     path = Path(path)
-    with storage_errors(path):
+    with creating(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_scratch(path)
         tmp = Path(tempfile.mkdtemp(prefix=_scratch_name(path, _PARTIAL), dir=path.parent))
@@ -224,40 +244,32 @@ def _exchange(a: Path, b: Path) -> bool:
 MARKER = ".boundary"  # names the command that wrote a folder: it may replace that folder
 
 
-def output_folder(path: str | os.PathLike, owner: str | None = None) -> Path:
+def output_folder(path: str | os.PathLike, owner: str) -> Path:
     """`path` as a folder that `atomic_dir(path, owner)` may replace; otherwise one line.
 
-    With an owner (a user-facing command such as "boundary diagnose"), an existing folder is
-    replaced only if it is empty or that command wrote it, so `--out ~/data` can never wipe
-    a user's files."""
+    An existing folder is replaced only if it is empty or `owner` (the command, such as
+    "boundary diagnose") wrote it, so `--out ~/data` can never wipe a user's files: the one
+    "is this folder ours" check. Its parent must take new folders (checked now, so a bad
+    `--out` fails before the work)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise BoundaryError(f"{path}: exists and is not a folder")
-    if owner and path.is_dir() and any(path.iterdir()):
+    if path.is_dir() and any(path.iterdir()):
         marker = path / MARKER
         written_by = marker.read_text().strip() if marker.is_file() else None
         if written_by != owner:
             raise BoundaryError(f"{path}: not empty and not written by {owner} (it would be replaced "
                                 "as a whole); give a new or empty folder")
+    with creating(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=_scratch_name(path, "probe"), dir=path.parent))
     return path
 
 
-@contextmanager
-def atomic_dir(path: str | os.PathLike, owner: str | None = None) -> Iterator[Path]:
-    """Yield an empty temp folder beside `path`; if the block succeeds it replaces `path` as a
-    whole, so `path` holds exactly this run's files (nothing of an earlier run).
-
-    An existing folder is exchanged with the new one in one rename and then removed; a kill
-    before that leaves `path` as it was (and a scratch folder that the next call removes).
-    A file at `path`, a folder the owner did not write (see `output_folder`), or a full disk
-    is one line naming `path`."""
-    path = output_folder(path, owner)
-    with scratch_dir(path) as tmp:
-        with storage_errors(path):
-            yield tmp
-            if owner:
-                (tmp / MARKER).write_text(owner + "\n")
-        _as_created_tree(tmp)
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Put the finished folder `tmp` at `path`; an existing `path` is exchanged with it in one
+    rename (it is then at `tmp`, for the caller's scratch folder to remove)."""
+    with creating(path):
         if not path.exists():
             os.rename(tmp, path)
         elif not _exchange(tmp, path):  # no renameat2: move the old folder aside first
@@ -267,37 +279,223 @@ def atomic_dir(path: str | os.PathLike, owner: str | None = None) -> Iterator[Pa
             shutil.rmtree(aside, ignore_errors=True)
 
 
+@contextmanager
+def atomic_dir(path: str | os.PathLike, owner: str) -> Iterator[Path]:
+    """Yield an empty temp folder beside `path`; if the block succeeds it replaces `path` as a
+    whole, so `path` holds exactly this run's files (nothing of an earlier run), and a marker
+    saying that `owner` wrote it.
+
+    An existing folder is exchanged with the new one in one rename and then removed; a kill
+    before that leaves `path` as it was (and a scratch folder that the next call removes).
+    A file at `path`, a folder the owner did not write (see `output_folder`), or a full disk
+    is one line naming `path`."""
+    path = output_folder(path, owner)
+    with scratch_dir(path) as tmp:
+        with storage_errors(path):
+            yield tmp
+            (tmp / MARKER).write_text(owner + "\n")
+        _as_created_tree(tmp)
+        _swap_in(tmp, path)
+
+
+def publish(tmp: Path, out: str | os.PathLike, owner: str) -> None:
+    """Move the files and folders of a finished folder `tmp` into `out`: each folder replaces
+    its namesake as a whole, as `atomic_dir` does (only where `owner` wrote it: all are
+    checked before anything moves), each file its namesake."""
+    out = Path(out)
+    entries = sorted(tmp.iterdir())
+    for entry in entries:
+        if entry.is_dir():
+            output_folder(out / entry.name, owner)
+    with creating(out):
+        out.mkdir(parents=True, exist_ok=True)
+        for entry in entries:
+            if entry.is_dir():
+                (entry / MARKER).write_text(owner + "\n")
+                _as_created_tree(entry)
+                _swap_in(entry, out / entry.name)
+            else:
+                os.replace(entry, out / entry.name)
+
+
 # ----------------------------------------------------------------------------- reading
 
-def _read_csv(path: Path, ids: Iterable[str]) -> pd.DataFrame:
-    ids = list(ids)
-    df = pd.read_csv(path, dtype={c: str for c in ids})
-    for col in ids:
-        if col in df and df[col].isna().any():  # "NA", "null", ...: ids are text, read verbatim
+class _Number(float):
+    """A JSON number that keeps the text it was written as: a text column reads `7.50` as
+    "7.50", not "7.5"."""
+
+    def __new__(cls, text: str):
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def _as_text(value):
+    """A value of a text column as written: numbers as their digits (a 20-digit integer is not
+    rounded, "7" does not become "7.0"); strings, nulls, lists and objects as they are."""
+    if isinstance(value, _Number):
+        return value.text
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+def _kind(value) -> str:
+    return ("array" if isinstance(value, list) else "string" if isinstance(value, str) else
+            "null" if value is None else "boolean" if isinstance(value, bool) else "number")
+
+
+def _json_error(path: Path, line: int, err: json.JSONDecodeError) -> BoundaryError:
+    return BoundaryError(f"{path}: line {line}: not valid JSON ({err.msg}, column {err.colno})")
+
+
+def json_records(path: str | os.PathLike) -> list[dict]:
+    """The objects of a JSON-lines file, or of a file holding one JSON array of objects (or one
+    object over several lines); a UTF-8 BOM is skipped. What is not a JSON object is one line
+    giving its line (or, in an array, its item) number."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as err:
+        raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+    body = text.lstrip()
+    skipped = text[:len(text) - len(body)].count("\n")  # blank lines before the JSON
+    if body.startswith("["):  # one array (a .json export), not JSON lines
+        try:
+            records = json.loads(body, parse_float=_Number)
+        except json.JSONDecodeError as err:
+            raise _json_error(path, err.lineno + skipped, err) from None
+        for i, record in enumerate(records, 1):
+            if not isinstance(record, dict):
+                raise BoundaryError(f"{path}: item {i} of the array: a JSON {_kind(record)}, not an object")
+        return records
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line, parse_float=_Number)
+        except json.JSONDecodeError as err:
+            if not records:  # perhaps one object written over several lines
+                try:
+                    whole = json.loads(body, parse_float=_Number)
+                except json.JSONDecodeError:
+                    whole = None
+                if isinstance(whole, dict):
+                    return [whole]
+            raise _json_error(path, number, err) from None
+        if not isinstance(record, dict):
+            raise BoundaryError(f"{path}: line {number}: a JSON {_kind(record)}, not an object "
+                                "(one object per line, or one array of objects)")
+        records.append(record)
+    return records
+
+
+def json_columns(path: str | os.PathLike) -> list[str]:
+    """Column names of a JSON table: the keys of its first object."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            first = next((line for line in f if line.strip()), "")
+    except (OSError, UnicodeDecodeError) as err:
+        raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+    try:
+        record = json.loads(first) if first.strip() else None
+    except json.JSONDecodeError:  # an array, or one object over several lines
+        record = None
+    if not isinstance(record, dict):
+        records = json_records(path)
+        record = records[0] if records else {}
+    return list(record)
+
+
+def read_json(path: str | os.PathLike, types: dict | None = None, text: Iterable[str] = ()) -> pd.DataFrame:
+    """A JSON-lines file (or one array of objects) as a table: every column, or with `types`
+    ({column: pyarrow type, or None to infer}) those columns only, absent ones as nulls.
+    Columns in `text` are kept as written (`_as_text`); the others take their JSON types.
+
+    With `types`, Arrow's multithreaded reader goes first (about 1 s per million short
+    rows); Python's json where it refuses the file (types that vary between lines, numbers
+    in a text column, an array, a bad line: then named by its number)."""
+    path, text = Path(path), set(text)
+    if types is not None:
+        try:
+            return _read_json_arrow(path, types, text)
+        except Exception:  # pyarrow.ArrowInvalid and kin: the exact reader below says why
+            pass
+    records = json_records(path)
+    if types is not None:
+        records = [{k: r.get(k) for k in types} for r in records]
+    for record in records:
+        for k in text.intersection(record):
+            record[k] = _as_text(record[k])
+    df = pd.DataFrame.from_records(records, columns=list(types) if types is not None else None)
+    for k in text.intersection(df.columns):
+        df[k] = df[k].astype(object).where(df[k].notna(), None)
+    return df
+
+
+def _read_json_arrow(path: Path, types: dict, text: set) -> pd.DataFrame:
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    schema = {k: pa.string() if k in text else t for k, t in types.items() if k in text or t is not None}
+    table = pj.read_json(path, read_options=pj.ReadOptions(block_size=1 << 24),
+                         parse_options=pj.ParseOptions(explicit_schema=pa.schema(schema),
+                                                       unexpected_field_behavior="ignore"
+                                                       if len(schema) == len(types) else "infer"))
+    df = table.select([c for c in table.column_names if c in types]).to_pandas(types_mapper=_strings)
+    for k in types:
+        if k not in df:
+            df[k] = None
+    return df[list(types)]
+
+
+def _strings(dtype):
+    import pyarrow as pa
+    return pd.StringDtype("pyarrow") if dtype in (pa.string(), pa.large_string()) else None
+
+
+def _read_csv(path: Path, text: Iterable[str]) -> pd.DataFrame:
+    text = list(text)
+    df = pd.read_csv(path, dtype={c: str for c in text})
+    for col in text:
+        if col in df and df[col].isna().any():  # "NA", "null", ...: text is read verbatim
             df[col] = pd.read_csv(path, usecols=[col], dtype=str, keep_default_na=False)[col]
     return df
 
 
-def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: bool = False,
-               ids: Iterable[str] = ID_COLUMNS) -> pd.DataFrame:
-    """Read parquet, CSV or JSONL; a missing file, unknown type, missing column or (with
-    `nonempty`) a file without rows is one line.
+def blank_row(values: pd.Series) -> int | None:
+    """The first row (counted from 1) whose value is null or blank text, or None."""
+    blank = values.isna() | (values.astype(str).str.strip() == "")
+    return int(blank.to_numpy().argmax()) + 1 if blank.any() else None
 
-    Columns in `ids` are read from CSV and JSONL as text, verbatim; a blank one is an error."""
+
+def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: bool = False,
+               ids: Iterable[str] = ID_COLUMNS, text: Iterable[str] = ()) -> pd.DataFrame:
+    """Read parquet, CSV or JSON (lines, or one array); a missing file, unknown type, missing
+    column or (with `nonempty`) a file without rows is one line.
+
+    Columns in `ids` and `text` are read from CSV and JSON verbatim, as text (no type
+    guessing: "007" stays "007", a 20-digit number keeps its digits); a blank id is an error."""
     path = Path(path)
     if not path.exists():
         raise BoundaryError(f"{path}: file not found")
     if path.is_dir():
         raise BoundaryError(f"{path}: is a folder, not a file")
     ids = tuple(ids)
-    readers = {".parquet": pd.read_parquet, ".csv": lambda p: _read_csv(p, ids),
-               ".jsonl": lambda p: pd.read_json(p, lines=True, dtype={c: str for c in ids}),
-               ".json": lambda p: pd.read_json(p, lines=True, dtype={c: str for c in ids})}
+    verbatim = ids + tuple(text)
+    readers = {".parquet": pd.read_parquet, ".csv": lambda p: _read_csv(p, verbatim),
+               ".jsonl": lambda p: read_json(p, text=verbatim), ".json": lambda p: read_json(p, text=verbatim)}
     reader = readers.get(path.suffix.lower())
     if reader is None:
         raise BoundaryError(f"{path}: unknown file type {path.suffix!r} (use parquet, csv or jsonl)")
     try:
         df = reader(path)
+    except BoundaryError:
+        raise
     except Exception as err:  # corrupt or unreadable file
         detail = " ".join(str(err).split())  # one line, whatever the reader's message
         raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {detail})") from None
@@ -308,7 +506,7 @@ def read_table(path: str | os.PathLike, columns: Iterable[str] = (), nonempty: b
         raise BoundaryError(f"{path}: missing column(s) {', '.join(missing)}")
     for col in ids:
         if col in df.columns:
-            blank = df[col].isna() | (df[col].astype(str).str.strip() == "")
-            if blank.any():
-                raise BoundaryError(f"{path}: blank {col} in row {int(blank.to_numpy().argmax()) + 1}")
+            row = blank_row(df[col])
+            if row is not None:
+                raise BoundaryError(f"{path}: blank {col} in row {row}")
     return df

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
 from pathlib import Path
 
 import yaml
@@ -69,6 +70,7 @@ def validate_config(config: dict) -> dict:
     if not isinstance(config, dict):
         raise BoundaryError(f"config: must be a mapping of sections, not a {type(config).__name__}")
     config = copy.deepcopy(config)
+    _check_finite(config)
     schema = _schema()
     _fill_defaults(config, schema)
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config),
@@ -83,6 +85,17 @@ def validate_config(config: dict) -> dict:
         raise BoundaryError(f"config: {_where(err)}: {err.message}")
     _check_references(config)
     return config
+
+
+def _check_finite(node, where: str = "") -> None:
+    """No NaN or infinity anywhere: JSON schema bounds let them through (every comparison with
+    NaN is false), and a NaN temperature or rate gives numbers without a word."""
+    if isinstance(node, float) and not math.isfinite(node):
+        text = ".nan" if math.isnan(node) else ".inf" if node > 0 else "-.inf"
+        raise BoundaryError(f"config: {where or '<top level>'}: {text} is not a finite number")
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        _check_finite(value, f"{where}.{key}" if where else str(key))
 
 
 def _check_references(config: dict) -> None:
@@ -205,9 +218,14 @@ def load_stage_settings(value: str) -> dict:
             raise BoundaryError(f"--settings: {value}: not JSON and no such file")
         text = path.read_text()
     try:
-        return json.loads(text)
+        settings = json.loads(text)
     except json.JSONDecodeError as err:
         raise BoundaryError(f"--settings: invalid JSON ({err.msg})") from None
+    try:
+        _check_finite(settings)  # Python's json reads NaN and Infinity, which JSON has not
+    except BoundaryError as err:
+        raise BoundaryError(f"--settings: {str(err).removeprefix('config: ')}") from None
+    return settings
 
 
 def schema_defaults(section: str) -> dict:

@@ -7,6 +7,7 @@ Lives in core so stages never import the dispatcher (cli.py), which loads them.
 from __future__ import annotations
 
 import argparse
+import math
 
 from boundary.core.errors import BoundaryError
 
@@ -53,5 +54,7 @@ POSITIVE = _typed(_whole, lambda x: x >= 1, "a whole number >= 1")
 NONNEGATIVE = _typed(_whole, lambda x: x >= 0, "a whole number >= 0")
 KS = _typed(_ks, lambda ks: all(k >= 1 for k in ks) and len(set(ks)) == len(ks),
             "a comma-separated list of distinct whole numbers >= 1")
-EDGES = _typed(_numbers, lambda xs: len(set(xs)) >= 2 and all(0 <= x <= 1 for x in xs),
-               "at least two distinct comma-separated numbers between 0 and 1")
+EDGES = _typed(_numbers, lambda xs: len(xs) >= 2 and xs[0] == 0 and xs[-1] == 1
+               and all(a < b for a, b in zip(xs, xs[1:])),
+               "comma-separated increasing numbers from 0 to 1 (e.g. 0,0.1,0.5,1)")
+FINITE = _typed(float, math.isfinite, "a finite number")

@@ -1,4 +1,4 @@
-"""What every sample-level reader shares: fast JSONL reading, the biased-metric warning,
+"""What every sample-level reader shares: column names and reading of any table, the biased-metric warning,
 verdicts, and counting samples into n and c per prompt.
 
 A reader turns a tool's file into one row per completion with these columns (None where the
@@ -14,14 +14,13 @@ tool has no such field):
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from boundary.core.artifacts import read_table
+from boundary.core.artifacts import json_columns, read_json, read_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.passk import counts_of
 
@@ -31,7 +30,7 @@ SAMPLE_COLUMNS = ["prompt_id", "prompt", "completion", "correct", "answer", "ent
 # ----------------------------------------------------------------------------- files
 
 def columns_of(path: Path) -> list[str]:
-    """Column names of a table without reading it: parquet schema, CSV header, first JSON line."""
+    """Column names of a table without reading it: parquet schema, CSV header, first JSON object."""
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":
@@ -40,55 +39,14 @@ def columns_of(path: Path) -> list[str]:
         if suffix == ".csv":
             return list(pd.read_csv(path, nrows=0).columns)
         if suffix in (".jsonl", ".json"):
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        first = json.loads(line)
-                        return list(first) if isinstance(first, dict) else []
-            return []
+            return json_columns(path)
     except (OSError, ValueError) as err:
         raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
     raise BoundaryError(f"{path}: unknown file type {path.suffix!r} (use parquet, csv or jsonl)")
 
 
-def read_jsonl(path: Path, fields: dict) -> pd.DataFrame:
-    """Selected fields of a JSONL file, {name: pyarrow type or None (any)}; absent fields come
-    back as columns of nulls. Arrow's multithreaded reader first (about 1 s per million
-    short rows), line-by-line json where the file's types vary between lines."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    typed = {k: t for k, t in fields.items() if t is not None}
-    try:
-        table = pj.read_json(path, read_options=pj.ReadOptions(block_size=1 << 24),
-                             parse_options=pj.ParseOptions(explicit_schema=pa.schema(typed),
-                                                           unexpected_field_behavior="ignore"
-                                                           if len(typed) == len(fields) else "infer"))
-        df = table.select([c for c in table.column_names if c in fields]).to_pandas(types_mapper=_strings)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError):
-        rows = []
-        try:
-            with open(path, encoding="utf-8") as f:
-                for i, line in enumerate(f, 1):
-                    if line.strip():
-                        obj = json.loads(line)
-                        rows.append({k: obj.get(k) for k in fields})
-        except (OSError, ValueError) as err:
-            raise BoundaryError(f"{path}: line {i}: not valid JSON ({err})") from None
-        df = pd.DataFrame(rows, columns=list(fields))
-    for k in fields:
-        if k not in df:
-            df[k] = None
-    return df
-
-
-def _strings(dtype):
-    import pyarrow as pa
-    return pd.StringDtype("pyarrow") if dtype in (pa.string(), pa.large_string()) else None
-
-
-def read_any(path: Path, columns) -> pd.DataFrame:
-    """The named columns that exist, of a parquet, CSV or JSONL table."""
+def read_any(path: Path, columns, text=()) -> pd.DataFrame:
+    """The named columns that exist, of a parquet, CSV or JSON table; `text` columns verbatim."""
     have = [c for c in columns_of(path) if c in columns]
     if path.suffix.lower() == ".parquet":
         try:
@@ -96,8 +54,8 @@ def read_any(path: Path, columns) -> pd.DataFrame:
         except Exception as err:  # corrupt file
             raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
     if path.suffix.lower() in (".jsonl", ".json"):
-        return read_jsonl(path, {c: None for c in have})
-    return read_table(path)[have]
+        return read_json(path, {c: None for c in have}, text=[c for c in text if c in have])
+    return read_table(path, ids=(), text=[c for c in text if c in have])[have]
 
 
 # ----------------------------------------------------------------------------- checks

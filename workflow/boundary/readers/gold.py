@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from boundary.core.artifacts import read_table
+from boundary.core.artifacts import blank_row, read_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.readers import verl
 from boundary.readers.common import columns_of
-from boundary.readers.problems import ProblemIndex, normalise, text_id
+from boundary.readers.problems import ProblemIndex, field_texts, message_text, normalise, text_id
 
 
 def gold_table(path) -> pd.DataFrame:
@@ -33,7 +33,7 @@ def gold_table(path) -> pd.DataFrame:
         gold = verl.gold_of_generation(pd.read_parquet(path, columns=[c for c in ("prompt", "reward_model")
                                                                       if c in names]))
         return gold.drop(columns="prompt_id")  # extra_info.index: a row number, not an id
-    return read_table(path, ["answer"])
+    return read_table(path, ["answer"], text=("answer", "problem", "prompt"))
 
 
 class Grader:
@@ -47,10 +47,17 @@ class Grader:
         if int(timeout) < 1 or int(workers) < 1:
             raise BoundaryError(f"--verify-timeout {timeout} / --verify-workers {workers}: both must be >= 1")
         gold = gold_table(path)
+        gold["answer"] = field_texts(gold["answer"], "answer", path)
         texts = [c for c in ("problem", "prompt") if c in gold.columns]
+        for col in texts:  # chat messages: the question they ask
+            gold[col] = gold[col].map(message_text)
         if "prompt_id" not in gold.columns and not texts:
             raise BoundaryError(f"{path}: needs prompt_id or problem text (problem or prompt) beside answer")
         by_text = "prompt_id" not in gold.columns
+        blank = blank_row(gold[texts[0]]) if by_text else None
+        if blank is not None:
+            raise BoundaryError(f"{path}: blank {texts[0]} in row {blank} (without prompt_id the problem text "
+                                "keys the answer)")
         if by_text:  # a problem asked twice with one answer is one prompt (the readers pool its samples)
             gold["prompt_id"] = [text_id(t) for t in gold[texts[0]]]
             gold = gold.drop_duplicates(["prompt_id", "answer"])
@@ -58,11 +65,9 @@ class Grader:
         if gold["prompt_id"].duplicated().any():
             raise BoundaryError(f"{path}: duplicate prompt_id {gold.loc[gold['prompt_id'].duplicated(), 'prompt_id'].iloc[0]}"
                                 + (" (the same problem text with two answers)" if by_text else ""))
-        if gold["answer"].isna().any():
-            raise BoundaryError(f"{path}: empty answer for prompt_id {gold.loc[gold['answer'].isna(), 'prompt_id'].iloc[0]}")
         self.path, self.extractor, self.regrade = path, extractor, regrade
         self.timeout, self.workers = timeout, workers
-        self.answers = dict(zip(gold["prompt_id"], gold["answer"].astype(str)))
+        self.answers = dict(zip(gold["prompt_id"], gold["answer"]))
         self.problems = dict(zip(gold["prompt_id"], gold[texts[0]].astype(str))) if texts else {}
         self.index = ProblemIndex({**{pid: t for col in texts[1:] for pid, t in zip(gold["prompt_id"], gold[col])},
                                    **self.problems})

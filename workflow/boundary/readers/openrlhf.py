@@ -27,8 +27,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from boundary.core.artifacts import read_json
 from boundary.core.errors import BoundaryError, warn
-from boundary.readers.common import SAMPLE_COLUMNS, read_jsonl, verdicts
+from boundary.readers.common import SAMPLE_COLUMNS, verdicts
 
 
 def looks_like(names) -> bool:
@@ -38,7 +39,7 @@ def looks_like(names) -> bool:
 def read(path: Path, threshold: float = 0.5) -> pd.DataFrame:
     if path.suffix.lower() not in (".jsonl", ".json"):
         raise BoundaryError(f"{path}: OpenRLHF batch inference writes JSONL")
-    df = read_jsonl(path, {"input": pa.string(), "output": pa.string(), "reward": pa.float64()})
+    df = read_json(path, {"input": pa.string(), "output": pa.string(), "reward": pa.float64()})
     if df["input"].isna().any() or df["output"].isna().any():
         raise BoundaryError(f"{path}: a line without input or output")
     has_reward = df["reward"].notna().all()

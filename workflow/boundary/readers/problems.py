@@ -20,7 +20,7 @@ import unicodedata
 import numpy as np
 import pandas as pd
 
-from boundary.core.errors import BoundaryError
+from boundary.core.errors import BoundaryError, warn
 
 ANCHOR = 24  # characters of a problem looked up in every prompt before the full containment test
 _SPACE = re.compile(r"\s+")
@@ -64,6 +64,39 @@ def message_text(value) -> str:
     if isinstance(content, (list, tuple, np.ndarray)):  # multimodal parts [{type, text}, {type, image}]
         content = " ".join(str(p["text"]) for p in content if isinstance(p, dict) and p.get("text"))
     return "" if content is None else str(content)
+
+
+def field_texts(values, field: str, path) -> list[str]:
+    """A data file's problem or gold-answer column as text, each value as written, or one line
+    naming the file, field and row: a null or blank value; chat messages with other than one
+    user turn (which would be the problem?); an object other than verl's `reward_model`
+    (whose `ground_truth` is the answer); a list. A system turn beside the user turn is
+    dropped, with one warning."""
+    out, system = [], False
+    for row, value in enumerate(values, 1):
+        name = field
+        if isinstance(value, dict) and "ground_truth" in value:  # verl's reward_model
+            value, name = value["ground_truth"], f"{field}.ground_truth"
+        where = f"{path}: row {row}: field {name!r}"
+        if is_messages(value):
+            roles = [m.get("role") for m in value]
+            if roles.count("user") != 1 or set(roles) - {"user", "system"}:
+                raise BoundaryError(f"{where} holds chat messages ({', '.join(map(str, roles))}), not one user "
+                                    "turn: give the problem as text")
+            system = system or "system" in roles
+            value = message_text(value)
+        if isinstance(value, dict):
+            raise BoundaryError(f"{where} holds an object (keys {', '.join(map(str, list(value)[:5]))}), not text: "
+                                "name the field that holds the text")
+        if isinstance(value, (list, tuple, np.ndarray)):
+            raise BoundaryError(f"{where} holds a list, not text")
+        if value is None or (isinstance(value, float) and np.isnan(value)) or not str(value).strip():
+            raise BoundaryError(f"{where} is empty")
+        out.append(value if isinstance(value, str) else str(value))
+    if system:
+        warn(f"{path}: field {field!r} holds chat messages with a system turn: only the user turn is used "
+             "(prompt.system sets a system message)")
+    return out
 
 
 def completion_text(value) -> str:

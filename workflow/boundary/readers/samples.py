@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from boundary.core.artifacts import blank_row
 from boundary.core.errors import BoundaryError
 from boundary.readers.common import SAMPLE_COLUMNS, columns_of, read_any, verdicts
 from boundary.readers.problems import completion_text, is_messages, message_text
@@ -64,7 +65,8 @@ def read(path: Path, threshold: float = 0.5) -> pd.DataFrame:
             "entropy": "entropy" if "entropy" in names else None}
     if not (pick["prompt_id"] or pick["prompt"]):
         raise BoundaryError(f"{path}: no prompt column (one of {', '.join(IDS + TEXTS)})")
-    df = read_any(path, [c for c in pick.values() if c])
+    df = read_any(path, [c for c in pick.values() if c], text=[pick[c] for c in ("prompt_id", "prompt", "answer")
+                                                                if pick[c]])
     if pick["prompt"] and is_messages(_first_value(df[pick["prompt"]])):  # TRL conversational
         df[pick["prompt"]] = df[pick["prompt"]].map(message_text)
     comp = pick["completion"]
@@ -83,6 +85,9 @@ def read(path: Path, threshold: float = 0.5) -> pd.DataFrame:
     out = pd.DataFrame({c: (df[pick[c]].reset_index(drop=True) if pick.get(c) else None) for c in
                         ("prompt_id", "prompt", "completion", "answer", "entropy")})
     if pick["prompt_id"] and not (pick["prompt_id"] in ROW_NUMBERS and pick["prompt"]):
+        row = blank_row(df[pick["prompt_id"]])
+        if row is not None:  # as text it would be "None" or "nan": a prompt of its own, or dropped
+            raise BoundaryError(f"{path}: blank {pick['prompt_id']} in row {row}")
         out["prompt_id"] = df[pick["prompt_id"]].astype(str).to_numpy()
     else:  # a row number pairs nothing across files: the prompt text keys the prompt
         out["prompt_id"] = None

@@ -29,8 +29,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from boundary.core.artifacts import read_json
 from boundary.core.errors import BoundaryError
-from boundary.readers.common import SAMPLE_COLUMNS, read_jsonl, verdicts
+from boundary.readers.common import SAMPLE_COLUMNS, verdicts
 from boundary.readers.problems import message_text
 
 DUMP_KEYS = {"input", "output", "score", "step"}
@@ -61,8 +62,8 @@ def dump_file(path: Path, step: int | None) -> Path:
 
 def read(path: Path, threshold: float = 0.5, step: int | None = None) -> pd.DataFrame:
     path = dump_file(path, step)
-    df = read_jsonl(path, {"input": pa.string(), "output": pa.string(), "score": pa.float64(),
-                           "step": pa.int64(), "acc": None, "pred": None})
+    df = read_json(path, {"input": pa.string(), "output": pa.string(), "score": pa.float64(),
+                           "step": pa.int64(), "acc": None, "pred": None}, text=("pred",))
     if df["input"].isna().any() or df["output"].isna().any():
         raise BoundaryError(f"{path}: a line without input or output (not a verl generation dump?)")
     if df["acc"].notna().all():

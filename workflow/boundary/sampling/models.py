@@ -13,11 +13,15 @@ first of them: TRL stops at the tokenizer's eos as well as the generation config
 from __future__ import annotations
 
 import functools
+import json
+import re
 from pathlib import Path
 
-from boundary.core.artifacts import atomic_dir
-from boundary.core.errors import BoundaryError
+from boundary.core.artifacts import atomic_dir, output_folder
+from boundary.core.errors import BoundaryError, warn
 
+OWNER = "boundary import-base"  # the marker of the folders it writes (core.artifacts.output_folder)
+DDP_PREFIX = "module."  # what torch's DistributedDataParallel puts before every weight name
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
@@ -34,7 +38,7 @@ def _gguf_eos_ids(path: Path) -> list[int]:
 
 def _load_source(source: str):
     """(model, tokenizer, extra stop ids) from a folder, a GGUF file or a hub id."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     path = Path(source)
     if path.suffix == ".gguf":
@@ -45,7 +49,7 @@ def _load_source(source: str):
         try:
             extra = _gguf_eos_ids(path)
             tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+            model = from_pretrained(folder, **kwargs)
         except Exception as err:  # a GGUF transformers cannot read, whatever the cause
             raise BoundaryError(f"{path}: transformers cannot read this GGUF ({_short(err)})") from None
         return _dequantised(model), tokenizer, extra
@@ -59,10 +63,68 @@ def _load_source(source: str):
             raise BoundaryError(f"{path}: no weights in the model folder (*.safetensors or *.bin)")
     try:  # a folder, or a hub id when the network allows it
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
+        model = from_pretrained(source, dtype="auto")
+    except BoundaryError:
+        raise
     except Exception as err:
+        if not path.exists():  # a mistyped path looks like a hub id: say both
+            raise BoundaryError(f"{source}: no such model folder or file (as a hub id it could not be fetched: "
+                                "hub ids need network access)") from None
         raise BoundaryError(f"{source}: cannot load the model ({_short(err)})") from None
     return model, tokenizer, []
+
+
+def _weight_names(folder: Path) -> list[str]:
+    """The weight names of a model folder, from its index or the files' headers (no tensors)."""
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (folder / index).is_file():
+            return list(json.loads((folder / index).read_text()).get("weight_map", {}))
+    names = []
+    for file in sorted(folder.glob("*.safetensors")):
+        from safetensors import safe_open
+
+        with safe_open(file, "pt") as weights:
+            names += list(weights.keys())
+    for file in [] if names else sorted(folder.glob("*.bin")):
+        import torch
+
+        names += list(torch.load(file, map_location="meta", weights_only=True, mmap=True))
+    return names
+
+
+def _first(keys) -> str:
+    keys = sorted(k[0] if isinstance(k, tuple) else str(k) for k in keys)
+    return ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+
+
+def from_pretrained(source: str | Path, **kwargs):
+    """AutoModelForCausalLM.from_pretrained with every weight accounted for, the one way a model
+    is loaded. A folder saved from DDP (every weight name under `module.`) is read without the
+    prefix, with a one-line warning; a weight the files lack (transformers would initialise it at
+    random), one the model has no place for, or one of another shape is one line naming the
+    folder and the first keys."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    path = Path(source)
+    if path.is_dir() and "gguf_file" not in kwargs:
+        names = _weight_names(path)
+        if names and all(name.startswith(DDP_PREFIX) for name in names):
+            warn(f"{source}: every weight name starts with {DDP_PREFIX!r} (saved from DDP); read without it")
+            kwargs["key_mapping"] = {"^" + re.escape(DDP_PREFIX): ""}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report: the line below says what matters
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(source, output_loading_info=True, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    wrong = [f"{len(keys)} {what} ({_first(keys)})" for what, keys in (
+        ("missing", info.get("missing_keys")), ("unexpected", info.get("unexpected_keys")),
+        ("of another shape", info.get("mismatched_keys"))) if keys]
+    if wrong:
+        raise BoundaryError(f"{source}: the weights do not fit the model's config: " + "; ".join(wrong)
+                            + " (missing ones would be initialised at random)")
+    return model
 
 
 def _dequantised(model):
@@ -87,7 +149,9 @@ def stop_ids(generation_config, tokenizer=None) -> list[int]:
 
 
 def import_base(source: str, out: str | Path) -> dict:
-    """Materialise `source` as a plain folder at `out` (atomically); returns what it wrote."""
+    """Materialise `source` as a plain folder at `out` (atomically; a folder `out` that it did not
+    write is refused, before loading); returns what it wrote."""
+    output_folder(out, OWNER)
     model, tokenizer, extra = _load_source(source)
     generation = model.generation_config
     ids = list(dict.fromkeys(extra + stop_ids(generation, tokenizer)))
@@ -102,7 +166,7 @@ def import_base(source: str, out: str | Path) -> dict:
         generation.pad_token_id = tokenizer.pad_token_id
     if not getattr(tokenizer, "chat_template", None):
         print(f"import-base: {source}: the tokenizer has no chat template (prompt.chat needs one)")
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, OWNER) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     info = {"source": str(source), "model_type": model.config.model_type,
@@ -118,7 +182,7 @@ def load_model(path: str, device: str | None = None):
     """(model, tokenizer) from an imported folder: bf16 on a GPU, fp32 on CPU, eval mode, no
     gradients, left padding. Cached: a stage that samples one model several times loads it once."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if not Path(path).is_dir():
         raise BoundaryError(f"{path}: no such model folder")
@@ -126,7 +190,7 @@ def load_model(path: str, device: str | None = None):
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model = from_pretrained(path, dtype=dtype)
     # Frozen, as the trainer holds its base: parameters without grad take other CPU matmul
     # kernels, so the same rollouts then carry bit-identical log-probs in stage and trainer.
     return model.to(device).eval().requires_grad_(False), tokenizer

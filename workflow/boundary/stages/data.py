@@ -15,6 +15,7 @@ import pandas as pd
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
 from boundary.core.options import ArgumentParser
+from boundary.readers.problems import field_texts
 
 SPLIT_COLUMNS = ["prompt_id", "problem", "prompt", "answer", "source"]
 
@@ -25,31 +26,33 @@ def gsm8k_gold(answer: str) -> str:
 
 
 def load_dataset_file(spec: dict, name: str) -> pd.DataFrame:
-    """One split from a local file, mapped to prompt_id, problem, answer, source."""
+    """One split from a local file, mapped to prompt_id, problem, answer, source. Problems,
+    answers and ids are read as written (`field_texts`); a value that is not text is one line."""
     path = Path(spec["path"])
     id_field = spec.get("id_field")
-    df = read_table(path, [spec["problem_field"], spec["answer_field"]] + ([id_field] if id_field else []),
-                    nonempty=True)
+    fields = [spec["problem_field"], spec["answer_field"]]
+    df = read_table(path, fields + ([id_field] if id_field else []), nonempty=True,
+                    ids=(id_field,) if id_field else (), text=fields)
     if spec.get("limit"):
         df = df.head(spec["limit"])
-    answers = df[spec["answer_field"]]
-    if answers.isna().any() or (answers.astype(str).str.strip() == "").any():
-        row = int(((answers.isna()) | (answers.astype(str).str.strip() == "")).to_numpy().argmax())
-        raise BoundaryError(f"{path}: empty gold answer in field {spec['answer_field']!r} (row {row})")
-    answers = answers.astype(str)
+    problems = field_texts(df[spec["problem_field"]], spec["problem_field"], path)
+    answers = field_texts(df[spec["answer_field"]], spec["answer_field"], path)
     if spec.get("answer_format") == "gsm8k":
-        bad = ~answers.str.contains("####", regex=False)
-        if bad.any():
-            raise BoundaryError(f"{path}: answer_format gsm8k but the answer in row "
-                                f"{int(bad.to_numpy().argmax())} has no '####'")
-        answers = answers.map(gsm8k_gold)
+        for row, answer in enumerate(answers, 1):
+            if "####" not in answer:
+                raise BoundaryError(f"{path}: row {row}: answer_format gsm8k, but field "
+                                    f"{spec['answer_field']!r} has no '####'")
+            if not gsm8k_gold(answer):
+                raise BoundaryError(f"{path}: row {row}: answer_format gsm8k, but field "
+                                    f"{spec['answer_field']!r} has nothing after '####'")
+        answers = [gsm8k_gold(a) for a in answers]
     ids = (df[id_field].astype(str) if id_field
            else pd.Series([f"{name}-{i:05d}" for i in range(len(df))]))
     if ids.duplicated().any():
         raise BoundaryError(f"{path}: duplicate prompt id {ids[ids.duplicated()].iloc[0]!r} "
                             f"in field {id_field!r}")
-    return pd.DataFrame({"prompt_id": ids.values, "problem": df[spec["problem_field"]].astype(str).values,
-                         "answer": answers.values, "source": spec.get("source") or name})
+    return pd.DataFrame({"prompt_id": ids.values, "problem": problems, "answer": answers,
+                         "source": spec.get("source") or name})
 
 
 def render_prompts(problems: pd.Series, prompt: dict, model: str | None) -> list[str]:

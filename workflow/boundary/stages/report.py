@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from boundary.analysis.diagnose import publish
 from boundary.analysis.report import build
 from boundary.analysis.report_settings import load_settings
-from boundary.core.artifacts import scratch_dir
+from boundary.core.artifacts import publish, scratch_dir
 from boundary.core.options import ArgumentParser
 
 
@@ -25,5 +24,5 @@ def main(argv=None) -> None:
     settings = load_settings(args.settings)
     with scratch_dir(out / "report") as tmp:  # a killed report leaves nothing the next one keeps
         build(results, settings, tmp, {"counts": args.counts, "masks": args.masks, "logs": args.logs})
-        publish(tmp, out)
+        publish(tmp, out, "boundary report")  # tables/, figures/, ...: replaced only where it wrote them
     print(f"report: tables, figures and eval_counts.parquet -> {out}")

@@ -43,6 +43,8 @@ from boundary.training.schedule import anchor_weights_for
 from boundary.training.trainer import PBATrainer, needs_frozen_base
 from boundary.training.trainer_config import filled, make_config
 
+OWNER = "boundary train"  # the marker of the model folders it writes (core.artifacts.output_folder)
+
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -128,7 +130,7 @@ def save_atomic(accelerator, model, tokenizer, path: Path):
 
     state = sharding.full_state_dict(accelerator, model)
     if accelerator.is_main_process:
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path, OWNER) as tmp:
             accelerator.unwrap_model(model).save_pretrained(tmp, state_dict=state)
             tokenizer.save_pretrained(tmp)
 
@@ -175,7 +177,9 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
           mask: pd.DataFrame | None = None, mask_path="--mask", callbacks=(),
           base_rollout_files: list | None = None) -> dict:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from boundary.sampling.models import from_pretrained
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out_dir = Path(out_dir)
@@ -195,10 +199,10 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     checkpoint_dir = Path(checkpoint_dir) / run_key(model_dir, settings, seed, prompts, weights)
     cfg.output_dir = str(checkpoint_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model = from_pretrained(model_dir)
     anchoring = weights is not None and cfg.masked_action == "anchor" and bool(weights.any())
     needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollout_files))
-    base = AutoModelForCausalLM.from_pretrained(model_dir) if needs_base else None
+    base = from_pretrained(model_dir) if needs_base else None
     full = filled(settings)
     reward = make_reward(full["extractor"], int(full["verify_timeout"]), int(full["verify_workers"]))
     checkpoints = sorted(int(s) for s in settings.get("checkpoints", []))
@@ -230,7 +234,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     save_atomic(trainer.accelerator, trainer.model, tokenizer, out_dir / "final")
     if main_process:  # the outputs, once
         for step_dir in snapshots.glob("step*"):
-            with atomic_dir(out_dir / step_dir.name) as tmp:
+            with atomic_dir(out_dir / step_dir.name, OWNER) as tmp:
                 shutil.copytree(step_dir, tmp, dirs_exist_ok=True)
         log = log_table(trainer.state.log_history)
         write_table(trainer.actions(), out_dir / "actions.parquet")

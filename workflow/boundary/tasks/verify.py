@@ -10,6 +10,7 @@ of time or crashed its worker is unverified (None), never silently False.
 from __future__ import annotations
 
 import functools
+import logging
 import multiprocessing as mp
 import pickle
 import re
@@ -96,6 +97,27 @@ def _check(gold: str, answer: str, timeout: int) -> bool | None:
     return None if time.monotonic() - start >= timeout else False
 
 
+LOGGED = 200  # characters of a message math-verify may write into a stage's log
+
+
+class _Shortened(logging.Filter):
+    """math-verify logs the whole text it timed out on ("Timeout during parsing: <text>"): one
+    100k-character completion per timeout would flood the log. Its start and length stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > LOGGED:
+            record.msg, record.args = f"{message[:LOGGED]}... ({len(message)} characters)", None
+        return True
+
+
+def shorten_math_verify_logs() -> None:
+    for name in ("math_verify.parser", "math_verify.grader", "math_verify.metric"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Shortened) for f in logger.filters):
+            logger.addFilter(_Shortened())
+
+
 _READY = "ready"
 _PIPE_SAFE = 16_384  # bytes: well under a pipe's buffer (64 KiB on Linux)
 
@@ -123,6 +145,7 @@ def _serve(conn, progress, check_one: Callable, timeout: int) -> None:
     Before each pair it writes the time and its count of pairs begun into `progress` (shared
     memory): the parent knows when the pair in hand began without a message per pair."""
     _die_with_parent()
+    shorten_math_verify_logs()
     try:
         check_one("1", "1", timeout)  # import math-verify and warm up before saying ready
     except BaseException as err:
