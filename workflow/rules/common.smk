@@ -7,12 +7,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.training.anchors import BASE_SAMPLED
-from boundary.core.names import BASE
+from boundary.core.names import BASE, DIAGNOSTIC, NAME_PATTERN
 from boundary.core.config import dumps, load_yaml, method_settings, validate_config
 from boundary.core.errors import BoundaryError
 from boundary.analysis.report_settings import figure_names, load_settings, table_names
 from boundary.cli import COMMANDS
-from boundary.core import sources
+from boundary.core import digests, sources
 
 try:
     for _configfile in workflow.configfiles:  # Snakemake's loader keeps the last of a duplicate key
@@ -71,6 +71,13 @@ def code(command):
     return [str(path) for path in sources.files("boundary.cli", COMMANDS[command][0])]
 
 
+def content(path_of):
+    """A param holding the content digest of the file or folder `path_of(wildcards)` names
+    (core/digests.py): an edit in place reruns the job, a touch or a copy does not. A function
+    of the wildcards alone, so Snakemake compares it (params derived from `input` are not)."""
+    return lambda wildcards: digests.digest(path_of(wildcards))
+
+
 def base_model():
     """The base model folder every stage loads: pretrained (testbed) or imported here."""
     return f"{OUT}/models/base"
@@ -84,6 +91,19 @@ def extractor_of(split):
     data = config["data"]
     spec = data[split] if split in ("train", "diagnostic") else data["benchmarks"][split]
     return spec["extractor"] or config["verify"]["extractor"]
+
+
+def dataset_spec(split):
+    """The `data:` entry a real-data split ("train", "diagnostic", "bench_<name>") is read from."""
+    data = config["data"]
+    return data[split] if split in ("train", "diagnostic") else data["benchmarks"][split[len("bench_"):]]
+
+
+def split_data(split):
+    """The data stage's `data` settings for one split: that dataset alone."""
+    if split in ("train", "diagnostic"):
+        return {split: dataset_spec(split)}
+    return {"benchmarks": {split[len("bench_"):]: dataset_spec(split)}}
 
 
 def seeds_of(method):
@@ -154,7 +174,7 @@ def gate_draw_settings():
 
 
 def eval_split(wc):
-    if wc.bench == "diagnostic":
+    if wc.bench == DIAGNOSTIC:
         return f"{OUT}/splits/diagnostic.parquet"
     return f"{OUT}/splits/bench_{wc.bench}.parquet"
 
@@ -230,7 +250,7 @@ def run_artifacts():
             files += [f"{folder}/final", f"{folder}/log.parquet", f"{folder}/actions.parquet"]
             files += [str(d).format(seed=seed) for d in train_outputs(method)]
             files += base_rollout_files(method, seed)
-    for bench in ["diagnostic"] + BENCHMARKS:
+    for bench in [DIAGNOSTIC] + BENCHMARKS:
         for counts in eval_targets(bench):
             files += [counts, str(Path(counts).with_name("samples.parquet"))]
     return files
