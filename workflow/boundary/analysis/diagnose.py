@@ -62,7 +62,7 @@ from boundary.analysis.stats import (
     zero_predictive,
     zero_upper_bound,
 )
-from boundary.core.artifacts import atomic_dir, output_folder, write_table
+from boundary.core.artifacts import atomic_dir, output_folder, record_tree, write_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.names import BASE
 from boundary.core.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
@@ -441,12 +441,14 @@ def publish(tmp: Path, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.exists():
         os.replace(tmp, out)
+        record_tree(out)
         return
     for entry in sorted(tmp.iterdir()):
         target = out / entry.name
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         os.replace(entry, target)
+        record_tree(target)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

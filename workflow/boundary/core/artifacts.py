@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from boundary.core import digests
 from boundary.core.errors import BoundaryError
 
 # Columns read verbatim as text from CSV and JSONL: "000" stays "000", "1.10" stays "1.10".
@@ -128,6 +129,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with storage_errors(path):
             yield Path(tmp)
         os.replace(tmp, path)
+        record(path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -265,6 +267,24 @@ def atomic_dir(path: str | os.PathLike, owner: str | None = None) -> Iterator[Pa
             os.rename(path, aside / path.name)
             os.rename(tmp, path)
             shutil.rmtree(aside, ignore_errors=True)
+        record(path)
+
+
+def record(path: Path) -> None:
+    """Keep the digest of an artifact just put in place (in a workflow run; core/digests.py),
+    unless it lies in a scratch folder that is yet to be moved into place as a whole."""
+    if not any(part.startswith(".") and f".{_PARTIAL}." in part for part in path.parent.absolute().parts):
+        digests.record(path)
+
+
+def record_tree(path: Path) -> None:
+    """`record` for a file or folder moved into place, and each file inside a folder (a rule
+    may name them one by one)."""
+    record(path)
+    if path.is_dir():
+        for inner in sorted(path.rglob("*")):
+            if inner.is_file():
+                record(inner)
 
 
 # ----------------------------------------------------------------------------- reading
