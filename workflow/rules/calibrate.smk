@@ -16,7 +16,6 @@ rule calibrate_base:
         settings=lambda wc: dumps(
             {"calibration": config["calibration"], **sampling_settings(CALIBRATION_SPLIT[wc.part])}
         ),
-        model=content(lambda wc: base_model()),
     threads: job_threads("sample")
     resources:
         **job_resources("sample", SAMPLE_GPUS),
@@ -40,7 +39,6 @@ rule gate_draws:
         code=code("gate-draws"),
     params:
         settings=as_param(gate_draw_settings()),
-        model=content(lambda wc: base_model()),
     threads: job_threads("sample")
     resources:
         **job_resources("sample", SAMPLE_GPUS),

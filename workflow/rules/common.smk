@@ -1,6 +1,7 @@
 # Config validation and the helpers that every rules file shares: result paths, per-stage
 # settings (only the values that affect a stage, serialised with sorted keys), code inputs.
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,10 @@ try:
     config = validate_config(config)
 except BoundaryError as err:
     raise WorkflowError(str(err))
+
+# The digest store (core/digests.py), for this process and the jobs it starts: their writers
+# record what they write.
+os.environ[digests.ENV] = str(Path(".snakemake", "boundary-digests").absolute())
 
 RUN = config["run"]
 OUT = f"results/{RUN}"
@@ -260,3 +265,20 @@ try:
     REPORT = load_settings(dumps(report_settings()))
 except BoundaryError as err:  # the config's report: section
     raise WorkflowError(f"config: {err}")
+
+
+def edited_artifacts():
+    """The run's artifacts that changed since the pipeline wrote them (core/digests.py)."""
+    paths = [str(p) for p in run_artifacts() + report_outputs()]
+    return [p for p in dict.fromkeys(paths) if digests.changed_since_written(p)]
+
+
+# An artifact changed by hand (a samples.parquet truncated, a model re-saved in place) would
+# be kept beside results made from what the pipeline wrote, or, if something reads it, be used
+# in silence: name it before anything runs. Jobs that Snakemake starts for itself skip this.
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    _edited = edited_artifacts()
+    if _edited:
+        _more = f" (and {len(_edited) - 1} more)" if len(_edited) > 1 else ""
+        raise WorkflowError(f"{_edited[0]}{_more}: changed since the pipeline wrote it; delete it "
+                            "to have it made again (with what depends on it), or move it elsewhere to keep it")

@@ -41,7 +41,6 @@ else:
         params:
             settings=lambda wc: dumps({"data": split_data(wc.split), "prompt": config["prompt"]}),
             data=content(lambda wc: dataset_spec(wc.split)["path"]),
-            model=content(lambda wc: base_model()) if config["prompt"]["chat"] else "",
             out_dir=lambda wc, output: Path(output[0]).parent,
             model_arg=lambda wc, input: f"--model {input.model}" if input.model else "",
         threads: job_threads("cpu")

@@ -12,7 +12,6 @@ if config["sampling"]["shards"] == 1:
             code=code("evaluate"),
         params:
             settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
-            model=content(lambda wc: policy_dir(wc.method, int(wc.seed))),
         threads: job_threads("sample")
         resources:
             **job_resources("sample", SAMPLE_GPUS),
@@ -39,7 +38,6 @@ else:
         params:
             settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
-            model=content(lambda wc: policy_dir(wc.method, int(wc.seed))),
         threads: job_threads("sample")
         resources:
             **job_resources("sample", SAMPLE_GPUS),

@@ -14,7 +14,6 @@ if PRE_DRAWN:
             method="|".join(PRE_DRAWN),
         params:
             settings=lambda wc: dumps(train_settings(wc.method)),
-            model=content(lambda wc: base_model()),
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
             backend=config["sampling"]["backend"],
         threads: job_threads("sample")
@@ -59,7 +58,6 @@ for _method in TRAINED:
             code=code("train"),
         params:
             settings=as_param(train_settings(_method)),
-            model=content(lambda wc: base_model()),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
             rollouts_arg=lambda wc, input: (
                 f"--base-rollouts {input.base_rollouts}" if input.base_rollouts else ""
