@@ -93,8 +93,7 @@ def extractor_of(split):
     dataset's own `extractor`, else verify.extractor."""
     if TESTBED:
         return config["verify"]["extractor"]
-    data = config["data"]
-    spec = data[split] if split in ("train", "diagnostic") else data["benchmarks"][split]
+    spec = dataset_spec(split if split in ("train", "diagnostic") else f"bench_{split}")
     return spec["extractor"] or config["verify"]["extractor"]
 
 
