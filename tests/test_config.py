@@ -91,6 +91,8 @@ def _default():
      "with anchor: support, which this method does not set"),
     (lambda c: c["methods"]["grpo"].update(passk_k=2), "config: methods.grpo.passk_k: read only with "
      "advantage: passk, which this method does not set"),
+    (lambda c: c["methods"]["grpo"].update(kl_estimator="k3"), "config: methods.grpo.kl_estimator: read "
+     "only with anchor: policy or beta_kl > 0, which this method does not set"),
     (lambda c: c["methods"]["grpo"].update(masked_action="drop"), "config: methods.grpo.masked_action: read "
      "only with a mask, which this method does not set"),
     (lambda c: c["masks"].update(r={"kind": "random", "fraction": 0.5}), "config: masks.r.seed: required by "

@@ -170,6 +170,8 @@ METHOD_KNOBS = {
     "cov_kl_coef": (lambda m: m.get("cov_select") == "kl", "cov_select: kl"),
     "beta_a": (lambda m: m.get("anchor") is not None, "an anchor"),
     "masked_action": (lambda m: m.get("mask") is not None, "a mask"),
+    "kl_estimator": (lambda m: m.get("anchor") == "policy" or m.get("beta_kl", 0) > 0,
+                     "anchor: policy or beta_kl > 0"),
 }
 # What a checkpoint_of method reads: it evaluates another method's policy, trains nothing.
 CHECKPOINT_KEYS = {"label", "seeds", "setting", "checkpoint_of", "step"}
