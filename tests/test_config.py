@@ -109,12 +109,16 @@ def _default():
      "train.use_vllm: true"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
-    config = _default()
+    assert _refusal(_default(), mutate) == message
+
+
+def _refusal(config: dict, mutate) -> str:
+    """The one line that validation of `config`, once mutated, stops with."""
     mutate(config)
     with pytest.raises(BoundaryError) as err:
         validate_config(config)
-    assert str(err.value) == message
     assert "\n" not in str(err.value)
+    return str(err.value)
 
 
 def test_defaults_are_filled_without_touching_the_input():
@@ -194,11 +198,7 @@ def _paper():
      "prompts); remove one of the two"),
 ])
 def test_bad_real_data_config_is_one_line(mutate, message):
-    config = _paper()
-    mutate(config)
-    with pytest.raises(BoundaryError) as err:
-        validate_config(config)
-    assert str(err.value) == message
+    assert _refusal(_paper(), mutate) == message
 
 
 def test_the_schema_and_the_rules_share_the_name_pattern():
