@@ -12,7 +12,7 @@ in a workflow run); one changed by hand afterwards (`changed_since_written`) is 
 line before anything runs, and never overwritten or used in silence.
 
 Hashing a 15 GB model folder at every DAG build would cost minutes, so each file's sha256 is
-kept under its stat signature (size, mtime, ctime, inode, device) and read again only when
+kept under its stat signature (size, mtime, ctime, inode) and read again only when
 the signature changes. Rewriting a file in place always changes its ctime, which no user tool
 can set back, even where size and mtime are kept: a kept hash is never stale. Writers record
 while they write, so the workflow never hashes a model it made.
@@ -71,7 +71,9 @@ def _write(kind: str, path: Path, value: dict) -> None:
 
 
 def _signature(st: os.stat_result) -> list[int]:
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+    # No device number: entries are keyed by path already, and an NFS client's differs from
+    # host to host (a cluster node's record would not match on the login node).
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def file_sha256(path: str | os.PathLike, written: bool = False) -> str:
