@@ -16,9 +16,9 @@ include: "workflow/rules/common.smk"
 
 wildcard_constraints:
     seed=r"\d+",
-    method=r"[A-Za-z0-9_]+",
-    mask=r"[A-Za-z0-9_]+",
-    bench=r"[A-Za-z0-9_]+",
+    method=NAME_PATTERN,
+    mask=NAME_PATTERN,
+    bench=NAME_PATTERN,
     shard=r"\d+",
 
 

@@ -112,7 +112,7 @@ def test_bad_options_are_one_line(tmp_path, capsys, args, message):
 
 
 @pytest.mark.parametrize("section, message", [
-    ({"splits": {"a/b": 3}}, "arithmetic.splits: 'a/b' does not match"),
+    ({"splits": {"a/b": 3}}, "arithmetic.splits: name 'a/b': names hold only letters, digits and _"),
     ({"splits": {"train": 3}, "levels": [[0, 10]]}, "arithmetic.levels.0.0: 0 is less than the minimum of 1"),
     ({"splits": {}}, "arithmetic.splits: {} should be non-empty"),
 ])

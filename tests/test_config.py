@@ -64,14 +64,66 @@ def _default():
     (lambda c: c["train"].update(sharding="fsdp"), "config: train.sharding: fsdp needs train.gpus >= 1 "
                                                    "(accelerate runs FSDP on GPUs only; on the CPU it would "
                                                    "train unsharded)"),
+    # Names: the rules' wildcard pattern, and the pipeline's own names (core/names.py).
+    (lambda c: c["methods"].update({"grpo-b": {}}), "config: methods: name 'grpo-b': names hold only "
+     "letters, digits and _ (they become folder, file and rule names)"),
+    (lambda c: c["methods"].update({" ": {}}), "config: methods: a blank name: names hold only letters, "
+     "digits and _ (they become folder, file and rule names)"),
+    (lambda c: c["masks"].update({"pba.v2": {"kind": "gate"}}), "config: masks: name 'pba.v2': names hold "
+     "only letters, digits and _ (they become folder, file and rule names)"),
+    (lambda c: c["methods"].update({"base": {}}), "config: methods.base: a name the pipeline uses itself "
+     "(eval/*/base/ is the frozen base's evaluation); choose another"),
+    # Counts are integers, never floats JSON schema would take for them; seeds are distinct.
+    (lambda c: c["evaluate"].update(n=32.0), "config: evaluate.n: 32.0 is not of type 'integer'"),
+    (lambda c: c["train"].update(seeds=[0.0, 1]), "config: train.seeds.0: 0.0 is not of type 'integer'"),
+    (lambda c: c["train"].update(seeds=[0, 1, 1]), "config: train.seeds: [0, 1, 1] has non-unique elements"),
+    (lambda c: c["methods"]["grpo"].update(seeds=[2, 2]), "config: methods.grpo.seeds: [2, 2] has non-unique elements"),
+    # Settings the run would not read.
+    (lambda c: c.update(base_model="models/m"), "config: base_model: not used with a testbed section (the "
+     "testbed pretrains its own base on its own prompts); remove one of the two"),
+    (lambda c: c.update(arithmetic={"splits": {"train": 8}}), "config: arithmetic: not used with a testbed "
+     "section (the testbed pretrains its own base on its own prompts); remove one of the two"),
+    (lambda c: c["methods"]["grpo"].update(negative_weight=0.0), "config: methods.grpo.negative_weight: "
+     "read only with advantage: reinforce, which this method does not set"),
+    (lambda c: c["methods"]["grpo"].update(anchor="support"), "config: methods.grpo.anchor: only a mask's "
+     "prompts are anchored, and this method has no mask; it would train plain GRPO under its name"),
+    (lambda c: c["methods"]["pba"].update(masked_action="drop"), "config: methods.pba.anchor: only a mask's "
+     "prompts are anchored, and this method drops its mask's prompts (masked_action: drop); it would train "
+     "plain GRPO under its name"),
+    (lambda c: c["methods"]["pba"].pop("anchor"), "config: methods.pba.anchor: required when a mask anchors "
+     "prompts (policy, base, support, forward_kl or js)"),
+    (lambda c: c["methods"]["pba"].update(anchor="policy"), "config: methods.pba.support_floor: read only "
+     "with anchor: support, which this method does not set"),
+    (lambda c: c["methods"]["grpo"].update(passk_k=2), "config: methods.grpo.passk_k: read only with "
+     "advantage: passk, which this method does not set"),
+    (lambda c: c["methods"]["grpo"].update(kl_estimator="k3"), "config: methods.grpo.kl_estimator: read "
+     "only with anchor: policy or beta_kl > 0, which this method does not set"),
+    (lambda c: c["methods"]["grpo"].update(masked_action="drop"), "config: methods.grpo.masked_action: read "
+     "only with a mask, which this method does not set"),
+    (lambda c: c["masks"].update(r={"kind": "random", "fraction": 0.5}), "config: masks.r.seed: required by "
+     "a random mask"),
+    (lambda c: c["masks"]["pba"].update(fraction=0.5), "config: masks.pba.fraction: not read by a gate mask "
+     "(it reads G0, tau)"),
+    (lambda c: c["methods"].update(late={"checkpoint_of": "grpo", "step": 100, "beta_kl": 0.1}),
+     "config: methods.late.beta_kl: not used by a checkpoint_of method (it evaluates grpo's policy; set it "
+     "there)"),
+    (lambda c: c["methods"]["grpo"].update(step=4), "config: methods.grpo.step: used only with checkpoint_of"),
+    (lambda c: c["prompt"].update(system="Be brief."), "config: prompt.system: read only with prompt.chat: "
+     "true (the chat template places it)"),
+    (lambda c: c["train"].update(vllm_mode="colocate"), "config: train.vllm_mode: read only with "
+     "train.use_vllm: true"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
-    config = _default()
+    assert _refusal(_default(), mutate) == message
+
+
+def _refusal(config: dict, mutate) -> str:
+    """The one line that validation of `config`, once mutated, stops with."""
     mutate(config)
     with pytest.raises(BoundaryError) as err:
         validate_config(config)
-    assert str(err.value) == message
     assert "\n" not in str(err.value)
+    return str(err.value)
 
 
 @pytest.mark.parametrize("section, key, text, shown", [
@@ -155,3 +207,61 @@ def test_a_config_that_is_not_a_mapping():
     with pytest.raises(BoundaryError) as err:
         validate_config(["run", "a"])
     assert str(err.value) == "config: must be a mapping of sections, not a list"
+
+
+def _paper():
+    return yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["data"]["benchmarks"].update(diagnostic=c["data"]["benchmarks"]["math500"]),
+     "config: data.benchmarks.diagnostic: a name the pipeline uses itself (eval/diagnostic/ is the "
+     "diagnostic split's evaluation); choose another"),
+    (lambda c: c["data"]["benchmarks"].update({"math-500": c["data"]["benchmarks"]["math500"]}),
+     "config: data.benchmarks: name 'math-500': names hold only letters, digits and _ (they become folder, "
+     "file and rule names)"),
+    (lambda c: c.update(testbed=yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())["testbed"]),
+     "config: base_model: not used with a testbed section (the testbed pretrains its own base on its own "
+     "prompts); remove one of the two"),
+])
+def test_bad_real_data_config_is_one_line(mutate, message):
+    assert _refusal(_paper(), mutate) == message
+
+
+def test_the_schema_and_the_rules_share_the_name_pattern():
+    from boundary.core.config import _schema
+    from boundary.core.names import NAME_PATTERN
+
+    assert _schema()["definitions"]["name"]["pattern"] == f"^{NAME_PATTERN}$"
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "config file not found"),
+    (b"run: a\ngate:\n\ttau: 0.1\n", "not valid YAML at line 3 (a tab in the indentation: indent with "
+                                       "spaces) (ScannerError)"),
+    (b"run: a\n\xd0\xff\x00\x01", "not a text file (byte 7 is not UTF-8)"),
+])
+def test_check_config_names_the_file(tmp_path, content, message):
+    """Snakemake reads --configfile before the workflow and names no file for these;
+    `boundary check-config` (run.sh runs it first) does, in one line."""
+    import subprocess
+
+    path = tmp_path / "c.yaml"
+    if content is not None:
+        path.write_bytes(content)
+    run = subprocess.run(["boundary", "check-config", str(path)], capture_output=True, text=True)
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [f"boundary check-config: error: {path}: {message}"]
+
+
+def test_check_config_validates_the_merge_of_several_files(tmp_path):
+    import subprocess
+
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("evaluate: {n: 32.0}\n")
+    smoke = ROOT / "config" / "smoke.yaml"
+    run = subprocess.run(["boundary", "check-config", str(smoke)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout == f"{smoke}: valid\n"
+    run = subprocess.run(["boundary", "check-config", str(smoke), str(extra)], capture_output=True, text=True)
+    assert run.stderr.splitlines() == [f"boundary check-config: error: {smoke}, {extra}: config: evaluate.n: "
+                                       "32.0 is not of type 'integer'"]

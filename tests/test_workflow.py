@@ -290,3 +290,96 @@ def test_the_target_asks_for_every_artifact(tmp_path, name):
             elif kind == "input" and rule == "all":
                 wanted |= files
     assert outputs and outputs <= wanted, sorted(outputs - wanted)[:5]
+
+
+def _rewrite_in_place(path: Path, data: bytes) -> None:
+    """Overwrite a file's bytes in place, keeping its size and mtime (a re-save by a tool that
+    preserves times): nothing Snakemake compares changes."""
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.write(data)
+    import os
+
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_an_artifact_changed_by_hand_is_named_before_anything_runs(smoke_run):
+    """A final samples.parquet truncated, or a policy re-saved in place: one line naming it
+    (nothing reads them, so no rerun would notice); put back, nothing is to be done."""
+    workdir, config = smoke_run
+    out = workdir / "results" / "smoke"
+    samples = out / "eval" / "testbed" / "grpo" / "seed0" / "samples.parquet"
+    weights = out / "train" / "pba" / "seed0" / "final" / "model.safetensors"
+    for path, edit, named in [
+        (samples, lambda data: samples.write_bytes(data[: len(data) // 2]), samples),
+        (weights, lambda data: _rewrite_in_place(weights, bytes([data[0] ^ 1]) + data[1:]), weights.parent),
+    ]:
+        original = path.read_bytes()
+        edit(original)
+        try:
+            run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=workdir, check=False)
+        finally:
+            _rewrite_in_place(path, original) if path == weights else path.write_bytes(original)
+        line = (f"{named.relative_to(workdir)}: changed since the pipeline wrote it; delete it to have it "
+                "made again (with what depends on it), or move it elsewhere to keep it")
+        assert run.returncode != 0 and line in run.stdout.splitlines(), run.stdout[-2000:]
+    assert planned_jobs(workdir, config) == set()
+
+
+@pytest.fixture(scope="module")
+def real_data_run(tmp_path_factory, tiny_model_dir):
+    """A real-data config's first stages run for real: the base imported from a model folder
+    and one split per data file (the rest of the pipeline is the smoke run's)."""
+    import json
+
+    workdir = tmp_path_factory.mktemp("real")
+    shutil.copytree(tiny_model_dir, workdir / "source_model")
+    (workdir / "data").mkdir()
+    for name in ("train", "diag", "a", "b"):
+        rows = [json.dumps({"problem": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(4)]
+        (workdir / "data" / f"{name}.jsonl").write_text("\n".join(rows) + "\n")
+    config = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    del config["testbed"]
+    config.update(run="real", base_model="source_model", data={
+        "train": {"path": "data/train.jsonl"}, "diagnostic": {"path": "data/diag.jsonl"},
+        "benchmarks": {"a": {"path": "data/a.jsonl"}, "b": {"path": "data/b.jsonl"}}})
+    path = workdir / "real.yaml"
+    path.write_text(yaml.safe_dump(config))
+    targets = ["results/real/models/base", "results/real/splits/bench_a.parquet",
+               "results/real/splits/bench_b.parquet"]
+    snakemake(*targets, "--cores", "1", "--configfile", str(path), cwd=workdir)
+    return workdir, path, targets
+
+
+def _planned(workdir, config, targets) -> set[tuple[str, str]]:
+    out = snakemake(*targets, "-n", "--cores", "1", "--configfile", str(config), cwd=workdir).stdout
+    return {(m.group(1), m.group(2).split(",")[0].strip())
+            for m in re.finditer(r"^(?:local)?rule (\w+):\n(?:.*\n)*?\s+output: (.*)$", out, re.M)}
+
+
+def test_a_data_file_edited_in_place_reruns_exactly_its_split(real_data_run):
+    """A corrected gold answer (same size, mtime kept) reruns the one split read from that
+    file, and what depends on it; a touch reruns nothing."""
+    workdir, config, targets = real_data_run
+    data = workdir / "data" / "a.jsonl"
+    original = data.read_bytes()
+    _rewrite_in_place(data, original.replace(b'"answer": "2"', b'"answer": "3"'))
+    try:
+        assert _planned(workdir, config, targets) == {("splits", "results/real/splits/bench_a.parquet")}
+    finally:
+        _rewrite_in_place(data, original)
+    data.touch()
+    assert _planned(workdir, config, targets) == set()
+
+
+def test_a_base_model_folder_re_saved_in_place_reruns_the_import(real_data_run):
+    workdir, config, targets = real_data_run
+    weights = workdir / "source_model" / "model.safetensors"
+    original = weights.read_bytes()
+    _rewrite_in_place(weights, original[:-1] + bytes([original[-1] ^ 1]))
+    try:
+        planned = _planned(workdir, config, targets)
+    finally:
+        _rewrite_in_place(weights, original)
+    assert planned == {("import_base", "results/real/models/base")}
+    assert _planned(workdir, config, targets) == set()

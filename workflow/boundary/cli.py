@@ -33,6 +33,7 @@ COMMANDS = {
     "seeds": ("boundary.analysis.stats", "seed means, SDs, t intervals and paired gains"),
     "power": ("boundary.analysis.power", "diagnostic prompts and seeds that resolve a Boundary change"),
     "cluster-check": ("boundary.core.cluster", "name the rules a SLURM cluster can never schedule"),
+    "check-config": ("boundary.core.config", "check config files as the workflow would (--configfile)"),
 }
 
 

@@ -30,10 +30,12 @@ else:
         output:
             directory(f"{OUT}/models/base"),
         input:
-            source=[config["base_model"]] if Path(config["base_model"]).exists() else [],
             code=code("import-base"),
         params:
             source=config["base_model"],
+            # The source by content (a folder's files re-saved in place change no mtime that
+            # Snakemake sees); a hub id is only its name.
+            content=content(lambda wc: config["base_model"]) if Path(config["base_model"]).exists() else "",
         threads: job_threads("base")
         resources:
             **job_resources("base"),

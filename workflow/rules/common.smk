@@ -1,18 +1,19 @@
 # Config validation and the helpers that every rules file shares: result paths, per-stage
 # settings (only the values that affect a stage, serialised with sorted keys), code inputs.
 import math
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.training.anchors import BASE_SAMPLED
-from boundary.core.names import BASE
+from boundary.core.names import BASE, DIAGNOSTIC, NAME_PATTERN
 from boundary.core.config import dumps, load_yaml, method_settings, validate_config
 from boundary.core.errors import BoundaryError
 from boundary.analysis.report_settings import figure_names, load_settings, table_names
 from boundary.cli import COMMANDS
-from boundary.core import sources
+from boundary.core import digests, sources
 
 try:
     for _configfile in workflow.configfiles:  # Snakemake's loader keeps the last of a duplicate key
@@ -20,6 +21,10 @@ try:
     config = validate_config(config)
 except BoundaryError as err:
     raise WorkflowError(str(err))
+
+# The digest store (core/digests.py), for this process and the jobs it starts: their writers
+# record what they write.
+os.environ[digests.ENV] = str(Path(".snakemake", "boundary-digests").absolute())
 
 RUN = config["run"]
 OUT = f"results/{RUN}"
@@ -71,6 +76,19 @@ def code(command):
     return [str(path) for path in sources.files("boundary.cli", COMMANDS[command][0])]
 
 
+def content(path_of):
+    """A param holding the content digest of the file or folder `path_of(wildcards)` names
+    (core/digests.py; none for None): an edit in place reruns the job, a touch or a copy does
+    not. A function of the wildcards alone, so Snakemake compares it (params derived from
+    `input` are not)."""
+
+    def param(wildcards):
+        path = path_of(wildcards)
+        return "" if path is None else digests.digest(path)
+
+    return param
+
+
 def base_model():
     """The base model folder every stage loads: pretrained (testbed) or imported here."""
     return f"{OUT}/models/base"
@@ -82,12 +100,10 @@ def arithmetic_files():
     return [f"{OUT}/arithmetic/{split}.jsonl" for split in spec["splits"]] if spec else []
 
 
-def generated_data():
-    """The data files of the config that a rule of this run writes: the splits stage's inputs."""
-    data = config["data"] or {}
-    specs = [data.get("train"), data.get("diagnostic"), *(data.get("benchmarks") or {}).values()]
-    made = arithmetic_files()
-    return sorted({s["path"] for s in specs if s and s["path"] in made})
+def generated_data(split):
+    """A split's data file when a rule of this run writes it (the split's job waits for it)."""
+    path = dataset_spec(split)["path"]
+    return [path] if path in arithmetic_files() else []
 
 
 def extractor_of(split):
@@ -95,9 +111,21 @@ def extractor_of(split):
     dataset's own `extractor`, else verify.extractor."""
     if TESTBED:
         return config["verify"]["extractor"]
-    data = config["data"]
-    spec = data[split] if split in ("train", "diagnostic") else data["benchmarks"][split]
+    spec = dataset_spec(split if split in ("train", "diagnostic") else f"bench_{split}")
     return spec["extractor"] or config["verify"]["extractor"]
+
+
+def dataset_spec(split):
+    """The `data:` entry a real-data split ("train", "diagnostic", "bench_<name>") is read from."""
+    data = config["data"]
+    return data[split] if split in ("train", "diagnostic") else data["benchmarks"][split[len("bench_"):]]
+
+
+def split_data(split):
+    """The data stage's `data` settings for one split: that dataset alone."""
+    if split in ("train", "diagnostic"):
+        return {split: dataset_spec(split)}
+    return {"benchmarks": {split[len("bench_"):]: dataset_spec(split)}}
 
 
 def seeds_of(method):
@@ -168,7 +196,7 @@ def gate_draw_settings():
 
 
 def eval_split(wc):
-    if wc.bench == "diagnostic":
+    if wc.bench == DIAGNOSTIC:
         return f"{OUT}/splits/diagnostic.parquet"
     return f"{OUT}/splits/bench_{wc.bench}.parquet"
 
@@ -244,7 +272,7 @@ def run_artifacts():
             files += [f"{folder}/final", f"{folder}/log.parquet", f"{folder}/actions.parquet"]
             files += [str(d).format(seed=seed) for d in train_outputs(method)]
             files += base_rollout_files(method, seed)
-    for bench in ["diagnostic"] + BENCHMARKS:
+    for bench in [DIAGNOSTIC] + BENCHMARKS:
         for counts in eval_targets(bench):
             files += [counts, str(Path(counts).with_name("samples.parquet"))]
     return files
@@ -254,3 +282,20 @@ try:
     REPORT = load_settings(dumps(report_settings()))
 except BoundaryError as err:  # the config's report: section
     raise WorkflowError(f"config: {err}")
+
+
+def edited_artifacts():
+    """The run's artifacts that changed since the pipeline wrote them (core/digests.py)."""
+    paths = [str(p) for p in run_artifacts() + report_outputs()]
+    return [p for p in dict.fromkeys(paths) if digests.changed_since_written(p)]
+
+
+# An artifact changed by hand (a samples.parquet truncated, a model re-saved in place) would
+# be kept beside results made from what the pipeline wrote, or, if something reads it, be used
+# in silence: name it before anything runs. Jobs that Snakemake starts for itself skip this.
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    _edited = edited_artifacts()
+    if _edited:
+        _more = f" (and {len(_edited) - 1} more)" if len(_edited) > 1 else ""
+        raise WorkflowError(f"{_edited[0]}{_more}: changed since the pipeline wrote it; delete it "
+                            "to have it made again (with what depends on it), or move it elsewhere to keep it")

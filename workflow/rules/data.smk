@@ -26,31 +26,63 @@ if config["arithmetic"]:
             "--levels {params.levels} > {log} 2>&1"
 
 
-rule splits:
-    output:
-        train=f"{OUT}/splits/train.parquet",
-        diagnostic=f"{OUT}/splits/diagnostic.parquet",
-        benchmarks=expand(f"{OUT}/splits/bench_{{b}}.parquet", b=BENCHMARKS),
-    input:
-        # The chat template is the imported base model's tokenizer's.
-        model=[base_model()] if config["prompt"]["chat"] else [],
-        data=generated_data(),
-        code=code("data"),
-    params:
-        settings=as_param(
-            {"testbed": config["testbed"], "data": config["data"], "prompt": config["prompt"]}
-        ),
-        out_dir=lambda wc, output: Path(output.train).parent,
-        model_arg=lambda wc, input: f"--model {input.model}" if input.model else "",
-    threads: job_threads("cpu")
-    resources:
-        **job_resources("cpu"),
-    log:
-        f"{OUT}/logs/splits.log",
-    benchmark:
-        f"{OUT}/benchmarks/splits.tsv"
-    conda:
-        "../../envs/boundary.yaml"
-    shell:
-        "boundary data --settings {params.settings:q} --out-dir {params.out_dir} "
-        "{params.model_arg} > {log} 2>&1"
+# The splits. The testbed's are generated together; a real config's are one job per split,
+# each reading one data file, tracked by content: a corrected gold answer reruns exactly the
+# split read from that file and what depends on it.
+if TESTBED:
+
+    rule splits:
+        output:
+            train=f"{OUT}/splits/train.parquet",
+            diagnostic=f"{OUT}/splits/diagnostic.parquet",
+            benchmarks=expand(f"{OUT}/splits/bench_{{b}}.parquet", b=BENCHMARKS),
+        input:
+            code=code("data"),
+        params:
+            settings=as_param(
+                {"testbed": config["testbed"], "data": config["data"], "prompt": config["prompt"]}
+            ),
+            out_dir=lambda wc, output: Path(output.train).parent,
+        threads: job_threads("cpu")
+        resources:
+            **job_resources("cpu"),
+        log:
+            f"{OUT}/logs/splits.log",
+        benchmark:
+            f"{OUT}/benchmarks/splits.tsv"
+        conda:
+            "../../envs/boundary.yaml"
+        shell:
+            "boundary data --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"
+
+else:
+
+    rule splits:
+        output:
+            f"{OUT}/splits/{{split}}.parquet",
+        input:
+            # The chat template is the imported base model's tokenizer's.
+            model=[base_model()] if config["prompt"]["chat"] else [],
+            data=lambda wc: generated_data(wc.split),
+            code=code("data"),
+        wildcard_constraints:
+            split="|".join(["train", "diagnostic"] + [f"bench_{b}" for b in BENCHMARKS]),
+        params:
+            settings=lambda wc: dumps({"data": split_data(wc.split), "prompt": config["prompt"]}),
+            # A file a rule of this run writes is an input instead (its digest is unknown
+            # until that rule has run).
+            data=content(lambda wc: None if generated_data(wc.split) else dataset_spec(wc.split)["path"]),
+            out_dir=lambda wc, output: Path(output[0]).parent,
+            model_arg=lambda wc, input: f"--model {input.model}" if input.model else "",
+        threads: job_threads("cpu")
+        resources:
+            **job_resources("cpu"),
+        log:
+            f"{OUT}/logs/splits/{{split}}.log",
+        benchmark:
+            f"{OUT}/benchmarks/splits/{{split}}.tsv"
+        conda:
+            "../../envs/boundary.yaml"
+        shell:
+            "boundary data --settings {params.settings:q} --out-dir {params.out_dir} "
+            "{params.model_arg} > {log} 2>&1"

@@ -6,7 +6,7 @@ rule report:
     output:
         report_outputs(),
     input:
-        counts=[t for b in ["diagnostic"] + BENCHMARKS for t in eval_targets(b)],
+        counts=[t for b in [DIAGNOSTIC] + BENCHMARKS for t in eval_targets(b)],
         regimes=f"{OUT}/regimes/regimes.parquet",
         split=f"{OUT}/splits/diagnostic.parquet",
         masks=mask_files(),

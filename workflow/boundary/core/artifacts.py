@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from boundary.core import digests
 from boundary.core.errors import BoundaryError
 
 # Columns read verbatim as text from CSV and JSONL: "000" stays "000", "1.10" stays "1.10".
@@ -148,6 +149,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             yield Path(tmp)
         with creating(path):
             os.replace(tmp, path)
+        record(path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -277,6 +279,24 @@ def _swap_in(tmp: Path, path: Path) -> None:
             os.rename(path, aside / path.name)
             os.rename(tmp, path)
             shutil.rmtree(aside, ignore_errors=True)
+        record(path)
+
+
+def record(path: Path) -> None:
+    """Keep the digest of an artifact just put in place (in a workflow run; core/digests.py),
+    unless it lies in a scratch folder that is yet to be moved into place as a whole."""
+    if not any(part.startswith(".") and f".{_PARTIAL}." in part for part in path.parent.absolute().parts):
+        digests.record(path)
+
+
+def record_tree(path: Path) -> None:
+    """`record` for a file or folder moved into place, and each file inside a folder (a rule
+    may name them one by one)."""
+    record(path)
+    if path.is_dir():
+        for inner in sorted(path.rglob("*")):
+            if inner.is_file():
+                record(inner)
 
 
 @contextmanager
@@ -314,8 +334,10 @@ def publish(tmp: Path, out: str | os.PathLike, owner: str) -> None:
                 (entry / MARKER).write_text(owner + "\n")
                 _as_created_tree(entry)
                 _swap_in(entry, out / entry.name)
+                record_tree(out / entry.name)  # a rule may name the files inside one by one
             else:
                 os.replace(entry, out / entry.name)
+                record(out / entry.name)
 
 
 # ----------------------------------------------------------------------------- reading

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from boundary.core.errors import BoundaryError
+from boundary.core.names import RESERVED
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
@@ -63,27 +64,47 @@ def _where(error) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "<top level>"
 
 
-def validate_config(config: dict) -> dict:
-    """Return a validated copy with defaults filled; raise one line naming the bad field."""
+def _validator():
+    """Draft 7, except that an integer is an int: JSON schema takes 32.0 for 32, and a count
+    or seed written as a float would crash a stage only after every upstream one has run."""
     import jsonschema
 
+    def is_integer(checker, value):
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    checker = jsonschema.Draft7Validator.TYPE_CHECKER.redefine("integer", is_integer)
+    return jsonschema.validators.extend(jsonschema.Draft7Validator, type_checker=checker)(_schema())
+
+
+def _message(err) -> str:
+    """One line for the first schema error, naming the field."""
+    where = _where(err)
+    if err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        field = f"{where}.{extra[0]}" if where != "<top level>" else extra[0]
+        return f"unknown key {field!r}"
+    if "propertyNames" in err.schema_path:  # a name of a method, mask or benchmark
+        name = err.instance
+        what = "a blank name" if not str(name).strip() else f"name {name!r}"
+        return (f"{where}: {what}: names hold only letters, digits and _ (they become folder, "
+                "file and rule names)")
+    return f"{where}: {err.message}"
+
+
+def validate_config(config: dict) -> dict:
+    """Return a validated copy with defaults filled; raise one line naming the bad field."""
     if not isinstance(config, dict):
         raise BoundaryError(f"config: must be a mapping of sections, not a {type(config).__name__}")
+    raw = config
     config = copy.deepcopy(config)
     _check_finite(config)
-    schema = _schema()
-    _fill_defaults(config, schema)
-    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config),
-                    key=lambda e: (len(list(e.absolute_path)), _where(e)))
+    _fill_defaults(config, _schema())
+    errors = sorted(_validator().iter_errors(config), key=lambda e: (len(list(e.absolute_path)), _where(e)))
     if errors:
-        err = errors[0]
-        if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            where = _where(err)
-            field = f"{where}.{extra[0]}" if where != "<top level>" else extra[0]
-            raise BoundaryError(f"config: unknown key {field!r}")
-        raise BoundaryError(f"config: {_where(err)}: {err.message}")
+        raise BoundaryError(f"config: {_message(errors[0])}")
+    _check_names(config)
     _check_references(config)
+    _check_settings_used(raw, config)
     return config
 
 
@@ -96,6 +117,18 @@ def _check_finite(node, where: str = "") -> None:
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for key, value in items:
         _check_finite(value, f"{where}.{key}" if where else str(key))
+
+
+def _check_names(config: dict) -> None:
+    """Names the pipeline uses itself (core/names.py) are not a config's to take."""
+    for section, reserved in RESERVED.items():
+        node = config
+        for key in section.split("."):
+            node = (node or {}).get(key) or {}
+        for name in node:
+            if name in reserved:
+                raise BoundaryError(f"config: {section}.{name}: a name the pipeline uses itself "
+                                    f"({reserved[name]}); choose another")
 
 
 def _check_references(config: dict) -> None:
@@ -137,6 +170,72 @@ def _check_references(config: dict) -> None:
                             "GPUs only; on the CPU it would train unsharded)")
 
 
+# Keys a mask kind reads (training/gate.py); any other is ignored by that kind.
+MASK_KEYS = {"gate": {"G0", "tau"}, "solved": {"G0", "tau"}, "soft": {"G0", "tau", "confidence"},
+             "random": {"fraction", "seed"}, "oracle": set()}
+# A method's knobs that only one setting reads: key -> (is it read?, what reads it).
+METHOD_KNOBS = {
+    "support_floor": (lambda m: m.get("anchor") == "support", "anchor: support"),
+    "passk_k": (lambda m: m.get("advantage") == "passk", "advantage: passk"),
+    "positive_weight": (lambda m: m.get("advantage") == "reinforce", "advantage: reinforce"),
+    "negative_weight": (lambda m: m.get("advantage") == "reinforce", "advantage: reinforce"),
+    "cov_fraction": (lambda m: m.get("cov_select") is not None, "cov_select"),
+    "cov_bounds": (lambda m: m.get("cov_select") == "clip", "cov_select: clip"),
+    "cov_kl_coef": (lambda m: m.get("cov_select") == "kl", "cov_select: kl"),
+    "beta_a": (lambda m: m.get("anchor") is not None, "an anchor"),
+    "masked_action": (lambda m: m.get("mask") is not None, "a mask"),
+    "kl_estimator": (lambda m: m.get("anchor") == "policy" or m.get("beta_kl", 0) > 0,
+                     "anchor: policy or beta_kl > 0"),
+}
+# What a checkpoint_of method reads: it evaluates another method's policy, trains nothing.
+CHECKPOINT_KEYS = {"label", "seeds", "setting", "checkpoint_of", "step"}
+
+
+def _check_settings_used(raw: dict, config: dict) -> None:
+    """A key a config gives but the run would not read is one line, never ignored silently."""
+    if config.get("testbed") is not None:
+        for key in ("base_model", "data", "arithmetic"):
+            if raw.get(key) is not None:
+                raise BoundaryError(f"config: {key}: not used with a testbed section (the testbed "
+                                    "pretrains its own base on its own prompts); remove one of the two")
+    if (raw.get("prompt") or {}).get("system") is not None and not config["prompt"]["chat"]:
+        raise BoundaryError("config: prompt.system: read only with prompt.chat: true (the chat template "
+                            "places it)")
+    vllm = sorted(k for k in raw.get("train") or {} if k.startswith("vllm_"))
+    if vllm and not config["train"].get("use_vllm"):
+        raise BoundaryError(f"config: train.{vllm[0]}: read only with train.use_vllm: true")
+    for name, spec in (raw.get("masks") or {}).items():
+        kind = spec.get("kind")
+        unread = sorted(set(spec) - {"kind"} - MASK_KEYS.get(kind, set(spec)))
+        if unread:
+            raise BoundaryError(f"config: masks.{name}.{unread[0]}: not read by a {kind} mask "
+                                f"(it reads {', '.join(sorted(MASK_KEYS[kind])) or 'no other key'})")
+        missing = sorted(MASK_KEYS["random"] - set(spec)) if kind == "random" else []
+        if missing:
+            raise BoundaryError(f"config: masks.{name}.{missing[0]}: required by a random mask")
+    for name, given in (raw.get("methods") or {}).items():
+        method, where = config["methods"][name], f"config: methods.{name}"
+        if method["checkpoint_of"] is not None:
+            unread = sorted(set(given) - CHECKPOINT_KEYS)
+            if unread:
+                raise BoundaryError(f"{where}.{unread[0]}: not used by a checkpoint_of method (it "
+                                    f"evaluates {method['checkpoint_of']}'s policy; set it there)")
+            continue
+        if given.get("step") is not None:
+            raise BoundaryError(f"{where}.step: used only with checkpoint_of")
+        anchoring = method["mask"] is not None and method["masked_action"] == "anchor"
+        if method["anchor"] is not None and not anchoring:
+            why = "has no mask" if method["mask"] is None else "drops its mask's prompts (masked_action: drop)"
+            raise BoundaryError(f"{where}.anchor: only a mask's prompts are anchored, and this method "
+                                f"{why}; it would train plain GRPO under its name")
+        if anchoring and method["anchor"] is None:
+            raise BoundaryError(f"{where}.anchor: required when a mask anchors prompts "
+                                "(policy, base, support, forward_kl or js)")
+        for key, (read, reader) in METHOD_KNOBS.items():
+            if key in given and not read(method):
+                raise BoundaryError(f"{where}.{key}: read only with {reader}, which this method does not set")
+
+
 def batch_split_error(completions: int, accumulation: int, processes: int) -> str | None:
     """Why `processes` cannot share a step's `completions` evenly (every process generates and
     trains as many, in `accumulation` micro-batches), or None."""
@@ -175,18 +274,23 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def load_yaml(path: str | Path) -> dict:
     """A config file's mapping; a missing file, bad YAML or a duplicate key is one line."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise BoundaryError(f"{path}: config file not found")
+    if not path.is_file():
+        raise BoundaryError(f"{path}: is not a file (give a YAML config file)")
     try:
-        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except _DuplicateKey as err:
         raise BoundaryError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         line = f" at line {where.line + 1}" if where else ""
-        raise BoundaryError(f"{path}: not valid YAML{line} ({err.__class__.__name__})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise BoundaryError(f"{path}: cannot be read ({err.__class__.__name__})") from None
+        tab = " (a tab in the indentation: indent with spaces)" if "'\\t'" in str(err) else ""
+        raise BoundaryError(f"{path}: not valid YAML{line}{tab} ({err.__class__.__name__})") from None
+    except UnicodeDecodeError as err:
+        raise BoundaryError(f"{path}: not a text file (byte {err.start} is not UTF-8)") from None
+    except OSError as err:
+        raise BoundaryError(f"{path}: cannot be read ({err.strerror or err.__class__.__name__})") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -196,6 +300,33 @@ def load_yaml(path: str | Path) -> dict:
 
 def load_config(path: str | Path) -> dict:
     return validate_config(load_yaml(path))
+
+
+def _merged(base: dict, update: dict) -> dict:
+    """Snakemake's merge of several --configfile values: nested mappings updated key by key."""
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def main_check_config(argv=None) -> None:
+    """`boundary check-config FILE...`: the --configfile values, checked as the workflow would
+    check them. Snakemake reads --configfile itself before the workflow starts, and names no
+    file for a missing, binary or tab-indented one; run.sh calls this first."""
+    from boundary.core.options import ArgumentParser
+
+    parser = ArgumentParser(prog="boundary check-config", description=main_check_config.__doc__.splitlines()[0])
+    parser.add_argument("configfile", nargs="+", help="config files, merged in order as --configfile merges them")
+    args = parser.parse_args(argv)
+    merged: dict = {}
+    for path in args.configfile:
+        merged = _merged(merged, load_yaml(path))
+    try:
+        validate_config(merged)
+    except BoundaryError as err:
+        raise BoundaryError(f"{', '.join(args.configfile)}: {err}") from None
+    print(f"{', '.join(args.configfile)}: valid")
 
 
 def method_settings(spec: dict) -> dict:

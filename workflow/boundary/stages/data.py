@@ -86,10 +86,9 @@ def build_splits(settings: dict, model: str | None = None) -> dict[str, pd.DataF
         splits = {("bench_" + k if k not in ("train", "diagnostic") else k): v
                   for k, v in made.items()}
     else:
-        data = settings["data"]
-        splits = {"train": load_dataset_file(data["train"], "train"),
-                  "diagnostic": load_dataset_file(data["diagnostic"], "diagnostic")}
-        for name, spec in data["benchmarks"].items():
+        data = settings["data"]  # the pipeline passes one split's dataset per job
+        splits = {name: load_dataset_file(data[name], name) for name in ("train", "diagnostic") if name in data}
+        for name, spec in data.get("benchmarks", {}).items():
             splits[f"bench_{name}"] = load_dataset_file(spec, name)
     for df in splits.values():
         df.insert(2, "prompt", render_prompts(df["problem"], settings["prompt"], model))
