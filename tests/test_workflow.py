@@ -318,11 +318,14 @@ def test_an_artifact_changed_by_hand_is_named_before_anything_runs(smoke_run):
         edit(original)
         try:
             run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=workdir, check=False)
+            # Clearing the way stays possible: --unlock after a kill reads the Snakefile too.
+            unlock = snakemake("--unlock", "--configfile", str(config), cwd=workdir, check=False)
         finally:
             _rewrite_in_place(path, original) if path == weights else path.write_bytes(original)
         line = (f"{named.relative_to(workdir)}: changed since the pipeline wrote it; delete it to have it "
                 "made again (with what depends on it), or move it elsewhere to keep it")
         assert run.returncode != 0 and line in run.stdout.splitlines(), run.stdout[-2000:]
+        assert unlock.returncode == 0, unlock.stdout[-2000:]
     assert planned_jobs(workdir, config) == set()
 
 

@@ -292,8 +292,12 @@ def edited_artifacts():
 
 # An artifact changed by hand (a samples.parquet truncated, a model re-saved in place) would
 # be kept beside results made from what the pipeline wrote, or, if something reads it, be used
-# in silence: name it before anything runs. Jobs that Snakemake starts for itself skip this.
-if not (workflow.remote_exec or workflow.subprocess_exec):
+# in silence: name it before anything runs. Jobs that Snakemake starts for itself skip this,
+# and so do the commands that run no job but clear the way (the Snakefile is read before
+# Snakemake acts on them, and a user needs --unlock after a kill whatever else is wrong).
+HOUSEKEEPING = {"--unlock", "--touch", "-t", "--delete-all-output", "--delete-temp-output",
+                "--cleanup-metadata", "--cm"}
+if not (workflow.remote_exec or workflow.subprocess_exec or HOUSEKEEPING & set(sys.argv)):
     _edited = edited_artifacts()
     if _edited:
         _more = f" (and {len(_edited) - 1} more)" if len(_edited) > 1 else ""
