@@ -85,11 +85,44 @@ def test_cpu_processes_run_under_torchrun(started):
     assert started[0]["processes"] == 2 and started[0]["devices"] == ""
 
 
-def test_a_worker_trains_in_place(started, monkeypatch):
+def test_a_worker_trains_in_place_then_ends_its_group_and_leaves(started, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "8")  # set by torchrun for each worker
     monkeypatch.setattr(launch, "start_processes", lambda: None)  # no process group here
+    ends = []
+    monkeypatch.setattr(launch, "stop_processes", lambda finished: ends.append(("stop", finished)))
+    monkeypatch.setattr(launch, "leave", lambda code=0: ends.append(("leave", code)))  # not os._exit here
     launch.main(train_argv(8))
     assert started[0]["processes"] == 1 and started[0]["argv"] == train_argv(8)
+    assert ends == [("stop", True), ("leave", 0)]
+
+
+def test_a_failed_worker_ends_its_group_without_waiting_for_the_others(started, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(launch, "start_processes", lambda: None)
+    monkeypatch.setattr(launch, "run", lambda argv: 1 / 0)
+    ends = []
+    monkeypatch.setattr(launch, "stop_processes", lambda finished: ends.append(("stop", finished)))
+    monkeypatch.setattr(launch, "leave", lambda code=0: ends.append(("leave", code)))
+    with pytest.raises(ZeroDivisionError):
+        launch.main(train_argv(2))
+    assert ends == [("stop", False)]  # the error is raised (a traceback, exit 1): torchrun stops the rest
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_stop_processes_waits_for_all_only_after_a_finished_run_then_ends_the_group(monkeypatch, finished):
+    """A 1-process gloo group in this process: ended either way; the barrier (rank 0's writes
+    done before anyone leaves) only after a finished run."""
+    import torch.distributed as dist
+
+    from boundary.training import launch as plan
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    barriers = []
+    real = dist.barrier
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: (barriers.append(1), real(*a, **k)))
+    plan.stop_processes(finished)
+    assert not dist.is_initialized() and barriers == ([1] if finished else [])
+    plan.stop_processes(finished)  # ended already (by the trainer's end_training): nothing to do
 
 
 def test_a_failed_process_fails_the_job(started, monkeypatch):

@@ -34,9 +34,11 @@ from boundary.training.launch import (
     ERRORS_ENV,
     _run,
     launch_plan,
+    leave,
     relay_error,
     relayed_error,
     start_processes,
+    stop_processes,
     torchrun,
 )
 from boundary.training.schedule import anchor_weights_for
@@ -48,13 +50,18 @@ OWNER = "boundary train"  # the marker of the model folders it writes (core.arti
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "WORLD_SIZE" in os.environ:  # a worker of a launch: train here
+    if "WORLD_SIZE" in os.environ:  # a worker of a launch: train here, then leave at once
+        finished = False
         try:
             start_processes()
-            return run(argv)
+            run(argv)
+            finished = True
         except BoundaryError as err:
             relay_error(err)
             raise
+        finally:
+            stop_processes(finished)
+        return leave()
     parser = ArgumentParser(add_help=False)  # run() documents both
     parser.add_argument("--settings")
     parser.add_argument("--processes", type=int)
