@@ -165,14 +165,29 @@ def main():
               f"(exit {killed.returncode})", flush=True)
         jobs["resumed", a.resume_gpus] = start(train_cmd(resume_method, a.resume_gpus, a, work, "killed"),
                                                work / "logs" / "resumed.log")
-    for key, job in jobs.items():
-        try:
-            code = job.wait(timeout=max(1.0, t0 + a.deadline - time.time()) if a.deadline else None)
-        except subprocess.TimeoutExpired:  # out of time: stop it, compare what finished
-            os.killpg(job.pid, signal.SIGKILL)
-            code = f"killed at the {a.deadline} s deadline"
-        if code:
-            print(f"FAIL {key}: exit {code}; log {work}/logs", flush=True)
+    # Every job watched together: when its outputs appeared (log.parquet, written last by its
+    # main process) and when it exited, so an exit that lags its outputs is measured.
+    outs = {key: work / ("killed" if key[0] == "resumed" else f"{key[0]}_{key[1]}") / "log.parquet" for key in jobs}
+    wrote: dict = {}
+    running = dict(jobs)
+    while running:
+        now = time.time()
+        for key, job in list(running.items()):
+            if key not in wrote and outs[key].exists():
+                wrote[key] = now
+            code = job.poll()
+            if code is None and a.deadline and now > t0 + a.deadline:  # out of time: compare what finished
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+                code = (f"killed at the {a.deadline} s deadline"
+                        + (f", {now - wrote[key]:.0f} s after writing its outputs" if key in wrote else ""))
+            if code is None:
+                continue
+            del running[key]
+            lag = f"; exited {now - wrote[key]:.1f} s after its outputs" if key in wrote and code == 0 else ""
+            print(f"{'FAIL ' if code else 'done '}{key}: exit {code} at {now - t0:.0f} s{lag}; log {work}/logs",
+                  flush=True)
+        time.sleep(0.5)
     print(f"all runs done ({time.time() - t0:.0f} s)", flush=True)
     for m in methods:
         for n in counts[1:]:

@@ -42,6 +42,11 @@ SHAPES = {
                                    num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
                                    head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5,
                                    tie_word_embeddings=True, hidden_act="silu")),
+    # Qwen2.5-7B's family and proportions at toy size: a CPU dry run of the 7B benchmark.
+    "tiny-qwen2": ("Qwen2", dict(vocab_size=1000, hidden_size=64, intermediate_size=256,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                 hidden_act="silu", use_sliding_window=False, max_window_layers=2)),
 }
 METHODS = {
     "grpo": {},
@@ -126,6 +131,7 @@ def build_random(shape: str, tok, max_len: int):
 def main():
     from datasets import Dataset
 
+    from boundary.training.launch import leave, stop_processes
     from boundary.training.trainer import PBATrainer
     from boundary.training.trainer_config import make_config
 
@@ -215,6 +221,10 @@ def main():
         result["tokens_per_s"] = round(tokens / result["step_s"], 1) if rows else None
         with open(args.out, "a") as f:
             f.write(json.dumps(result) + "\n")
+    # As `boundary train`'s workers leave: every process past rank 0's write, the group ended,
+    # no interpreter teardown (the launch returns as soon as the figures are written).
+    stop_processes(finished=True)
+    leave(0)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -177,3 +178,39 @@ def test_a_worker_error_is_the_launch_s_one_line(started, monkeypatch, tmp_path)
     monkeypatch.setattr(launch, "_run", failing)
     with pytest.raises(BoundaryError, match=r"^train: process 1: NCCL failed to start between the 2"):
         launch.main(train_argv(0, "--processes", "2"))
+
+
+def test_the_benchmarks_runner_echoes_progress_and_stops_a_launch_that_outlives_its_output(tmp_path, capsys):
+    """benchmarks/launched.py: progress lines echoed as written; a launch whose result file
+    exists but which has not exited `grace` s later is stopped, its whole process group with
+    it, and said so; one past its timeout likewise."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from launched import run_logged
+
+    result, child = tmp_path / "result.json", tmp_path / "child.pid"
+    hangs = ("import os, subprocess, sys, time; print('[multi_gpu_steps] step 1: 0.1 s', flush=True); "
+             f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+             f"open({str(child)!r}, 'w').write(str(p.pid)); open({str(result)!r}, 'w').write('{{}}'); time.sleep(60)")
+    code = run_logged([sys.executable, "-c", hangs], dict(os.environ), tmp_path / "a.log", timeout=30,
+                      label="x: ", written=result, grace=1)
+    assert code == "wrote its output, not exited 1 s later"
+    assert "x: [multi_gpu_steps] step 1: 0.1 s" in capsys.readouterr().out
+    status = Path(f"/proc/{child.read_text()}/status")  # the launch's own children went with it
+
+    def gone():
+        try:
+            return "zombie" in status.read_text()
+        except FileNotFoundError:
+            return True
+
+    for _ in range(50):  # SIGKILL is delivered at once, the exit takes a moment
+        if gone():
+            break
+        __import__("time").sleep(0.1)
+    assert gone()
+    assert run_logged([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
+                      tmp_path / "b.log", timeout=1) == "timeout after 1 s"
+    assert run_logged([sys.executable, "-c", f"open({str(result)!r}, 'w')"], dict(os.environ),
+                      tmp_path / "c.log", timeout=30, written=result) == 0

@@ -1,0 +1,123 @@
+#!/bin/bash
+# Issue 21's figures on one machine of 4 GPUs, in one call, each printed as it is measured:
+#   (a) the Qwen2.5-7B shape (random weights, bf16) GRPO and PBA steps under train.sharding fsdp
+#   (b) DDP at the same shape (expected: out of memory)
+#   (c) bench_scaling.py: SmolLM2 GRPO step time on 1, 2, 4 GPUs at a fixed global batch
+#   (d) a 2-process SmolLM2 job killed after its checkpoint 2 and resumed (DDP)
+#   (e) FSDP with the real SmolLM2 against 1 process (2 and 4 processes), and its kill/resume
+#
+#   bash benchmarks/gpu_issue21.sh --split TRAIN.parquet (--model DIR | --gguf FILE) \
+#       [--wheels DIR] [--rows abcde] [--budget 540] [--cpu]
+#
+# --model: a folder `boundary import-base` wrote (else --gguf is imported first, about 70 s).
+# --wheels: wheels installed with pip --target /tmp/site when trl is not importable.
+# --budget: seconds for the whole script; each row gets its own limit, cut to what is left, and
+# a row that fails or runs out of time prints its error and the next row starts.
+# --cpu: a dry run on the CPU (gloo, toy shapes; fsdp rows run as ddp, which is all accelerate
+# does on a CPU), to catch a broken command before a GPU lease.
+# Logs of every run land under $OUT (default /tmp/gpu_issue21).
+set -u
+T0=$(date +%s)
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+MODEL="" GGUF="" SPLIT="" WHEELS="" ROWS=abcde BUDGET=540 CPU=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --model) MODEL=$(realpath "$2"); shift 2 ;;
+    --gguf) GGUF=$(realpath "$2"); shift 2 ;;
+    --split) SPLIT=$(realpath "$2"); shift 2 ;;
+    --wheels) WHEELS=$(realpath "$2"); shift 2 ;;
+    --rows) ROWS=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    --cpu) CPU=1; shift ;;
+    *) echo "gpu_issue21: unknown option $1"; exit 2 ;;
+  esac
+done
+OUT=${OUT:-/tmp/gpu_issue21}
+mkdir -p "$OUT"
+# NVLink multicast stays off (the lent machines' rule); offline; this checkout's package first.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export PYTHONPATH=/tmp/site:$REPO/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONWARNINGS=ignore
+PY=${PYTHON:-python3}
+cd "$REPO"
+
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+
+# row NAME LIMIT COMMAND...: run it with LIMIT seconds (or what is left), its output to
+# $OUT/NAME.log and, warnings left out, here as it comes; then stop anything it left on a GPU.
+row() {
+  local name=$1 limit=$2; shift 2
+  local l; l=$(left)
+  [ "$limit" -gt $(( l - 5 )) ] && limit=$(( l - 5 ))
+  if [ "$limit" -lt 30 ]; then echo "== $name: skipped ($l s of the budget left)"; return; fi
+  echo "== $name (limit ${limit} s, $(( $(date +%s) - T0 )) s in)"
+  local s; s=$(date +%s)
+  timeout -k 5 "$limit" "$@" 2>&1 | tee "$OUT/$name.log" | grep --line-buffered -v -i -E "warn|^\s*$"
+  local code=${PIPESTATUS[0]}
+  [ "$code" = 124 ] || [ "$code" = 137 ] && code="$code (stopped at its ${limit} s limit)"
+  echo "== $name: exit $code, $(( $(date +%s) - s )) s"
+  [ -z "${TOGETHER:-}" ] && stop_gpu_leftovers
+}
+
+# The lease's GPUs hold only this script's processes: whatever a stopped row left there goes.
+stop_gpu_leftovers() {
+  [ $CPU = 1 ] && return
+  nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | xargs -r kill -9 2>/dev/null
+}
+
+# The environment: carried wheels, versions, devices.
+if ! $PY -c "import trl, accelerate, datasets, math_verify" 2>/dev/null; then
+  [ -n "$WHEELS" ] || { echo "gpu_issue21: trl etc. not importable and no --wheels"; exit 1; }
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl \
+    || { echo "gpu_issue21: wheel install failed"; exit 1; }
+fi
+$PY -c "import torch, transformers, accelerate, trl; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'trl', trl.__version__, 'gpus', torch.cuda.device_count(), torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" 2>&1 | tail -1
+[ $CPU = 0 ] && nvidia-smi -L
+if [ -z "$MODEL" ] && [ -n "$GGUF" ] && [[ $ROWS == *[cde]* ]]; then
+  MODEL=/tmp/gpu_issue21_base
+  [ -f $MODEL/config.json ] || row import 150 $PY -m boundary.cli import-base --source "$GGUF" --out $MODEL
+fi
+echo "setup done, $(( $(date +%s) - T0 )) s in"
+
+if [ $CPU = 1 ]; then
+  GPUS=2 SHAPE=(--shape tiny-qwen2 --prompts 2 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1)
+  FSDP=ddp SCALE=(--gpus 1,2 --prompts 4 --G 2 --completion-len 8 --steps 2 --warmup 1 --cpu)
+  CHECK=(--cpu --steps 4 --refresh 2 --save-steps 2 --prompts 4 --G 2 --completion-len 8)
+  E=(--methods pba_support --gpus 2)
+else
+  # The paper's step (256 prompts x G=8, up to 8,192 tokens) scaled to 8 prompts x G=4 = 32
+  # completions (8 a GPU) of 128 tokens after 128-token prompts; 1 warm-up + 2 timed steps.
+  GPUS=4 SHAPE=(--shape qwen2.5-7b --prompts 8 --G 4 --prompt-len 128 --completion-len 128 --steps 3 --warmup 1)
+  FSDP=fsdp SCALE=(--gpus 1,2,4 --prompts 16 --G 8 --completion-len 128 --steps 3 --warmup 1)
+  CHECK=(--steps 4 --refresh 2 --save-steps 2 --prompts 8 --G 4 --completion-len 128)
+  E=(--methods pba_support,pba_policy --gpus 2,4)
+  export BOUNDARY_JOBS_PER_GPU=8 BOUNDARY_GPU_LOCKS=/tmp/gpu_issue21_locks OMP_NUM_THREADS=4
+fi
+
+[[ $ROWS == *a* ]] && row a_7b_fsdp 250 $PY benchmarks/bench_7b_shape.py --gpus $GPUS "${SHAPE[@]}" \
+  --runs $FSDP:grpo,$FSDP:pba --timeout 120 --logs "$OUT/7b"
+[[ $ROWS == *b* ]] && row b_7b_ddp 80 $PY benchmarks/bench_7b_shape.py --gpus $GPUS "${SHAPE[@]}" \
+  --runs ddp:grpo --timeout 75 --logs "$OUT/7b"
+if [[ $ROWS == *[cde]* ]] && { [ -z "$MODEL" ] || [ -z "$SPLIT" ]; }; then
+  echo "== c, d, e: skipped (they need --model or --gguf, and --split)"; ROWS=ab
+fi
+[[ $ROWS == *c* ]] && row c_scaling 170 $PY benchmarks/bench_scaling.py --model "$MODEL" --split "$SPLIT" \
+  "${SCALE[@]}" --timeout 55 --logs "$OUT/scaling"
+# (d) and (e) together: neither is timed, and the allocator shares the GPUs between their jobs.
+if [[ $ROWS == *[de]* ]]; then
+  D=$(( $(left) - 25 ))
+  [ $D -gt 150 ] && D=150
+  export TOGETHER=1
+  [[ $ROWS == *d* ]] && row d_resume_ddp $(( D + 15 )) $PY benchmarks/gpu_multi_process_check.py --model "$MODEL" \
+    --split "$SPLIT" "${CHECK[@]}" --sharding ddp --methods pba_policy --gpus 2 --resume-gpus 2 \
+    --deadline $D --work /tmp/gpu_issue21_d > "$OUT/d.console" 2>&1 &
+  [[ $ROWS == *e* ]] && row e_fsdp_smollm2 $(( D + 15 )) $PY benchmarks/gpu_multi_process_check.py --model "$MODEL" \
+    --split "$SPLIT" "${CHECK[@]}" --sharding $FSDP "${E[@]}" --resume-gpus 2 \
+    --deadline $D --work /tmp/gpu_issue21_e > "$OUT/e.console" 2>&1 &
+  wait
+  unset TOGETHER
+  stop_gpu_leftovers
+  cat "$OUT/d.console" "$OUT/e.console" 2>/dev/null
+  (cd /tmp && tar -czf "$OUT/checks.tgz" gpu_issue21_d/logs gpu_issue21_e/logs 2>/dev/null)
+fi
+echo "gpu_issue21: done, $(( $(date +%s) - T0 )) s"
