@@ -168,23 +168,23 @@ def main():
     # Every job watched together: when its outputs appeared (log.parquet, written last by its
     # main process) and when it exited, so an exit that lags its outputs is measured.
     outs = {key: work / ("killed" if key[0] == "resumed" else f"{key[0]}_{key[1]}") / "log.parquet" for key in jobs}
-    wrote: dict = {}
+    wrote: dict = {key: None for key, out in outs.items() if out.exists()}  # not theirs (a finished killed run)
     running = dict(jobs)
     while running:
         now = time.time()
         for key, job in list(running.items()):
-            if key not in wrote and outs[key].exists():
-                wrote[key] = now
             code = job.poll()
+            if key not in wrote and outs[key].exists():  # seen while it runs: its exit can be timed
+                wrote[key] = now if code is None else None
             if code is None and a.deadline and now > t0 + a.deadline:  # out of time: compare what finished
                 os.killpg(job.pid, signal.SIGKILL)
                 job.wait()
                 code = (f"killed at the {a.deadline} s deadline"
-                        + (f", {now - wrote[key]:.0f} s after writing its outputs" if key in wrote else ""))
+                        + (f", {now - wrote[key]:.0f} s after writing its outputs" if wrote.get(key) else ""))
             if code is None:
                 continue
             del running[key]
-            lag = f"; exited {now - wrote[key]:.1f} s after its outputs" if key in wrote and code == 0 else ""
+            lag = f"; exited {now - wrote[key]:.1f} s after its outputs" if wrote.get(key) and code == 0 else ""
             print(f"{'FAIL ' if code else 'done '}{key}: exit {code} at {now - t0:.0f} s{lag}; log {work}/logs",
                   flush=True)
         time.sleep(0.5)

@@ -105,6 +105,8 @@ def stop_processes(finished: bool) -> None:
     process (so the main process's writes are done before any process leaves), then end the
     process group (NCCL's communicators and watchdog threads), as accelerate's end_training
     does. After a failure there is no barrier: the other processes may be gone."""
+    import faulthandler
+
     import torch.distributed as dist
 
     if not dist.is_initialized():  # never started, or ended by the trainer already
@@ -113,7 +115,11 @@ def stop_processes(finished: bool) -> None:
         if finished:
             _barrier()
     finally:
-        dist.destroy_process_group()
+        faulthandler.dump_traceback_later(60)  # an ending that hangs says where, in the log
+        try:
+            dist.destroy_process_group()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
 
 
 def leave(code: int = 0) -> NoReturn:
