@@ -143,12 +143,17 @@ def save_atomic(accelerator, model, tokenizer, path: Path):
 
 
 def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str:
-    """The identity of a training run: settings, seed, prompts, anchor weights, the base
-    model's files and the package's code. A job resumes only checkpoints under its own key, so
-    a changed config, gate, base or code never resumes a stale run. Files that do not shape
-    the weights are left out: pretrain.json (it records wall-clock seconds) and hidden files
-    (download caches, the folder's owner marker)."""
-    h = hashlib.sha256(json.dumps([settings, seed, prompts], sort_keys=True).encode())
+    """The identity of a training run: settings, seed, prompts, anchor weights, the process
+    count, the base model's files and the package's code. A job resumes only checkpoints under
+    its own key, so a changed config, gate, base or code never resumes a stale run, and a job
+    with another process count (train.gpus, or --processes on the CPU) starts afresh: TRL
+    seeds process r with seed + r, so the random streams are laid out by the count, and
+    transformers would resume another count's checkpoint without a word about the processes
+    whose random state it lacks. Files that do not shape the weights are left out:
+    pretrain.json (it records wall-clock seconds) and hidden files (download caches, the
+    folder's owner marker)."""
+    processes = int(os.environ.get("WORLD_SIZE", 1))
+    h = hashlib.sha256(json.dumps([settings, seed, prompts, processes], sort_keys=True).encode())
     if weights is not None:
         h.update(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
     model_files = [p for p in sorted(Path(model_dir).rglob("*")) if p.name != "pretrain.json"
