@@ -24,9 +24,13 @@ What must agree with the 1-process run, and how:
   the support hinge on base rollouts are rounding only (|value| <= 0.02: bf16 log-probs);
 - the resumed run: "resuming from checkpoint-K" in its output, actions equal, and the log
   after K against the uninterrupted run (reported: exact, or the largest difference).
-Resuming with another process count is not done: train.gpus is part of a run's key (its
-settings), so a job with another count starts afresh rather than resume a run whose random
-streams were laid out for another number of processes.
+Resuming with another process count is not done: the process count is part of a run's key,
+so a job with another count starts afresh rather than resume a run whose random streams were
+laid out for another number of processes (docs/training.md says what transformers would do).
+
+Each job's exit is timed from the moment its outputs appear (log.parquet, written last by its
+main process): "exited N s after its outputs", or, at the deadline, "killed ... N s after
+writing its outputs" (an exit that hangs).
 """
 
 from __future__ import annotations
