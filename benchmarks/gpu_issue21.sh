@@ -104,14 +104,14 @@ if [ $CPU = 1 ]; then
   GPUS=2 SHAPE=(--shape tiny-qwen2 --prompts 2 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1)
   FSDP=ddp SCALE=(--gpus 1,2 --prompts 4 --G 2 --completion-len 8 --steps 2 --warmup 1 --cpu)
   CHECK=(--cpu --steps 4 --refresh 2 --save-steps 2 --prompts 4 --G 2 --completion-len 8)
-  E=(--methods pba_support --gpus 2) DCAP=1200
+  E=(--methods pba_support --gpus 2) DCAP=1200 CT=600 CL=1300
 else
   # The paper's step (256 prompts x G=8, up to 8,192 tokens) scaled to 8 prompts x G=4 = 32
   # completions (8 a GPU) of 128 tokens after 128-token prompts; 1 warm-up + 2 timed steps.
   GPUS=4 SHAPE=(--shape qwen2.5-7b --prompts 8 --G 4 --prompt-len 128 --completion-len 128 --steps 3 --warmup 1)
   FSDP=fsdp SCALE=(--gpus 1,2,4 --prompts 16 --G 8 --completion-len 128 --steps 3 --warmup 1)
   CHECK=(--steps 4 --refresh 2 --save-steps 2 --prompts 8 --G 4 --completion-len 128)
-  E=(--methods pba_support,pba_policy --gpus 2,4) DCAP=150
+  E=(--methods pba_support,pba_policy --gpus 2,4) DCAP=150 CT=55 CL=170
   export BOUNDARY_JOBS_PER_GPU=8 BOUNDARY_GPU_LOCKS=/tmp/gpu_issue21_locks OMP_NUM_THREADS=4
 fi
 
@@ -130,8 +130,8 @@ elif [[ $ROWS == *[cde]* ]]; then
   # With EOS suppressed a step's work depends on the shape alone: c runs on SmolLM2's shape.
   echo "== no model (--model or --gguf) and --split: c with random weights, d and e skipped"; ROWS=${ROWS//[de]/}
 fi
-[[ $ROWS == *c* ]] && row c_scaling 170 $PY benchmarks/bench_scaling.py "${REAL[@]}" \
-  "${SCALE[@]}" --timeout 55 --logs $LOGS/scaling
+[[ $ROWS == *c* ]] && row c_scaling $CL $PY benchmarks/bench_scaling.py "${REAL[@]}" \
+  "${SCALE[@]}" --timeout $CT --logs $LOGS/scaling
 # (d) and (e) together: neither is timed, and the allocator shares the GPUs between their jobs.
 if [[ $ROWS == *[de]* ]]; then
   D=$(( $(left) - 25 ))

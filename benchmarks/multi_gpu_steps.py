@@ -171,8 +171,10 @@ def main():
             model = build_random(args.shape, tok, args.prompt_len + args.completion_len + 8)
         rng = np.random.default_rng(0)
         n = args.prompts * args.steps
-        data = Dataset.from_dict({"prompt": prompts_for(args, tok, n, rng), "answer": ["0"] * n,
-                                  "prompt_id": [f"p{i}" for i in range(n)]})
+        text = prompts_for(args, tok, n, rng)
+        if args.split:  # the split's own prompts: their mean length counts in tokens per second
+            args.prompt_len = round(float(np.mean([len(tok(t).input_ids) for t in text])))
+        data = Dataset.from_dict({"prompt": text, "answer": ["0"] * n, "prompt_id": [f"p{i}" for i in range(n)]})
         anchored = (rng.random(n) < args.anchored).astype(float)[None] if args.method != "grpo" else None
         with tempfile.TemporaryDirectory() as tmp:
             cfg = make_config(settings, seed=0, checkpoint_dir=tmp)
@@ -217,7 +219,7 @@ def main():
             result[k] = round(float(np.nanmax(table[:, i])), 3) if rows else None
         result["steps_timed"] = len(rows)
         tokens = args.prompts * args.G * (args.prompt_len + args.completion_len)
-        result["tokens_per_step"] = tokens
+        result["prompt_len"], result["tokens_per_step"] = args.prompt_len, tokens
         result["tokens_per_s"] = round(tokens / result["step_s"], 1) if rows else None
         with open(args.out, "a") as f:
             f.write(json.dumps(result) + "\n")
