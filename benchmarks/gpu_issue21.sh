@@ -22,11 +22,12 @@
 set -u
 T0=$(date +%s)
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-MODEL="" GGUF="" SHA="" SPLIT="" WHEELS="" ROWS=abcde BUDGET=540 CPU=0
+MODEL="" GGUF="" SHA="" SPLIT="" WHEELS="" ROWS=abcde BUDGET=540 CPU=0 PARTS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --model) MODEL=$(realpath "$2"); shift 2 ;;
-    --gguf) GGUF=$2; shift 2 ;;
+    --gguf) IFS=, read -ra NAMES <<< "$2" && for f in "${NAMES[@]}"; do PARTS+=("$(realpath "$f")"); done
+            GGUF=$2; shift 2 ;;
     --gguf-sha) SHA=$(realpath "$2"); shift 2 ;;
     --split) SPLIT=$(realpath "$2"); shift 2 ;;
     --wheels) WHEELS=$(realpath "$2"); shift 2 ;;
@@ -83,13 +84,10 @@ if ! $PY -c "import trl, accelerate, datasets, math_verify" 2>/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl \
     || { echo "gpu_issue21: wheel install failed"; exit 1; }
 fi
-$PY -c "import torch, transformers, accelerate, trl; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'trl', trl.__version__, 'gpus', torch.cuda.device_count(), torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" 2>&1 | tail -1
-[ $CPU = 0 ] && nvidia-smi -L
 IMPORT=""
 if [ -z "$MODEL" ] && [ -n "$GGUF" ] && [[ $ROWS == *[cde]* ]]; then
   MODEL=/tmp/gpu_issue21_base
   if [ ! -f $MODEL/config.json ]; then
-    PARTS=() && IFS=, read -ra NAMES <<< "$GGUF" && for f in "${NAMES[@]}"; do PARTS+=("$(realpath "$f")"); done
     ( cat "${PARTS[@]}" > /tmp/gpu_issue21.gguf \
       && { [ -z "$SHA" ] || echo "$(cut -d' ' -f1 "$SHA")  /tmp/gpu_issue21.gguf" | sha256sum -c --quiet -; } \
       && CUDA_VISIBLE_DEVICES= $PY -m boundary.cli import-base --source /tmp/gpu_issue21.gguf --out $MODEL ) \
@@ -98,6 +96,8 @@ if [ -z "$MODEL" ] && [ -n "$GGUF" ] && [[ $ROWS == *[cde]* ]]; then
     echo "importing the GGUF in the background (log: import.log)"
   fi
 fi
+$PY -c "import torch, transformers, accelerate, trl; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'trl', trl.__version__, 'gpus', torch.cuda.device_count(), torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" 2>&1 | tail -1
+[ $CPU = 0 ] && nvidia-smi -L
 echo "setup done, $(( $(date +%s) - T0 )) s in"
 
 if [ $CPU = 1 ]; then

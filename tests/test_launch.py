@@ -88,6 +88,7 @@ def test_cpu_processes_run_under_torchrun(started):
 
 def test_a_worker_trains_in_place_then_ends_its_group_and_leaves(started, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "8")  # set by torchrun for each worker
+    monkeypatch.setattr(launch, "die_with_launcher", lambda: None)  # not this test process
     monkeypatch.setattr(launch, "start_processes", lambda: None)  # no process group here
     ends = []
     monkeypatch.setattr(launch, "stop_processes", lambda finished: ends.append(("stop", finished)))
@@ -99,6 +100,7 @@ def test_a_worker_trains_in_place_then_ends_its_group_and_leaves(started, monkey
 
 def test_a_failed_worker_ends_its_group_without_waiting_for_the_others(started, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(launch, "die_with_launcher", lambda: None)  # not this test process
     monkeypatch.setattr(launch, "start_processes", lambda: None)
     monkeypatch.setattr(launch, "run", lambda argv: 1 / 0)
     ends = []
@@ -214,3 +216,37 @@ def test_the_benchmarks_runner_echoes_progress_and_stops_a_launch_that_outlives_
                       tmp_path / "b.log", timeout=1) == "timeout after 1 s"
     assert run_logged([sys.executable, "-c", f"open({str(result)!r}, 'w')"], dict(os.environ),
                       tmp_path / "c.log", timeout=30, written=result) == 0
+
+
+def test_a_worker_dies_with_the_torchrun_that_started_it(tmp_path):
+    """torchrun starts workers in sessions of their own: a launch killed outright (SIGKILL to
+    its process group) must not leave them running. A stand-in launcher starts a worker the
+    same way, then is SIGKILLed: the worker goes too."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    worker = ("from boundary.training.launch import die_with_launcher; die_with_launcher(); "
+              "import time; print('ready', flush=True); time.sleep(60)")
+    launcher = ("import subprocess, sys; "
+                f"w = subprocess.Popen([sys.executable, '-c', {worker!r}], start_new_session=True); "
+                "print(w.pid, flush=True); w.wait()")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "workflow")}
+    job = subprocess.Popen([sys.executable, "-c", launcher], env=env, stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    pid = int(job.stdout.readline())
+    assert job.stdout.readline().strip() == "ready"  # the worker's line, through the shared pipe
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    status = Path(f"/proc/{pid}/status")
+    for _ in range(50):
+        try:
+            if "zombie" in status.read_text():
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("the worker outlived its launcher")

@@ -33,6 +33,7 @@ from boundary.training import sharding
 from boundary.training.launch import (
     ERRORS_ENV,
     _run,
+    die_with_launcher,
     launch_plan,
     leave,
     relay_error,
@@ -51,6 +52,7 @@ OWNER = "boundary train"  # the marker of the model folders it writes (core.arti
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if "WORLD_SIZE" in os.environ:  # a worker of a launch: train here, then leave at once
+        die_with_launcher()
         finished = False
         try:
             start_processes()

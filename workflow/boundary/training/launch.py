@@ -62,6 +62,23 @@ def _run(command: list[str], env: dict) -> int:
 ERRORS_ENV = "BOUNDARY_TRAIN_ERRORS"  # where the workers of a launch leave their error line
 
 
+def die_with_launcher() -> None:
+    """In a worker: be killed (SIGKILL) when torchrun, which started it, dies. torchrun starts
+    each worker in a session of its own, so a launch killed outright (SIGKILL to its process
+    group: a timeout, a kill as a node failure would) took torchrun and left the workers
+    training on, or waiting forever in a collective for a peer that is gone, on their GPUs.
+    Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) != 0:  # 1: PR_SET_PDEATHSIG
+        return
+    if os.getppid() != parent:  # torchrun died before the line above: nobody will signal us
+        os._exit(1)
+
+
 def start_processes() -> None:
     """In a worker: start the processes' communication before anything is built (NCCL on
     GPUs, gloo on the CPU; accelerate then uses this process group), so a failure to start is
