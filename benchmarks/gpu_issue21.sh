@@ -136,14 +136,15 @@ fi
 if [[ $ROWS == *[de]* ]]; then
   D=$(( $(left) - 25 ))
   [ $D -gt $DCAP ] && D=$DCAP
-  export TOGETHER=1
+  export TOGETHER=1 PIDS=""
   [[ $ROWS == *d* ]] && row d_resume_ddp $(( D + 15 )) $PY benchmarks/gpu_multi_process_check.py --model "$MODEL" \
     --split "$SPLIT" "${CHECK[@]}" --sharding ddp --methods pba_policy --gpus 2 --resume-gpus 2 \
     --deadline $D --work /tmp/gpu_issue21_d > $LOGS/d.console 2>&1 &
+  PIDS=$!
   [[ $ROWS == *e* ]] && row e_fsdp_smollm2 $(( D + 15 )) $PY benchmarks/gpu_multi_process_check.py --model "$MODEL" \
     --split "$SPLIT" "${CHECK[@]}" --sharding $FSDP "${E[@]}" --resume-gpus 2 \
     --deadline $D --work /tmp/gpu_issue21_e > $LOGS/e.console 2>&1 &
-  wait
+  wait ${PIDS:-} $!  # these two: a bare wait would wait for the console's tee too, for ever
   unset TOGETHER
   stop_gpu_leftovers
   cat $LOGS/d.console $LOGS/e.console 2>/dev/null
