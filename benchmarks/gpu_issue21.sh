@@ -42,7 +42,7 @@ LOGS=/tmp/gpu_issue21_logs
 rm -rf $LOGS /tmp/gpu_issue21_[de]  # a check's old checkpoints would be resumed
 mkdir -p "$OUT" $LOGS
 exec > >(tee "$OUT/console.log") 2>&1
-# NVLink multicast stays off (the lent machines' rule); offline; this checkout's package first.
+# NVLink multicast (NVLS) off; offline; this checkout's package first.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export PYTHONPATH=/tmp/site:$REPO/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONWARNINGS=ignore
