@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from launched import run_logged
 
 WORKER = Path(__file__).parent / "multi_gpu_steps.py"
 RUNS = (("fsdp", "grpo"), ("fsdp", "pba"), ("ddp", "grpo"))
@@ -40,13 +41,20 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--timeout", type=int, default=600, help="seconds per run")
+    p.add_argument("--shape", default="qwen2.5-7b", help="tiny-qwen2: a CPU dry run (with --cpu)")
+    p.add_argument("--cpu", action="store_true", help="gloo processes on the CPU (a dry run of this script)")
+    p.add_argument("--logs", help="keep each run's log in this folder (default: a temporary one)")
     args = p.parse_args()
-    print(f"Qwen2.5-7B shape, random weights, bf16; {args.gpus} processes; {args.prompts} prompts x "
+    print(f"{args.shape} shape, random weights, bf16; {args.gpus} processes; {args.prompts} prompts x "
           f"G={args.G} = {args.prompts * args.G} completions of {args.completion_len} tokens after "
           f"{args.prompt_len}-token prompts (eos suppressed); {args.steps - args.warmup} timed steps", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 4) // args.gpus)),
            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    if args.cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(args.logs or tmp)
+        logs.mkdir(parents=True, exist_ok=True)
         for run in args.runs.split(","):
             sharding, method = run.split(":")
             out = Path(tmp) / f"{sharding}_{method}.json"
@@ -54,24 +62,20 @@ def main():
                    f"--nproc-per-node={args.gpus}", str(WORKER), "--method", method, "--sharding", sharding,
                    "--prompts", str(args.prompts), "--G", str(args.G), "--prompt-len", str(args.prompt_len),
                    "--completion-len", str(args.completion_len), "--steps", str(args.steps),
-                   "--warmup", str(args.warmup), "--out", str(out)]
-            log = Path(tmp) / f"{sharding}_{method}.log"
-            # A file, not a pipe, and a process group of its own: on a timeout every worker is
-            # stopped and what they printed is still there to show.
-            with open(log, "w") as f:
-                job = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-                try:
-                    code = job.wait(timeout=args.timeout)
-                except subprocess.TimeoutExpired:
-                    os.killpg(job.pid, signal.SIGKILL)
-                    code = f"timeout after {args.timeout} s"
+                   "--warmup", str(args.warmup), "--shape", args.shape, "--out", str(out)]
+            log = logs / f"{sharding}_{method}.log"
+            started = time.monotonic()
+            code = run_logged(cmd, env, log, args.timeout, label=f"{sharding} {method}: ", written=out)
+            wall = time.monotonic() - started
             text = log.read_text(errors="replace")
             if out.exists():
-                r = json.loads(out.read_text().splitlines()[-1])
+                r = {**json.loads(out.read_text().splitlines()[-1]), "wall_s": round(wall)}
             elif "OutOfMemoryError" in text or "CUDA out of memory" in text:
                 r = {"status": "out of memory (a process died before reporting)"}
             else:
-                print(f"{sharding} {method}: failed (exit {code})\n{text[-4000:]}", flush=True)
+                lines = [line for line in text.splitlines() if "warn" not in line.lower()]
+                print(f"{sharding} {method}: failed (exit {code}, {wall:.0f} s)\n" + "\n".join(lines[-40:]),
+                      flush=True)
                 continue
             print(f"{sharding} {method}: " + json.dumps(r), flush=True)
 

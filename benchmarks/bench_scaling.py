@@ -18,16 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from launched import run_logged
 
 WORKER = Path(__file__).parent / "multi_gpu_steps.py"
 GOALS = {2: 1.8, 4: 3.2}
 
 
-def run(n: int, args, out: Path) -> dict | None:
+def run(n: int, args, out: Path, logs: Path) -> dict | None:
     worker = [str(WORKER), "--method", "grpo", "--sharding", args.sharding, "--shape", "smollm2-135m",
               "--prompts", str(args.prompts),
               "--G", str(args.G), "--completion-len", str(args.completion_len), "--steps", str(args.steps),
@@ -35,12 +37,15 @@ def run(n: int, args, out: Path) -> dict | None:
               *(["--model", args.model] if args.model else []), *(["--split", args.split] if args.split else [])]
     launch = ([sys.executable] if n == 1 else
               [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}"])
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(n))),
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "" if args.cpu else ",".join(map(str, range(n))),
            "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or n) // n))}
-    done = subprocess.run([*launch, *worker], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=args.timeout)
-    if done.returncode or not out.exists():
-        print(f"{n} GPU(s): failed (exit {done.returncode})\n{done.stdout[-3000:]}", flush=True)
+    log = logs / f"scaling_{n}.log"
+    started = time.monotonic()
+    code = run_logged([*launch, *worker], env, log, args.timeout, label=f"{n} GPU(s): ", written=out)
+    if not out.exists():
+        lines = [line for line in log.read_text(errors="replace").splitlines() if "warn" not in line.lower()]
+        print(f"{n} GPU(s): failed (exit {code}, {time.monotonic() - started:.0f} s)\n" + "\n".join(lines[-30:]),
+              flush=True)
         return None
     return json.loads(out.read_text().splitlines()[-1])
 
@@ -58,6 +63,8 @@ def main():
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--timeout", type=int, default=900, help="seconds per process count")
+    p.add_argument("--cpu", action="store_true", help="gloo processes on the CPU (a dry run of this script)")
+    p.add_argument("--logs", help="keep each count's log in this folder (default: a temporary one)")
     args = p.parse_args()
     counts = [int(n) for n in args.gpus.split(",")]
     print(f"global batch {args.prompts} prompts x G={args.G} = {args.prompts * args.G} completions of "
@@ -67,8 +74,10 @@ def main():
           flush=True)
     base = None
     with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(args.logs or tmp)
+        logs.mkdir(parents=True, exist_ok=True)
         for n in counts:
-            r = run(n, args, Path(tmp) / f"{n}.json")
+            r = run(n, args, Path(tmp) / f"{n}.json", logs)
             if r is None:
                 continue
             base = base or (r["step_s"] if n == 1 else None)

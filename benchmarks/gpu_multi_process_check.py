@@ -24,9 +24,13 @@ What must agree with the 1-process run, and how:
   the support hinge on base rollouts are rounding only (|value| <= 0.02: bf16 log-probs);
 - the resumed run: "resuming from checkpoint-K" in its output, actions equal, and the log
   after K against the uninterrupted run (reported: exact, or the largest difference).
-Resuming with another process count is not done: train.gpus is part of a run's key (its
-settings), so a job with another count starts afresh rather than resume a run whose random
-streams were laid out for another number of processes.
+Resuming with another process count is not done: the process count is part of a run's key,
+so a job with another count starts afresh rather than resume a run whose random streams were
+laid out for another number of processes (docs/training.md says what transformers would do).
+
+Each job's exit is timed from the moment its outputs appear (log.parquet, written last by its
+main process): "exited N s after its outputs", or, at the deadline, "killed ... N s after
+writing its outputs" (an exit that hangs).
 """
 
 from __future__ import annotations
@@ -157,22 +161,38 @@ def main():
         ck = work / "killed_ck"
         while (killed.poll() is None and not list(ck.glob(f"*/checkpoint-{a.save_steps}/trainer_state.json"))
                and (not a.deadline or time.time() < t0 + a.deadline)):
-            time.sleep(0.5)
-        time.sleep(1)  # into the next step, mid-run
-        os.killpg(killed.pid, signal.SIGKILL)  # as a node failure would: no clean shutdown
+            time.sleep(0.1)
+        # At once (2 steps of the testbed take a second on a CPU), as a node failure would: no
+        # clean shutdown; the workers go with their torchrun (die_with_launcher).
+        os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
         print(f"killed the {a.resume_gpus}-process {resume_method} run after checkpoint-{a.save_steps} "
               f"(exit {killed.returncode})", flush=True)
         jobs["resumed", a.resume_gpus] = start(train_cmd(resume_method, a.resume_gpus, a, work, "killed"),
                                                work / "logs" / "resumed.log")
-    for key, job in jobs.items():
-        try:
-            code = job.wait(timeout=max(1.0, t0 + a.deadline - time.time()) if a.deadline else None)
-        except subprocess.TimeoutExpired:  # out of time: stop it, compare what finished
-            os.killpg(job.pid, signal.SIGKILL)
-            code = f"killed at the {a.deadline} s deadline"
-        if code:
-            print(f"FAIL {key}: exit {code}; log {work}/logs", flush=True)
+    # Every job watched together: when its outputs appeared (log.parquet, written last by its
+    # main process) and when it exited, so an exit that lags its outputs is measured.
+    outs = {key: work / ("killed" if key[0] == "resumed" else f"{key[0]}_{key[1]}") / "log.parquet" for key in jobs}
+    wrote: dict = {key: None for key, out in outs.items() if out.exists()}  # not theirs (a finished killed run)
+    running = dict(jobs)
+    while running:
+        now = time.time()
+        for key, job in list(running.items()):
+            code = job.poll()
+            if key not in wrote and outs[key].exists():  # seen while it runs: its exit can be timed
+                wrote[key] = now if code is None else None
+            if code is None and a.deadline and now > t0 + a.deadline:  # out of time: compare what finished
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+                code = (f"killed at the {a.deadline} s deadline"
+                        + (f", {now - wrote[key]:.0f} s after writing its outputs" if wrote.get(key) else ""))
+            if code is None:
+                continue
+            del running[key]
+            lag = f"; exited {now - wrote[key]:.1f} s after its outputs" if wrote.get(key) and code == 0 else ""
+            print(f"{'FAIL ' if code else 'done '}{key}: exit {code} at {now - t0:.0f} s{lag}; log {work}/logs",
+                  flush=True)
+        time.sleep(0.5)
     print(f"all runs done ({time.time() - t0:.0f} s)", flush=True)
     for m in methods:
         for n in counts[1:]:

@@ -42,6 +42,11 @@ SHAPES = {
                                    num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
                                    head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5,
                                    tie_word_embeddings=True, hidden_act="silu")),
+    # Qwen2.5-7B's family and proportions at toy size: a CPU dry run of the 7B benchmark.
+    "tiny-qwen2": ("Qwen2", dict(vocab_size=1000, hidden_size=64, intermediate_size=256,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                 hidden_act="silu", use_sliding_window=False, max_window_layers=2)),
 }
 METHODS = {
     "grpo": {},
@@ -126,9 +131,11 @@ def build_random(shape: str, tok, max_len: int):
 def main():
     from datasets import Dataset
 
+    from boundary.training.launch import die_with_launcher, leave, stop_processes
     from boundary.training.trainer import PBATrainer
     from boundary.training.trainer_config import make_config
 
+    die_with_launcher()  # a timed-out launch, killed, takes its workers with it
     p = argparse.ArgumentParser()
     p.add_argument("--model", help="a model folder (else --shape, random weights)")
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-7b")
@@ -165,8 +172,10 @@ def main():
             model = build_random(args.shape, tok, args.prompt_len + args.completion_len + 8)
         rng = np.random.default_rng(0)
         n = args.prompts * args.steps
-        data = Dataset.from_dict({"prompt": prompts_for(args, tok, n, rng), "answer": ["0"] * n,
-                                  "prompt_id": [f"p{i}" for i in range(n)]})
+        text = prompts_for(args, tok, n, rng)
+        if args.split:  # the split's own prompts: their mean length counts in tokens per second
+            args.prompt_len = round(float(np.mean([len(tok(t).input_ids) for t in text])))
+        data = Dataset.from_dict({"prompt": text, "answer": ["0"] * n, "prompt_id": [f"p{i}" for i in range(n)]})
         anchored = (rng.random(n) < args.anchored).astype(float)[None] if args.method != "grpo" else None
         with tempfile.TemporaryDirectory() as tmp:
             cfg = make_config(settings, seed=0, checkpoint_dir=tmp)
@@ -211,10 +220,14 @@ def main():
             result[k] = round(float(np.nanmax(table[:, i])), 3) if rows else None
         result["steps_timed"] = len(rows)
         tokens = args.prompts * args.G * (args.prompt_len + args.completion_len)
-        result["tokens_per_step"] = tokens
+        result["prompt_len"], result["tokens_per_step"] = args.prompt_len, tokens
         result["tokens_per_s"] = round(tokens / result["step_s"], 1) if rows else None
         with open(args.out, "a") as f:
             f.write(json.dumps(result) + "\n")
+    # As `boundary train`'s workers leave: every process past rank 0's write, the group ended,
+    # no interpreter teardown (the launch returns as soon as the figures are written).
+    stop_processes(finished=True)
+    leave(0)
 
 
 if __name__ == "__main__":

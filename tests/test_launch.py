@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -85,11 +86,46 @@ def test_cpu_processes_run_under_torchrun(started):
     assert started[0]["processes"] == 2 and started[0]["devices"] == ""
 
 
-def test_a_worker_trains_in_place(started, monkeypatch):
+def test_a_worker_trains_in_place_then_ends_its_group_and_leaves(started, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "8")  # set by torchrun for each worker
+    monkeypatch.setattr(launch, "die_with_launcher", lambda: None)  # not this test process
     monkeypatch.setattr(launch, "start_processes", lambda: None)  # no process group here
+    ends = []
+    monkeypatch.setattr(launch, "stop_processes", lambda finished: ends.append(("stop", finished)))
+    monkeypatch.setattr(launch, "leave", lambda code=0: ends.append(("leave", code)))  # not os._exit here
     launch.main(train_argv(8))
     assert started[0]["processes"] == 1 and started[0]["argv"] == train_argv(8)
+    assert ends == [("stop", True), ("leave", 0)]
+
+
+def test_a_failed_worker_ends_its_group_without_waiting_for_the_others(started, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(launch, "die_with_launcher", lambda: None)  # not this test process
+    monkeypatch.setattr(launch, "start_processes", lambda: None)
+    monkeypatch.setattr(launch, "run", lambda argv: 1 / 0)
+    ends = []
+    monkeypatch.setattr(launch, "stop_processes", lambda finished: ends.append(("stop", finished)))
+    monkeypatch.setattr(launch, "leave", lambda code=0: ends.append(("leave", code)))
+    with pytest.raises(ZeroDivisionError):
+        launch.main(train_argv(2))
+    assert ends == [("stop", False)]  # the error is raised (a traceback, exit 1): torchrun stops the rest
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_stop_processes_waits_for_all_only_after_a_finished_run_then_ends_the_group(monkeypatch, finished):
+    """A 1-process gloo group in this process: ended either way; the barrier (rank 0's writes
+    done before anyone leaves) only after a finished run."""
+    import torch.distributed as dist
+
+    from boundary.training import launch as plan
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    barriers = []
+    real = dist.barrier
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: (barriers.append(1), real(*a, **k)))
+    plan.stop_processes(finished)
+    assert not dist.is_initialized() and barriers == ([1] if finished else [])
+    plan.stop_processes(finished)  # ended already (by the trainer's end_training): nothing to do
 
 
 def test_a_failed_process_fails_the_job(started, monkeypatch):
@@ -144,3 +180,73 @@ def test_a_worker_error_is_the_launch_s_one_line(started, monkeypatch, tmp_path)
     monkeypatch.setattr(launch, "_run", failing)
     with pytest.raises(BoundaryError, match=r"^train: process 1: NCCL failed to start between the 2"):
         launch.main(train_argv(0, "--processes", "2"))
+
+
+def test_the_benchmarks_runner_echoes_progress_and_stops_a_launch_that_outlives_its_output(tmp_path, capsys):
+    """benchmarks/launched.py: progress lines echoed as written; a launch whose result file
+    exists but which has not exited `grace` s later is stopped, its whole process group with
+    it, and said so; one past its timeout likewise."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from launched import run_logged
+
+    result, child = tmp_path / "result.json", tmp_path / "child.pid"
+    hangs = ("import os, subprocess, sys, time; print('[multi_gpu_steps] step 1: 0.1 s', flush=True); "
+             f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+             f"open({str(child)!r}, 'w').write(str(p.pid)); open({str(result)!r}, 'w').write('{{}}'); time.sleep(60)")
+    code = run_logged([sys.executable, "-c", hangs], dict(os.environ), tmp_path / "a.log", timeout=30,
+                      label="x: ", written=result, grace=1)
+    assert code == "wrote its output, not exited 1 s later"
+    assert "x: [multi_gpu_steps] step 1: 0.1 s" in capsys.readouterr().out
+    status = Path(f"/proc/{child.read_text()}/status")  # the launch's own children went with it
+
+    def gone():
+        try:
+            return "zombie" in status.read_text()
+        except FileNotFoundError:
+            return True
+
+    for _ in range(50):  # SIGKILL is delivered at once, the exit takes a moment
+        if gone():
+            break
+        __import__("time").sleep(0.1)
+    assert gone()
+    assert run_logged([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
+                      tmp_path / "b.log", timeout=1) == "timeout after 1 s"
+    assert run_logged([sys.executable, "-c", f"open({str(result)!r}, 'w')"], dict(os.environ),
+                      tmp_path / "c.log", timeout=30, written=result) == 0
+
+
+def test_a_worker_dies_with_the_torchrun_that_started_it(tmp_path):
+    """torchrun starts workers in sessions of their own: a launch killed outright (SIGKILL to
+    its process group) must not leave them running. A stand-in launcher starts a worker the
+    same way, then is SIGKILLed: the worker goes too."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    worker = ("from boundary.training.launch import die_with_launcher; die_with_launcher(); "
+              "import time; print('ready', flush=True); time.sleep(60)")
+    launcher = ("import subprocess, sys; "
+                f"w = subprocess.Popen([sys.executable, '-c', {worker!r}], start_new_session=True); "
+                "print(w.pid, flush=True); w.wait()")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "workflow")}
+    job = subprocess.Popen([sys.executable, "-c", launcher], env=env, stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    pid = int(job.stdout.readline())
+    assert job.stdout.readline().strip() == "ready"  # the worker's line, through the shared pipe
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    status = Path(f"/proc/{pid}/status")
+    for _ in range(50):
+        try:
+            if "zombie" in status.read_text():
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("the worker outlived its launcher")

@@ -362,7 +362,8 @@ def test_killed_training_resumes_from_its_last_checkpoint(model_dir, split, tmp_
 def test_run_key_changes_with_every_input_the_run_is_trained_from(model_dir, split, tmp_path,
                                                                   monkeypatch):
     """A job resumes only its own key's checkpoints: a changed gate (mask weights), base,
-    prompts, settings or seed starts afresh instead of resuming a stale run."""
+    prompts, settings, seed or process count starts afresh instead of resuming a stale run."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
     prompts = {"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),
                "prompt_id": split["prompt_id"].tolist()}
     w = alternate(split)
@@ -378,6 +379,9 @@ def test_run_key_changes_with_every_input_the_run_is_trained_from(model_dir, spl
                run_key(model_dir, SETTINGS, 0, {**prompts, "answer": prompts["answer"][::-1]}, w),
                run_key(model_dir, SETTINGS, 0, prompts, 1.0 - w),
                run_key(model_dir, SETTINGS, 0, prompts, None)]
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a worker of 2 processes (here with train.gpus 0)
+    changed.append(run_key(model_dir, SETTINGS, 0, prompts, w))
+    monkeypatch.delenv("WORLD_SIZE")
     import boundary.stages.train as train_stage
     from boundary.core import sources
 

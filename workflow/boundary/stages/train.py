@@ -33,10 +33,13 @@ from boundary.training import sharding
 from boundary.training.launch import (
     ERRORS_ENV,
     _run,
+    die_with_launcher,
     launch_plan,
+    leave,
     relay_error,
     relayed_error,
     start_processes,
+    stop_processes,
     torchrun,
 )
 from boundary.training.schedule import anchor_weights_for
@@ -48,13 +51,19 @@ OWNER = "boundary train"  # the marker of the model folders it writes (core.arti
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "WORLD_SIZE" in os.environ:  # a worker of a launch: train here
+    if "WORLD_SIZE" in os.environ:  # a worker of a launch: train here, then leave at once
+        die_with_launcher()
+        finished = False
         try:
             start_processes()
-            return run(argv)
+            run(argv)
+            finished = True
         except BoundaryError as err:
             relay_error(err)
             raise
+        finally:
+            stop_processes(finished)
+        return leave()
     parser = ArgumentParser(add_help=False)  # run() documents both
     parser.add_argument("--settings")
     parser.add_argument("--processes", type=int)
@@ -136,12 +145,17 @@ def save_atomic(accelerator, model, tokenizer, path: Path):
 
 
 def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str:
-    """The identity of a training run: settings, seed, prompts, anchor weights, the base
-    model's files and the package's code. A job resumes only checkpoints under its own key, so
-    a changed config, gate, base or code never resumes a stale run. Files that do not shape
-    the weights are left out: pretrain.json (it records wall-clock seconds) and hidden files
-    (download caches, the folder's owner marker)."""
-    h = hashlib.sha256(json.dumps([settings, seed, prompts], sort_keys=True).encode())
+    """The identity of a training run: settings, seed, prompts, anchor weights, the process
+    count, the base model's files and the package's code. A job resumes only checkpoints under
+    its own key, so a changed config, gate, base or code never resumes a stale run, and a job
+    with another process count (train.gpus, or --processes on the CPU) starts afresh: TRL
+    seeds process r with seed + r, so the random streams are laid out by the count, and
+    transformers would resume another count's checkpoint without a word about the processes
+    whose random state it lacks. Files that do not shape the weights are left out:
+    pretrain.json (it records wall-clock seconds) and hidden files (download caches, the
+    folder's owner marker)."""
+    processes = int(os.environ.get("WORLD_SIZE", 1))
+    h = hashlib.sha256(json.dumps([settings, seed, prompts, processes], sort_keys=True).encode())
     if weights is not None:
         h.update(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
     model_files = [p for p in sorted(Path(model_dir).rglob("*")) if p.name != "pretrain.json"
