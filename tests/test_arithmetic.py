@@ -12,7 +12,7 @@ from boundary.stages.data import build_splits
 from boundary.tasks.arithmetic import Level, generate, parse_levels
 from boundary.tasks.verify import Verifier, extract_answer
 
-LEVELS = parse_levels("1:10,2:100,3:20,4:100")
+LEVELS = parse_levels("1:10:+-*/,2:100:+-*/,3:20:+-*/,4:100:+-*/")
 
 # Each sentence of a story as (pattern, operation): read independently of the generator.
 STEPS = [
@@ -57,22 +57,32 @@ def test_deterministic_given_the_seed():
     assert one != generate({"train": 50}, seed=8, levels=LEVELS)
 
 
-def test_operations_stay_in_range():
-    rows = generate({"x": 400}, seed=0, levels=[Level(4, 10)])["x"]
+def _ops(rows):
+    return {op for row in rows for op in re.findall(r" ([-+*/]) \d+ =", row["solution"])}
+
+
+def test_operations_stay_in_range_and_in_the_level():
+    rows = generate({"x": 400}, seed=0, levels=[Level(4, 10, "+-*/")])["x"]
     for row in rows:
         operands = [int(b) for b in re.findall(r"[-+*/] (\d+) =", row["solution"])]
         assert all(1 <= b <= 10 for b in operands), row
-    ops = {op for row in rows for op in re.findall(r" ([-+*/]) \d+ =", row["solution"])}
-    assert ops == {"+", "-", "*", "/"}
+    assert _ops(rows) == {"+", "-", "*", "/"}
+    easy, hard = generate({"easy": 200, "hard": 200}, seed=0, levels=[Level(2, 5, "+-"), Level(3, 10, "*/")]).values()
+    assert _ops(easy + hard) == {"+", "-", "*", "/"}  # levels cycle within each split
+    mixed = easy + hard
+    assert _ops([r for r in mixed if r["steps"] == 2]) == {"+", "-"}
+    assert _ops([r for r in mixed if r["steps"] == 3]) == {"*", "/"}
+    assert all(solve(r["question"]) == int(r["answer"]) for r in mixed)
+    assert {r["difficulty"] for r in mixed} == {"2-step, operands to 5, +- only", "3-step, operands to 10, */ only"}
 
 
 def test_the_command_writes_jsonl_the_data_stage_reads(tmp_path):
     out = tmp_path / "arith"
     assert main(["arithmetic", "--out-dir", str(out), "--split", "train=40", "--split",
-                 "diagnostic=12", "--seed", "0", "--levels", "1:10,3:50"]) == 0
+                 "diagnostic=12", "--seed", "0", "--levels", "1:10:+-,3:50:+-*/"]) == 0
     first = (out / "train.jsonl").read_text()
     assert main(["arithmetic", "--out-dir", str(out), "--split", "train=40", "--split",
-                 "diagnostic=12", "--seed", "0", "--levels", "1:10,3:50"]) == 0
+                 "diagnostic=12", "--seed", "0", "--levels", "1:10:+-,3:50:+-*/"]) == 0
     assert (out / "train.jsonl").read_text() == first  # same seed, same bytes
 
     def spec(split):
@@ -101,8 +111,11 @@ def test_the_command_writes_jsonl_the_data_stage_reads(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--split", "train"], "--split: 'train' is not NAME=COUNT"),
     (["--split", "a=2", "--split", "a=3"], "--split: a split name is given twice"),
-    (["--split", "a=2", "--levels", "0:10"], "--levels: '0:10' is not steps:operand_max"),
-    (["--split", "a=20000", "--levels", "1:2"], "--levels: level '1-step, operands to 2' has too few"),
+    (["--split", "a=2", "--levels", "0:10:+"], "--levels: '0:10:+' is not steps:operand_max:operations"),
+    (["--split", "a=2", "--levels", "1:10"], "--levels: '1:10' is not steps:operand_max:operations"),
+    (["--split", "a=2", "--levels", "1:10:+x"], "--levels: '1:10:+x' is not steps:operand_max:operations"),
+    (["--split", "a=2", "--levels", "1:10:++"], "--levels: '1:10:++' is not steps:operand_max:operations"),
+    (["--split", "a=20000", "--levels", "1:2:+-*/"], "--levels: level '1-step, operands to 2' gave no new problem"),
 ])
 def test_bad_options_are_one_line(tmp_path, capsys, args, message):
     assert main(["arithmetic", "--out-dir", str(tmp_path / "o"), *args]) == 1
@@ -113,7 +126,8 @@ def test_bad_options_are_one_line(tmp_path, capsys, args, message):
 
 @pytest.mark.parametrize("section, message", [
     ({"splits": {"a/b": 3}}, "arithmetic.splits: name 'a/b': names hold only letters, digits and _"),
-    ({"splits": {"train": 3}, "levels": [[0, 10]]}, "arithmetic.levels.0.0: 0 is less than the minimum of 1"),
+    ({"splits": {"train": 3}, "levels": [[0, 10, "+"]]}, "arithmetic.levels.0.0: 0 is less than the minimum of 1"),
+    ({"splits": {"train": 3}, "levels": [[1, 10, "x"]]}, "arithmetic.levels.0.2: 'x' does not match"),
     ({"splits": {}}, "arithmetic.splits: {} should be non-empty"),
 ])
 def test_a_bad_config_section_is_one_line(section, message):
@@ -125,3 +139,15 @@ def test_a_bad_config_section_is_one_line(section, message):
     config = {**load_yaml(ROOT / "config" / "smollm2_arith_smoke.yaml"), "arithmetic": section}
     with pytest.raises(BoundaryError, match=re.escape(message)):
         validate_config(config)
+
+
+def test_the_default_mix_draws_the_pre_registered_studys_problems(tmp_path):
+    """config/smollm2_arith.yaml's splits (default levels, seed 0) were fixed before its study
+    ran: these files, byte for byte, as the first generator wrote them."""
+    import hashlib
+
+    assert main(["arithmetic", "--out-dir", str(tmp_path), "--split", "diagnostic=1024", "--split",
+                 "test=64", "--split", "train=512", "--seed", "0"]) == 0
+    digests = {s: hashlib.sha256((tmp_path / f"{s}.jsonl").read_bytes()).hexdigest()[:16]
+               for s in ("diagnostic", "test", "train")}
+    assert digests == {"diagnostic": "8cd7b0bf3d39f816", "test": "0e53b8d1b923322e", "train": "f119b94ccf00ba3d"}

@@ -13,6 +13,7 @@ from boundary.core.config import dumps, load_yaml, method_settings, validate_con
 from boundary.core.errors import BoundaryError
 from boundary.analysis.report_settings import figure_names, load_settings, table_names
 from boundary.cli import COMMANDS
+from boundary.tasks.arithmetic import levels_text
 from boundary.core import digests, sources
 
 try:

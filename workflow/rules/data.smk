@@ -11,7 +11,7 @@ if config["arithmetic"]:
             out_dir=f"{OUT}/arithmetic",
             splits=" ".join(f"--split {k}={v}" for k, v in config["arithmetic"]["splits"].items()),
             seed=config["arithmetic"]["seed"],
-            levels=",".join(f"{s}:{m}" for s, m in config["arithmetic"]["levels"]),
+            levels=levels_text(config["arithmetic"]["levels"]),
         threads: job_threads("cpu")
         resources:
             **job_resources("cpu"),
@@ -23,7 +23,7 @@ if config["arithmetic"]:
             "../../envs/boundary.yaml"
         shell:
             "boundary arithmetic --out-dir {params.out_dir} {params.splits} --seed {params.seed} "
-            "--levels {params.levels} > {log} 2>&1"
+            "--levels {params.levels:q} > {log} 2>&1"
 
 
 # The splits. The testbed's are generated together; a real config's are one job per split,

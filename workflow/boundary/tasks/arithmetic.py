@@ -2,8 +2,9 @@
 difficulty is set by the number of operations (steps) and the size of the operands.
 
 A problem is a short story about one person's stock of some item: a starting amount, then
-one sentence per step that adds, takes away, multiplies by a small number or shares out
-equally (a division that always comes out even), then the question "How many ... now?". The
+one sentence per step that adds (+), takes away (-), multiplies by a small number (*) or shares
+out equally (/, a division that always comes out even), then the question "How many ... now?".
+A level names its number of steps, its largest operand and the operations it draws from. The
 answer is the final count, a positive integer, so the `last_number` (or `boxed`) extractor
 and math-verify grade it. Each row also carries its solution as a chain of equations and its
 difficulty, so a file can mix levels and be stratified by them later.
@@ -21,7 +22,6 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from boundary.core.artifacts import write_text
 from boundary.core.config import schema_defaults
 from boundary.core.errors import BoundaryError
 from boundary.core.options import ArgumentParser
@@ -40,14 +40,18 @@ ATTEMPTS = 50  # draws per wanted problem before the level is declared too small
 
 @dataclass(frozen=True)
 class Level:
-    """One difficulty: `steps` operations on operands of at most `operand_max`."""
+    """One difficulty: `steps` operations, each one of `operations` ('+-*/' or a part of it),
+    on operands of at most `operand_max`."""
 
     steps: int
     operand_max: int
+    operations: str
 
     @property
     def name(self) -> str:
-        return f"{self.steps}-step, operands to {self.operand_max}"
+        """'2-step, operands to 10' (every operation), '1-step, operands to 5, +- only'."""
+        name = f"{self.steps}-step, operands to {self.operand_max}"
+        return name if set(self.operations) == set(OPERATIONS) else f"{name}, {self.operations} only"
 
 
 def _add(rng, value, level, name, items):
@@ -94,20 +98,24 @@ def _count(n: int, items: str) -> str:
     return f"{n} {items[:-1] if n == 1 else items}"
 
 
-OPERATIONS = (_add, _subtract, _multiply, _divide)
+OPERATIONS = {"+": _add, "-": _subtract, "*": _multiply, "/": _divide}
 
 
-def make_problem(rng: random.Random, level: Level) -> dict:
-    """One problem at `level`: question, integer answer (as text) and the solution's equations."""
+def make_problem(rng: random.Random, level: Level) -> dict | None:
+    """One problem at `level`: question, integer answer (as text) and the solution's equations;
+    None where no operation of the level applies to a running total (e.g. '/' on a prime)."""
     name, items = rng.choice(NAMES), rng.choice(ITEMS)
-    value = rng.randint(2, max(2, level.operand_max))
+    value = rng.randint(2, level.operand_max)
     sentences, equations = [f"{name} has {value} {items}."], []
+    ops = [OPERATIONS[s] for s in level.operations]
     for _ in range(level.steps):
-        for op in rng.sample(OPERATIONS, len(OPERATIONS)):  # the first that applies to this value
+        for op in rng.sample(ops, len(ops)):  # the first that applies to this value
             step = op(rng, value, level, name, items)
             if step is not None:
                 break
-        value, sentence, equation = step  # _add always applies
+        else:
+            return None
+        value, sentence, equation = step
         sentences.append(sentence)
         equations.append(equation)
     sentences.append(f"How many {items} does {name} have now?")
@@ -128,11 +136,11 @@ def generate(sizes: dict[str, int], seed: int, levels: list[Level]) -> dict[str,
             level = levels[index % len(levels)]
             for _ in range(ATTEMPTS):
                 row = make_problem(rng, level)
-                if row["question"] not in seen:
+                if row is not None and row["question"] not in seen:
                     break
             else:
-                raise BoundaryError(f"--levels: level {level.name!r} has too few distinct problems "
-                                    f"for {sum(sizes.values())} rows")
+                raise BoundaryError(f"--levels: level {level.name!r} gave no new problem in {ATTEMPTS} "
+                                    f"draws (too few distinct problems for {sum(sizes.values())} rows?)")
             seen.add(row["question"])
             rows.append({"id": f"arith-s{seed}-{index:06d}", **row})
             index += 1
@@ -141,19 +149,25 @@ def generate(sizes: dict[str, int], seed: int, levels: list[Level]) -> dict[str,
 
 
 def parse_levels(text: str) -> list[Level]:
-    """'1:10,2:20' -> [Level(1, 10), Level(2, 20)]: steps:operand_max pairs."""
+    """'1:10:+-,2:20:+-*/' -> [Level(1, 10, '+-'), Level(2, 20, '+-*/')]."""
     levels = []
     for part in text.split(","):
-        steps, _, top = part.strip().partition(":")
+        fields = part.strip().split(":")
         try:
-            level = Level(int(steps), int(top))
+            level = Level(int(fields[0]), int(fields[1]), fields[2]) if len(fields) == 3 else None
         except ValueError:
             level = None
-        if level is None or level.steps < 1 or level.operand_max < 2:
-            raise BoundaryError(f"--levels: {part.strip()!r} is not steps:operand_max "
-                                f"(steps >= 1, operand_max >= 2)")
+        if (level is None or level.steps < 1 or level.operand_max < 2 or not level.operations
+                or set(level.operations) - set(OPERATIONS) or len(set(level.operations)) < len(level.operations)):
+            raise BoundaryError(f"--levels: {part.strip()!r} is not steps:operand_max:operations "
+                                f"(steps >= 1, operand_max >= 2, operations: distinct of +-*/)")
         levels.append(level)
     return levels
+
+
+def levels_text(levels: list) -> str:
+    """A config's levels ([steps, operand_max, operations] triples) as --levels takes them."""
+    return ",".join(":".join(str(x) for x in level) for level in levels)
 
 
 def parse_split(text: str) -> tuple[str, int]:
@@ -164,14 +178,17 @@ def parse_split(text: str) -> tuple[str, int]:
 
 
 def main(argv=None):
+    from boundary.core.artifacts import write_text  # pandas: not at import, the Snakefile reads levels_text
+
     defaults = schema_defaults("arithmetic")  # the config section's, written once
     parser = ArgumentParser(prog="boundary arithmetic", description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", required=True, help="folder for NAME.jsonl, one per --split")
     parser.add_argument("--split", action="append", required=True, metavar="NAME=COUNT",
                         help="a split and its number of problems (repeat: disjoint splits)")
     parser.add_argument("--seed", type=int, default=defaults["seed"])
-    parser.add_argument("--levels", default=",".join(f"{s}:{m}" for s, m in defaults["levels"]),
-                        help="difficulties mixed evenly, as steps:operand_max pairs (default: %(default)s)")
+    parser.add_argument("--levels", default=levels_text(defaults["levels"]),
+                        help="difficulties mixed evenly, as steps:operand_max:operations "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
     sizes = dict(parse_split(s) for s in args.split)
     if len(sizes) < len(args.split):
