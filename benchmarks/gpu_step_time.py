@@ -83,9 +83,9 @@ def build_model(args, tok):
 def load_model(args, tok):
     """The model each trainer starts from: --model's weights, else a random Qwen2."""
     if args.model:
-        from transformers import AutoModelForCausalLM
+        from boundary.sampling.models import from_pretrained  # every weight accounted for
 
-        return AutoModelForCausalLM.from_pretrained(args.model)
+        return from_pretrained(args.model)
     return build_model(args, tok)
 
 

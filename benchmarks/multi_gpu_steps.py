@@ -163,10 +163,12 @@ def main():
     phases, trainer, stage, t0 = Phases(), None, "build", time.perf_counter()
     try:
         if args.model:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoTokenizer
+
+            from boundary.sampling.models import from_pretrained  # every weight accounted for
 
             tok = AutoTokenizer.from_pretrained(args.model)
-            model = AutoModelForCausalLM.from_pretrained(args.model)
+            model = from_pretrained(args.model)
         else:
             tok = build_tokenizer(args.vocab)
             model = build_random(args.shape, tok, args.prompt_len + args.completion_len + 8)
