@@ -5,8 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary.analysis.power import expected_pass, power_table, shrink_factor
+from boundary.analysis.power import power_table, shrink_factor
 from boundary.analysis.regimes import Thresholds
+from boundary.analysis.regimes import coverage as expected_pass
 from boundary.cli import main
 from boundary.core.errors import BoundaryError
 
@@ -20,7 +21,7 @@ def test_shrink_factor_lowers_mean_pass_at_k_by_the_effect():
     p = np.array([0.004, 0.01, 0.03, 0.08])
     s = shrink_factor(p, 256, 0.05)
     assert 0 < s < 1
-    assert expected_pass(p, 256, 256).mean() - expected_pass(p * s, 256, 256).mean() == pytest.approx(0.05, abs=1e-9)
+    assert expected_pass(p, 256).mean() - expected_pass(p * s, 256).mean() == pytest.approx(0.05, abs=1e-9)
     with pytest.raises(BoundaryError, match="exceeds the Boundary prompts' pass@256"):
         shrink_factor(p, 256, 0.99)
 

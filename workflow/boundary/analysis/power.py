@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from boundary.analysis.regimes import Thresholds, counts_from_calibration, label, load_settings
+from boundary.analysis.regimes import Thresholds, counts_from_calibration, coverage, label, load_settings
 from boundary.analysis.stats import bootstrap_means, nested_over_seeds, percentile_interval, seed_weights
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
@@ -37,21 +37,17 @@ from boundary.core.passk import pass_at_k
 COLUMNS = ["prompts", "seeds", "boundary_prompts", "effect", "power", "false_positive", "mean_width"]
 
 
-def expected_pass(p, n_eval: int, k: int) -> np.ndarray:
-    """E[unbiased pass@k] of n_eval samples at success rate p: exactly 1 - (1 - p)^k."""
-    return 1.0 - (1.0 - np.asarray(p, dtype=float)) ** k
-
-
 def shrink_factor(p, k: int, effect: float) -> float:
-    """The factor s in [0, 1] on every success rate that lowers mean pass@k by `effect`."""
-    target = expected_pass(p, k, k).mean() - effect
+    """The factor s in [0, 1] on every success rate that lowers mean pass@k by `effect`
+    (E[unbiased pass@k] at rate p is 1 - (1 - p)^k: the regimes' coverage)."""
+    now = coverage(p, k).mean()
+    target = now - effect
     if target < 0:
-        raise BoundaryError(f"power: an effect of {effect} exceeds the Boundary prompts' pass@{k} "
-                            f"({expected_pass(p, k, k).mean():.3f})")
+        raise BoundaryError(f"power: an effect of {effect} exceeds the Boundary prompts' pass@{k} ({now:.3f})")
     lo, hi = 0.0, 1.0
     for _ in range(60):  # bisection: mean pass@k is increasing in s
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_pass(np.asarray(p) * mid, k, k).mean() < target else (lo, mid)
+        lo, hi = (mid, hi) if coverage(np.asarray(p) * mid, k).mean() < target else (lo, mid)
     return (lo + hi) / 2
 
 
