@@ -389,16 +389,16 @@ def json_records(path: str | os.PathLike) -> list[dict]:
             records = json.loads(body, parse_float=_Number)
         except json.JSONDecodeError as err:
             raise _json_error(path, err.lineno + skipped, err) from None
-        for i, record in enumerate(records, 1):
-            if not isinstance(record, dict):
-                raise BoundaryError(f"{path}: item {i} of the array: a JSON {_kind(record)}, not an object")
+        for i, row in enumerate(records, 1):
+            if not isinstance(row, dict):
+                raise BoundaryError(f"{path}: item {i} of the array: a JSON {_kind(row)}, not an object")
         return records
     records = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line, parse_float=_Number)
+            row = json.loads(line, parse_float=_Number)
         except json.JSONDecodeError as err:
             if not records:  # perhaps one object written over several lines
                 try:
@@ -408,10 +408,10 @@ def json_records(path: str | os.PathLike) -> list[dict]:
                 if isinstance(whole, dict):
                     return [whole]
             raise _json_error(path, number, err) from None
-        if not isinstance(record, dict):
-            raise BoundaryError(f"{path}: line {number}: a JSON {_kind(record)}, not an object "
+        if not isinstance(row, dict):
+            raise BoundaryError(f"{path}: line {number}: a JSON {_kind(row)}, not an object "
                                 "(one object per line, or one array of objects)")
-        records.append(record)
+        records.append(row)
     return records
 
 
@@ -424,13 +424,13 @@ def json_columns(path: str | os.PathLike) -> list[str]:
     except (OSError, UnicodeDecodeError) as err:
         raise BoundaryError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
     try:
-        record = json.loads(first) if first.strip() else None
+        row = json.loads(first) if first.strip() else None
     except json.JSONDecodeError:  # an array, or one object over several lines
-        record = None
-    if not isinstance(record, dict):
+        row = None
+    if not isinstance(row, dict):
         records = json_records(path)
-        record = records[0] if records else {}
-    return list(record)
+        row = records[0] if records else {}
+    return list(row)
 
 
 def read_json(path: str | os.PathLike, types: dict | None = None, text: Iterable[str] = ()) -> pd.DataFrame:
