@@ -123,7 +123,7 @@ def paired_gain(diag, view, folder: Path, name: str) -> list[Path]:
     ax.set_xticks(range(len(ks)), [f"pass@{k}" for k in ks])
     ax.set_xlim(-0.6, len(ks) - 0.4)
     ax.set_ylabel(f"{view.label(view.method)} − {view.label(view.baseline)} (pts)")
-    ax.set_title("Seed-paired gain")
+    ax.set_title("Seed-paired gain ± seed SD")  # SD, as the paper draws it: not an interval
     return save(fig, folder, name)
 
 
