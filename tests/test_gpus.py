@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+from collections import Counter
 
 import pytest
 import torch
@@ -88,6 +89,50 @@ def test_jobs_per_gpu_lets_one_device_hold_several_jobs(monkeypatch):
     with pytest.raises(BoundaryError, match=r"\$BOUNDARY_JOBS_PER_GPU: '0' is not a positive job count"):
         with gpus.claim(1):
             pass
+
+
+def finish(*jobs):
+    for _, _, release, _ in jobs:
+        release.set()
+    for proc, _, _, _ in jobs:
+        proc.join(60)
+    assert all(proc.exitcode == 0 for proc, _, _, _ in jobs)
+
+
+def test_jobs_spread_over_the_least_loaded_devices(monkeypatch):
+    """4 devices x 4 slots: one-GPU jobs claimed in turn land one a device, then two each (not
+    four on GPU 0); a two-GPU job takes the two least-loaded devices, not the first free."""
+    monkeypatch.setenv(gpus.SLOTS_ENV, "4")
+    with mp.Manager() as manager:
+        jobs = []
+        for _ in range(8):
+            jobs.append(start(1, manager))
+            assert jobs[-1][1].wait(60)
+        assert [d for *_, devices in jobs for d in devices] == ["0", "1", "2", "3"] * 2
+        finish(jobs[2], jobs[7])  # one job off GPU 2, one off GPU 3: held 2, 2, 1, 1
+        pair = start(2, manager)
+        assert pair[1].wait(60) and sorted(pair[3]) == ["2", "3"]
+        finish(pair)
+        finish(jobs[6])  # the other job off GPU 2: held 2, 2, 0, 1
+        a = start(1, manager)
+        assert a[1].wait(60) and list(a[3]) == ["2"]
+        b = start(1, manager)  # GPUs 2 and 3 hold one each: the first of them
+        assert b[1].wait(60) and list(b[3]) == ["2"]
+        c = start(2, manager)  # held 2, 2, 2, 1: GPU 3, then the first of the rest
+        assert c[1].wait(60) and sorted(c[3]) == ["0", "3"]
+        finish(a, b, c, *(job for i, job in enumerate(jobs) if i not in (2, 6, 7)))
+
+
+def test_jobs_started_together_spread_evenly(monkeypatch):
+    """Eight jobs (four of one GPU, two of two) claiming at once on 4 devices x 4 slots: each
+    device holds two, whatever order they run in; a job's GPUs are distinct devices."""
+    monkeypatch.setenv(gpus.SLOTS_ENV, "4")
+    with mp.Manager() as manager:
+        jobs = [start(n, manager) for n in (1, 2, 1, 2, 1, 1)]
+        assert all(has.wait(60) for _, has, _, _ in jobs)
+        assert all(len(set(devices)) == len(devices) for *_, devices in jobs)
+        assert Counter(d for *_, devices in jobs for d in devices) == dict.fromkeys("0123", 2)
+        finish(*jobs)
 
 
 def test_a_killed_job_gives_its_gpus_back():

@@ -10,7 +10,12 @@ picked the job's devices (it sets CUDA_VISIBLE_DEVICES); they are used as given.
 
 A small model leaves a large GPU mostly idle (a 135M model's sampling steps are launch-bound),
 so a workstation may let each device hold several jobs at once: $BOUNDARY_JOBS_PER_GPU slots
-per device, one lock file each; a job's N GPUs are still N distinct devices.
+per device, one lock file each; a job's N GPUs are still N distinct devices. Jobs spread: a
+job takes the N least-loaded devices with a free slot (fewest slots held, ties by device
+order), not the first free slots, which packed twelve jobs onto three of four GPUs. A device's
+load is read by try-locking its slot files; one job reads and claims at a time (a short-held
+allocation lock, dropped by the kernel like the rest), so two jobs never both pick the device
+that looked idlest.
 """
 
 from __future__ import annotations
@@ -64,35 +69,56 @@ def jobs_per_gpu() -> int:
     return int(value)
 
 
-def _try_lock(folder: Path, device: str, slots: int):
-    """An open file holding an exclusive lock on one of `device`'s slots, or None if other
-    jobs hold them all."""
+def _slot_path(folder: Path, device: str, slot: int) -> Path:
     name = re.sub(r'[^A-Za-z0-9_.-]', '_', device)
-    for slot in range(slots):
-        path = folder / (f"gpu-{name}.lock" if slot == 0 else f"gpu-{name}.slot{slot}.lock")
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        return fd
-    return None
+    return folder / (f"gpu-{name}.lock" if slot == 0 else f"gpu-{name}.slot{slot}.lock")
+
+
+def _try_lock(path: Path) -> int | None:
+    """An open file holding an exclusive lock on `path`, or None if another holds it."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _free_slots(folder: Path, device: str, slots: int) -> list[int]:
+    """Locks on every slot of `device` no job holds (so len() is its free count)."""
+    return [fd for slot in range(slots)
+            if (fd := _try_lock(_slot_path(folder, device, slot))) is not None]
+
+
+@contextlib.contextmanager
+def _allocating(folder: Path):
+    """One job reads the devices' loads and claims at a time, so each sees the others' claims."""
+    fd = os.open(folder / "allocate.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for a few dozen try-locks, never while waiting
+        yield
+    finally:
+        os.close(fd)
 
 
 def _take(devices: list[str], n: int, folder: Path) -> tuple[list[str], list[int]] | None:
-    """All-or-nothing: n free devices and their locks, or None (nothing held)."""
-    chosen, fds, slots = [], [], jobs_per_gpu()
-    for device in devices:
-        fd = _try_lock(folder, device, slots)
-        if fd is not None:
-            chosen.append(device)
-            fds.append(fd)
-            if len(chosen) == n:
-                return chosen, fds
-    for fd in fds:
-        os.close(fd)
-    return None
+    """All-or-nothing: the n least-loaded devices with a free slot (fewest slots held, ties by
+    device order) and one slot lock on each, or None (nothing held)."""
+    slots = jobs_per_gpu()
+    with _allocating(folder):
+        free = {device: _free_slots(folder, device, slots) for device in devices}
+        try:
+            open_ = [device for device in devices if free[device]]
+            if len(open_) < n:
+                return None
+            held = {device: slots - len(free[device]) for device in open_}
+            chosen = sorted(open_, key=held.__getitem__)[:n]  # a stable sort: ties by device order
+            return chosen, [free[device].pop(0) for device in chosen]
+        finally:
+            for probes in free.values():  # every free slot not claimed is given back
+                for fd in probes:
+                    os.close(fd)
 
 
 @contextlib.contextmanager
