@@ -4,6 +4,7 @@
     PYTHONPATH=workflow python benchmarks/bench_sampling.py --cpu      # CPU: small sizes
     ... --shapes "" --real MODEL --prompts-file data/gsm8k/test.jsonl  # the real workload
     ... --samplers hf,stock,vllm --profile
+    ... --samplers vllm --vllm-max-num-seqs 256,1024,4096                 # vLLM's sequences per step
 
 Synthetic shapes (random bf16 weights, no downloads): SmolLM2-135M (vocab 49,152) and
 Qwen2.5-0.5B (vocab 151,936). Each draws n completions for each of `--prompts` random prompts
@@ -264,18 +265,22 @@ def real(args, device, cuda, samplers):
         del model
         load_model.cache_clear()
         free(device)
-        timings = {}
-        row = measure(dict(shape=shape, sampler="vllm backend, all-in", top_p=args.top_p), device,
-                      lambda: sum(len(c.tokens) for cs in vllm.generate(
-                          args.real, ids, n=n, max_new=cap, temperature=TEMPERATURE, top_p=args.top_p, seed=0,
-                          timings=timings) for c in cs), completions=len(prompts))
-        if row:
-            gen_row = dict(shape=shape, sampler="vllm generate alone", top_p=args.top_p,
-                           tok_s=row["tokens"] / timings["generate"], compl_s=len(prompts) / timings["generate"],
-                           note="engine start {start:.1f} s, entropy pass {entropy:.1f} s".format(**timings))
-            row["vs_stock"] = row["tok_s"] / stock_tok if stock_tok else None
-            show(gen_row)
-            show(row)
+        sweep = [int(v) for v in args.vllm_max_num_seqs.split(",")] if args.vllm_max_num_seqs else [None]
+        for per_gpu in sweep:  # one engine each, one after another in this process
+            seqs = vllm.max_num_seqs(len(prompts), per_gpu) if cuda else "cpu"
+            timings = {}
+            row = measure(dict(shape=shape, sampler=f"vllm backend s{seqs}, all-in", top_p=args.top_p), device,
+                          lambda: sum(len(c.tokens) for cs in vllm.generate(
+                              args.real, ids, n=n, max_new=cap, temperature=TEMPERATURE, top_p=args.top_p,
+                              seed=0, timings=timings, max_num_seqs_per_gpu=per_gpu) for c in cs),
+                          completions=len(prompts))
+            if row:
+                gen_row = dict(shape=shape, sampler=f"vllm generate alone s{seqs}", top_p=args.top_p,
+                               tok_s=row["tokens"] / timings["generate"], compl_s=len(prompts) / timings["generate"],
+                               note="engine start {start:.1f} s, entropy pass {entropy:.1f} s".format(**timings))
+                row["vs_stock"] = row["tok_s"] / stock_tok if stock_tok else None
+                show(gen_row)
+                show(row)
 
 
 def main():
@@ -294,6 +299,8 @@ def main():
     ap.add_argument("--field", default="question", help="with --real: the JSONL field holding the question")
     ap.add_argument("--top-p", type=float, default=0.95, help="with --real")
     ap.add_argument("--profile", action="store_true", help="with --real: the hf backend's time per phase")
+    ap.add_argument("--vllm-max-num-seqs", help="with --real: comma-separated sampling.vllm_max_num_seqs "
+                    "values, one vllm engine each (default: the schema's)")
     args = ap.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu
     device = torch.device("cuda" if cuda else "cpu")

@@ -43,6 +43,8 @@ def _default():
     (lambda c: c["gate"].update(tua=0.2), "config: unknown key 'gate.tua'"),
     (lambda c: c["train"].update(lr="fast"), "config: train.lr: 'fast' is not of type 'number'"),
     (lambda c: c["gate"].update(tau=1.5), "config: gate.tau: 1.5 is greater than the maximum of 1"),
+    (lambda c: c["sampling"].update(vllm_max_num_seqs=16384),  # vLLM refuses it above max_num_batched_tokens
+     "config: sampling.vllm_max_num_seqs: 16384 is greater than the maximum of 8192"),
     (lambda c: c["methods"]["pba"].update(mask="nope"), "config: methods.pba.mask: no mask named 'nope'"),
     (lambda c: c["evaluate"].update(ks=[1, 512]), "config: evaluate.ks: every k must be <= evaluate.n"),
     (lambda c: c.pop("train"), "config: <top level>: 'train' is a required property"),

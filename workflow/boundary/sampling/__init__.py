@@ -44,6 +44,7 @@ class SamplingParams:
     max_new_tokens: int = 512
     seed: int = 0
     batch_size: int | str = "auto"  # completions in flight (hf); "auto": what fits the device
+    vllm_max_num_seqs: int | None = None  # sequences in flight on one GPU (vllm); None: the schema's
     backend: str = "hf"
 
 

