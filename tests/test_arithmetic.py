@@ -9,7 +9,7 @@ import pytest
 
 from boundary.cli import main
 from boundary.stages.data import build_splits
-from boundary.tasks.arithmetic import Level, generate, parse_levels
+from boundary.tasks.arithmetic import Level, answer_cap, generate, modal_answer, parse_levels
 from boundary.tasks.verify import Verifier, extract_answer
 
 LEVELS = parse_levels("1:10:+-*/,2:100:+-*/,3:20:+-*/,4:100:+-*/")
@@ -108,6 +108,47 @@ def test_the_command_writes_jsonl_the_data_stage_reads(tmp_path):
     assert Verifier(timeout=5, workers=1).check([gold] * 3, answers) == [True, True, False]
 
 
+EASY = parse_levels("1:10:+-,1:10:+-,1:20:+-,1:10:+-*/")  # small answers, many of them 1
+
+
+def test_the_answer_guard_holds_on_every_prefix_of_every_split():
+    """Unguarded, one answer ('1': 3 - 2, 7 / 7) is over a tenth of an easy mix, and a policy
+    that always writes it earns that much reward; at --max-answer-share 0.05 no answer holds
+    more than 5% (rounded up) of any prefix of a split, and the problems stay right."""
+    sizes = {"train": 400, "diagnostic": 300}
+    free = generate(sizes, seed=1, levels=EASY)
+    assert modal_answer(free["train"])[1] > 0.1 * 400  # the shortcut the guard removes
+    guarded = generate(sizes, seed=1, levels=EASY, max_answer_share=0.05)
+    assert guarded == generate(sizes, seed=1, levels=EASY, max_answer_share=0.05)  # seeded
+    for rows in guarded.values():
+        counts = {}
+        for k, row in enumerate(rows, 1):
+            counts[row["answer"]] = counts.get(row["answer"], 0) + 1
+            assert max(counts.values()) <= answer_cap(0.05, k) < 0.05 * k + 1
+        assert all(solve(r["question"]) == int(r["answer"]) for r in rows)
+        assert [r["difficulty"] for r in rows[:4]] == [lv.name for lv in EASY]  # levels still cycle
+    rows = guarded["train"] + guarded["diagnostic"]
+    assert len({r["question"] for r in rows}) == len(rows)
+    assert answer_cap(0.05, 1) == 1 and answer_cap(0.05, 20) == 1 and answer_cap(0.05, 21) == 2
+    assert answer_cap(0.07, 100) == 7  # not 8: 0.07 x 100 is 7.000000000000001 in floating point
+
+
+def test_the_command_reports_each_splits_modal_answer_and_warns_over_five_percent(tmp_path, capsys):
+    args = ["arithmetic", "--out-dir", str(tmp_path), "--split", "train=200", "--split", "test=40",
+            "--seed", "1", "--levels", "1:10:+-,1:10:+-,1:20:+-,1:10:+-*/"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    train = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    answer, count = modal_answer(train)
+    assert f"train.jsonl: 200 problems; modal answer {answer} on {count} ({count / 200:.1%})" in out
+    warnings = err.strip().splitlines()
+    assert warnings and all(w.startswith("warning: ") for w in warnings)
+    assert f"warning: train: answer {answer} is {count / 200:.1%} of its problems" in err
+    assert main([*args, "--max-answer-share", "0.05"]) == 0  # guarded: reported, no warning
+    out, err = capsys.readouterr()
+    assert err == "" and out.count("modal answer") == 2
+
+
 @pytest.mark.parametrize("args, message", [
     (["--split", "train"], "--split: 'train' is not NAME=COUNT"),
     (["--split", "a=2", "--split", "a=3"], "--split: a split name is given twice"),
@@ -116,6 +157,11 @@ def test_the_command_writes_jsonl_the_data_stage_reads(tmp_path):
     (["--split", "a=2", "--levels", "1:10:+x"], "--levels: '1:10:+x' is not steps:operand_max:operations"),
     (["--split", "a=2", "--levels", "1:10:++"], "--levels: '1:10:++' is not steps:operand_max:operations"),
     (["--split", "a=20000", "--levels", "1:2:+-*/"], "--levels: level '1-step, operands to 2' gave no new problem"),
+    (["--split", "a=2", "--max-answer-share", "0"], "argument --max-answer-share: '0' is not a number above 0"),
+    (["--split", "a=2", "--max-answer-share", "1.5"], "argument --max-answer-share: '1.5' is not a number above 0"),
+    (["--split", "a=2", "--max-answer-share", "x"], "argument --max-answer-share: 'x' is not a number above 0"),
+    (["--split", "a=400", "--levels", "1:5:+-", "--max-answer-share", "0.05"],
+     "--max-answer-share: level '1-step, operands to 5, +- only' gave no problem whose answer stays within 0.05"),
 ])
 def test_bad_options_are_one_line(tmp_path, capsys, args, message):
     assert main(["arithmetic", "--out-dir", str(tmp_path / "o"), *args]) == 1
@@ -129,6 +175,9 @@ def test_bad_options_are_one_line(tmp_path, capsys, args, message):
     ({"splits": {"train": 3}, "levels": [[0, 10, "+"]]}, "arithmetic.levels.0.0: 0 is less than the minimum of 1"),
     ({"splits": {"train": 3}, "levels": [[1, 10, "x"]]}, "arithmetic.levels.0.2: 'x' does not match"),
     ({"splits": {}}, "arithmetic.splits: {} should be non-empty"),
+    ({"splits": {"train": 3}, "max_answer_share": 0}, "arithmetic.max_answer_share: 0 is less than or equal to the minimum of 0"),
+    ({"splits": {"train": 3}, "max_answer_share": 2}, "arithmetic.max_answer_share: 2 is greater than the maximum of 1"),
+    ({"splits": {"train": 3}, "max_answer_share": "5%"}, "arithmetic.max_answer_share: '5%' is not of type"),
 ])
 def test_a_bad_config_section_is_one_line(section, message):
     from conftest import ROOT

@@ -12,6 +12,8 @@ if config["arithmetic"]:
             splits=" ".join(f"--split {k}={v}" for k, v in config["arithmetic"]["splits"].items()),
             seed=config["arithmetic"]["seed"],
             levels=levels_text(config["arithmetic"]["levels"]),
+            share=(f"--max-answer-share {config['arithmetic']['max_answer_share']}"
+                   if config["arithmetic"]["max_answer_share"] is not None else ""),
         threads: job_threads("cpu")
         resources:
             **job_resources("cpu"),
@@ -23,7 +25,7 @@ if config["arithmetic"]:
             "../../envs/boundary.yaml"
         shell:
             "boundary arithmetic --out-dir {params.out_dir} {params.splits} --seed {params.seed} "
-            "--levels {params.levels:q} > {log} 2>&1"
+            "--levels {params.levels:q} {params.share} > {log} 2>&1"
 
 
 # The splits. The testbed's are generated together; a real config's are one job per split,

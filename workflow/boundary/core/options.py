@@ -50,6 +50,7 @@ def _numbers(text: str) -> list[float] | None:
 # Option types: a value outside its range is "argument --level: '1.5' is not ...".
 LEVEL = _typed(float, lambda x: 0 < x < 1, "a number between 0 and 1 (exclusive)")
 FRACTION = _typed(float, lambda x: 0 <= x <= 1, "a number between 0 and 1")
+SHARE = _typed(float, lambda x: 0 < x <= 1, "a number above 0, at most 1")
 POSITIVE = _typed(_whole, lambda x: x >= 1, "a whole number >= 1")
 NONNEGATIVE = _typed(_whole, lambda x: x >= 0, "a whole number >= 0")
 KS = _typed(_ks, lambda ks: all(k >= 1 for k in ks) and len(set(ks)) == len(ks),

@@ -13,18 +13,26 @@ difficulty, so a file can mix levels and be stratified by them later.
 `solution`, `difficulty`, `steps`, `operand_max`), which a config's `data:` section reads like
 any other file. The splits of one call are drawn from one random stream with no problem text
 repeated, so they are disjoint. The same seed and levels give the same files.
+
+Small operands make some answers common (6 / 6 and 3 - 2 are both 1), and a policy that always
+writes the commonest answer earns its share as reward without reasoning. `--max-answer-share`
+(config `arithmetic.max_answer_share`) redraws a problem whose answer would exceed that share of
+its split so far (rounded up: `answer_cap`), so every prefix of a split (a `limit:` too) holds it;
+the command reports each split's modal answer and warns when it exceeds SHORTCUT_SHARE.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from boundary.core.config import schema_defaults
-from boundary.core.errors import BoundaryError
-from boundary.core.options import ArgumentParser
+from boundary.core.errors import BoundaryError, warn
+from boundary.core.options import SHARE, ArgumentParser
 
 NAMES = ["Ava", "Ben", "Carla", "Dev", "Elena", "Farid", "Grace", "Hugo", "Iris", "Jamal",
          "Kenji", "Lena", "Mateo", "Nora", "Omar", "Priya", "Quinn", "Rosa", "Sam", "Tara"]
@@ -36,6 +44,9 @@ MULTIPLIER_MAX = 9  # "times as many": small factors, as word problems use
 DIVISOR_MAX = 12
 VALUE_MAX = 99_999  # a running total never grows past five digits
 ATTEMPTS = 50  # draws per wanted problem before the level is declared too small to fill
+# A modal answer above this share of a split is warned about: a constant-answer policy would
+# earn about as much training reward as SmolLM2-135M-Instruct's base does by reasoning (5.5%).
+SHORTCUT_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -123,29 +134,53 @@ def make_problem(rng: random.Random, level: Level) -> dict | None:
             "difficulty": level.name, "steps": level.steps, "operand_max": level.operand_max}
 
 
-def generate(sizes: dict[str, int], seed: int, levels: list[Level]) -> dict[str, list[dict]]:
+def generate(sizes: dict[str, int], seed: int, levels: list[Level],
+             max_answer_share: float | None = None) -> dict[str, list[dict]]:
     """{split: rows} from one stream seeded by `seed`; row i of the stream has level
     i mod len(levels), so every prefix of a split mixes the levels evenly. No question text
-    appears twice across all splits."""
+    appears twice across all splits. With `max_answer_share`, a draw is redrawn (same level)
+    when its answer would hold more than answer_cap(share, k) of its split's first k rows."""
     if not levels:
         raise BoundaryError("--levels: at least one level")
     rng, seen, out, index = random.Random(seed), set(), {}, 0
     for split, n in sizes.items():
-        rows = []
+        rows, answers = [], Counter()
         while len(rows) < n:
             level = levels[index % len(levels)]
+            cap = None if max_answer_share is None else answer_cap(max_answer_share, len(rows) + 1)
+            capped = False  # a draw was new but its answer was over the cap
             for _ in range(ATTEMPTS):
                 row = make_problem(rng, level)
-                if row is not None and row["question"] not in seen:
+                if row is None or row["question"] in seen:
+                    continue
+                if cap is None or answers[row["answer"]] < cap:
                     break
+                capped = True
             else:
+                if capped:
+                    raise BoundaryError(f"--max-answer-share: level {level.name!r} gave no problem whose answer "
+                                        f"stays within {max_answer_share} of split {split!r} in {ATTEMPTS} "
+                                        f"draws (too few distinct answers for this share?)")
                 raise BoundaryError(f"--levels: level {level.name!r} gave no new problem in {ATTEMPTS} "
                                     f"draws (too few distinct problems for {sum(sizes.values())} rows?)")
             seen.add(row["question"])
+            answers[row["answer"]] += 1
             rows.append({"id": f"arith-s{seed}-{index:06d}", **row})
             index += 1
         out[split] = rows
     return out
+
+
+def answer_cap(share: float, rows: int) -> int:
+    """The most of `rows` rows that one answer may hold at `share`: share x rows, rounded up, so
+    any answer may appear once and a split's first rows need not all differ (rounded down, the
+    first 39 rows at 0.05 would need 39 distinct answers, more than an easy level has)."""
+    return math.ceil(round(share * rows, 9))  # round: 0.07 x 100 is 7.000000000000001
+
+
+def modal_answer(rows: list[dict]) -> tuple[str, int]:
+    """The commonest answer of `rows` and its count (the first drawn wins a tie)."""
+    return Counter(r["answer"] for r in rows).most_common(1)[0]
 
 
 def parse_levels(text: str) -> list[Level]:
@@ -189,11 +224,21 @@ def main(argv=None):
     parser.add_argument("--levels", default=levels_text(defaults["levels"]),
                         help="difficulties mixed evenly, as steps:operand_max:operations "
                              "(default: %(default)s)")
+    parser.add_argument("--max-answer-share", type=SHARE, default=defaults["max_answer_share"],
+                        help="redraw a problem whose answer would exceed this share of its split "
+                             "so far (default: no limit)")
     args = parser.parse_args(argv)
     sizes = dict(parse_split(s) for s in args.split)
     if len(sizes) < len(args.split):
         raise BoundaryError("--split: a split name is given twice")
-    for split, rows in generate(sizes, args.seed, parse_levels(args.levels)).items():
+    splits = generate(sizes, args.seed, parse_levels(args.levels), args.max_answer_share)
+    for split, rows in splits.items():
         path = Path(args.out_dir) / f"{split}.jsonl"
         write_text("".join(json.dumps(r) + "\n" for r in rows), path)
-        print(f"{path}: {len(rows)} problems")
+        answer, count = modal_answer(rows)
+        print(f"{path}: {len(rows)} problems; modal answer {answer} on {count} ({count / len(rows):.1%})",
+              flush=True)  # before its warning, which goes to stderr
+        if count > answer_cap(SHORTCUT_SHARE, len(rows)):
+            warn(f"{split}: answer {answer} is {count / len(rows):.1%} of its problems, so a policy that "
+                 f"always answers {answer} earns that reward without reasoning "
+                 f"(arithmetic.max_answer_share, --max-answer-share, caps it)")
