@@ -9,7 +9,7 @@ from boundary.core.errors import BoundaryError
 
 
 @pytest.mark.parametrize("name", ["config", "smoke", "paper", "study", "methods_study", "smollm2_arith",
-                                  "smollm2_arith_smoke"])
+                                  "smollm2_arith_smoke", "smollm2_arith_easy", "smollm2_arith_easy_smoke"])
 def test_shipped_configs_validate(name):
     config = load_config(ROOT / "config" / f"{name}.yaml")
     assert config["train"]["loss_type"] == "grpo"  # never TRL's dapo default

@@ -17,8 +17,9 @@ repeated, so they are disjoint. The same seed and levels give the same files.
 Small operands make some answers common (6 / 6 and 3 - 2 are both 1), and a policy that always
 writes the commonest answer earns its share as reward without reasoning. `--max-answer-share`
 (config `arithmetic.max_answer_share`) redraws a problem whose answer would exceed that share of
-its split so far (rounded up: `answer_cap`), so every prefix of a split (a `limit:` too) holds it;
-the command reports each split's modal answer and warns when it exceeds SHORTCUT_SHARE.
+its split so far, so every prefix of a split (a `limit:` too) keeps to it, rounded up to whole
+rows, and the whole split exactly (`answer_cap`); the command reports each split's modal answer and warns when
+it is over SHORTCUT_SHARE (and appears more than once).
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ def generate(sizes: dict[str, int], seed: int, levels: list[Level],
     """{split: rows} from one stream seeded by `seed`; row i of the stream has level
     i mod len(levels), so every prefix of a split mixes the levels evenly. No question text
     appears twice across all splits. With `max_answer_share`, a draw is redrawn (same level)
-    when its answer would hold more than answer_cap(share, k) of its split's first k rows."""
+    when its answer would hold more than answer_cap(share, k, n) of its n-row split's first k
+    rows."""
     if not levels:
         raise BoundaryError("--levels: at least one level")
     rng, seen, out, index = random.Random(seed), set(), {}, 0
@@ -147,7 +149,7 @@ def generate(sizes: dict[str, int], seed: int, levels: list[Level],
         rows, answers = [], Counter()
         while len(rows) < n:
             level = levels[index % len(levels)]
-            cap = None if max_answer_share is None else answer_cap(max_answer_share, len(rows) + 1)
+            cap = None if max_answer_share is None else answer_cap(max_answer_share, len(rows) + 1, n)
             capped = False  # a draw was new but its answer was over the cap
             for _ in range(ATTEMPTS):
                 row = make_problem(rng, level)
@@ -171,11 +173,14 @@ def generate(sizes: dict[str, int], seed: int, levels: list[Level],
     return out
 
 
-def answer_cap(share: float, rows: int) -> int:
-    """The most of `rows` rows that one answer may hold at `share`: share x rows, rounded up, so
-    any answer may appear once and a split's first rows need not all differ (rounded down, the
-    first 39 rows at 0.05 would need 39 distinct answers, more than an easy level has)."""
-    return math.ceil(round(share * rows, 9))  # round: 0.07 x 100 is 7.000000000000001
+def answer_cap(share: float, rows: int, total: int) -> int:
+    """The most of the first `rows` rows of a `total`-row split that one answer may hold at
+    `share`: share x rows rounded up, so any answer may appear once and a split's first rows
+    need not all differ (rounded down, the first 39 rows at 0.05 would need 39 distinct answers,
+    more than an easy level has), but never above share x total rounded down (at least 1), so a
+    whole split keeps to the share itself."""
+    so_far, whole = round(share * rows, 9), round(share * total, 9)  # 0.07 x 100 is 7.000000000000001
+    return min(math.ceil(so_far), max(1, math.floor(whole)))
 
 
 def modal_answer(rows: list[dict]) -> tuple[str, int]:
@@ -238,7 +243,7 @@ def main(argv=None):
         answer, count = modal_answer(rows)
         print(f"{path}: {len(rows)} problems; modal answer {answer} on {count} ({count / len(rows):.1%})",
               flush=True)  # before its warning, which goes to stderr
-        if count > answer_cap(SHORTCUT_SHARE, len(rows)):
+        if count > answer_cap(SHORTCUT_SHARE, len(rows), len(rows)):
             warn(f"{split}: answer {answer} is {count / len(rows):.1%} of its problems, so a policy that "
                  f"always answers {answer} earns that reward without reasoning "
                  f"(arithmetic.max_answer_share, --max-answer-share, caps it)")
