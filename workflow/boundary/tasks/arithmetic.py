@@ -17,9 +17,9 @@ repeated, so they are disjoint. The same seed and levels give the same files.
 Small operands make some answers common (6 / 6 and 3 - 2 are both 1), and a policy that always
 writes the commonest answer earns its share as reward without reasoning. `--max-answer-share`
 (config `arithmetic.max_answer_share`) redraws a problem whose answer would exceed that share of
-its split so far, so every prefix of a split (a `limit:` too) keeps to it, rounded up to whole
-rows, and the whole split exactly (`answer_cap`); the command reports each split's modal answer and warns when
-it is over SHORTCUT_SHARE (and appears more than once).
+its split so far: the whole split keeps to it, and every prefix (a `limit:` too) to it rounded up
+to whole rows (`answer_cap`). The command reports each split's modal answer and warns when it is
+over SHORTCUT_SHARE (and appears more than once).
 """
 
 from __future__ import annotations
