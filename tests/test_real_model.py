@@ -73,18 +73,15 @@ def test_every_stage_ran_on_the_real_model(real_run):
     assert (calibration["answer"] != "").mean() > 0.5
 
 
-@pytest.mark.parametrize("name", ["smollm2_arith_smoke", "smollm2_arith_easy_smoke"])
-def test_the_arithmetic_study_runs_at_toy_scale(tmp_path_factory, name):
-    """config/smollm2_arith_smoke.yaml and the follow-up's smollm2_arith_easy_smoke.yaml: the
-    generated task needs no data files; its splits are disjoint and read by id, and the log gives
-    each one's modal answer (the follow-up's guard: no answer twice in 4 rows, no warning); base,
-    GRPO, GRPO+PBA and PSR are evaluated on both splits, and PSR trained on the positive term
-    alone."""
-    run = _run(tmp_path_factory, name)
+def test_the_arithmetic_study_runs_at_toy_scale(tmp_path_factory):
+    """config/smollm2_arith_smoke.yaml: the generated task needs no data files; its splits are
+    disjoint and read by id, and the log gives each one's modal answer; base, GRPO, GRPO+PBA
+    and PSR are evaluated on both splits, and PSR trained on the positive term alone. (The
+    follow-up's smollm2_arith_easy_smoke.yaml differs only in its arithmetic: section, whose
+    files test_arithmetic.py pins; the workflow dry-run covers the rest.)"""
+    run = _run(tmp_path_factory, "smollm2_arith_smoke")
     log = (run / "logs" / "arithmetic.log").read_text()
     assert log.count("modal answer") == 3
-    if name == "smollm2_arith_easy_smoke":
-        assert "warning" not in log and log.count("modal answer") == log.count(" on 1 (")
     made = {s: pd.read_json(run / "arithmetic" / f"{s}.jsonl", lines=True, dtype=False)
             for s in ("train", "diagnostic", "test")}
     assert [len(made[s]) for s in ("train", "diagnostic", "test")] == [4, 4, 2]
