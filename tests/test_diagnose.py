@@ -10,6 +10,7 @@ from boundary.analysis import diagnose as dg
 from boundary.analysis.regimes import Thresholds, label_counts
 from boundary.core.errors import BoundaryError
 from boundary.readers.counts import _unique_positives as unique_positives
+from boundary.readers.counts import load_counts
 
 
 def direct_passk(n, c, k):
@@ -83,6 +84,20 @@ def test_unique_positives_from_answers():
     assert unique_positives([], "f") == 0
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_counts_files_with_and_without_the_modal_answer(tmp_path, suffix):
+    """Counts files written before modal_answer/modal_share existed read as not measured
+    (NaN, None), never as 0; where present, answers stay text as written ("007", not 7)."""
+    old = pd.DataFrame({"prompt_id": ["a", "b"], "n": [4, 4], "c": [1, 0]})
+    counts = load_counts(write(old, tmp_path / f"old{suffix}"))
+    assert counts["modal_share"].isna().all() and counts["modal_answer"].isna().all()
+    new = old.assign(modal_answer=["007", ""], modal_share=[0.75, 0.0])
+    counts = load_counts(write(new, tmp_path / f"new{suffix}"))
+    assert counts["modal_answer"].tolist() == ["007", ""] and counts["modal_share"].tolist() == [0.75, 0.0]
+    with pytest.raises(BoundaryError, match=r"modal_share must lie in \[0, 1\] \(prompt_id b\)"):
+        load_counts(write(new.assign(modal_share=[0.5, 1.5]), tmp_path / f"bad{suffix}"))
+
+
 def test_mask_metrics():
     m = pd.DataFrame({"prompt_id": ["a", "b", "a", "b"], "epoch": [0, 0, 1, 1],
                       "action": ["anchor", "sharpen", "sharpen", "sharpen"], "weight": [1.0, 0, 0, 0],
@@ -123,6 +138,7 @@ def test_cli_end_to_end(data, tmp_path, capsys):
     for name in ("passk_curves", "regime_passk", "transitions", "p_base_hist", "paired_gain"):
         assert (out / "figures" / f"{name}.png").exists()
     assert (out / "tables" / "boundary_seeds.tex").exists()
+    assert "n/a" in (out / "tables" / "answer_concentration.md").read_text()  # these counts carry no modal answers
     assert "GRPO+PBA mean" in (out / "tables" / "boundary_seeds.md").read_text()
     assert "warning" not in capsys.readouterr().err  # independent calibration given
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary.core.passk import add_pass_at_k, pass_at_k, passk_curve, usable_ks
+from boundary.core.passk import add_pass_at_k, counts_of, pass_at_k, passk_curve, usable_ks
 
 
 def direct(n, c, k):
@@ -48,6 +48,23 @@ def test_rejects_bad_input():
         pass_at_k(4, 1, 5)
     with pytest.raises(ValueError):
         pass_at_k(4, 1, 0)
+
+
+def test_modal_answer_and_share_per_prompt():
+    """A policy that answers "1" to everything shows modal share 1 whatever its verdicts; a
+    diverse one a small share; a prompt nobody answered 0 (null and empty answers are no
+    answer, yet count in n); ties go to the smallest text."""
+    rows = ([("constant", "1", False)] * 8 + [("diverse", str(j), j == 0) for j in range(8)]
+            + [("silent", None, False)] * 4 + [("silent", "", False)] * 4
+            + [("tie", a, False) for a in ("7", "3", "7", "3", None, None, None, None)])
+    samples = pd.DataFrame(rows, columns=["prompt_id", "answer", "correct"])
+    out = counts_of(samples).set_index("prompt_id")
+    assert out.loc["constant", ["modal_answer", "modal_share"]].tolist() == ["1", 1.0]
+    assert out.loc["diverse", ["modal_answer", "modal_share"]].tolist() == ["0", 1 / 8]
+    assert out.loc["silent", ["modal_answer", "modal_share"]].tolist() == ["", 0.0]
+    assert out.loc["tie", ["modal_answer", "modal_share"]].tolist() == ["3", 2 / 8]
+    assert out.loc["diverse", "answers"] == ["0"] and out.loc["constant", "answers"] == []
+    assert "modal_share" not in counts_of(samples.drop(columns="answer"))  # no answers: not measured
 
 
 def test_population_curve_and_columns():

@@ -48,6 +48,7 @@ def test_verl_dump_uses_acc_and_keys_by_prompt_text():
     assert run.problems[text_id(CHAT.format(PROBLEMS["add"]))] == CHAT.format(PROBLEMS["add"])
     add = run.counts.set_index("prompt_id").loc[text_id(CHAT.format(PROBLEMS["add"]))]
     assert add["unique_positives"] == 2  # the hacked "6" is a distinct positive answer
+    assert (add["modal_answer"], add["modal_share"]) == ("5", 0.75)  # over all 4 samples, through counts_of
 
 
 def test_verl_dump_folder_reads_latest_or_given_step(capsys):
@@ -191,7 +192,9 @@ def test_openrlhf_reward_threshold_and_rs_warning(capsys):
 
 
 def test_plain_samples_long_and_wide():
-    assert counts_of(readers.read(FIX / "samples.jsonl")) == TRUE
+    run = readers.read(FIX / "samples.jsonl")
+    assert counts_of(run) == TRUE
+    assert run.counts["modal_share"].isna().all() and run.counts["modal_answer"].isna().all()  # no answers: not measured
     wide = readers.read(FIX / "samples_wide.parquet")
     assert counts_of(wide) == TRUE and wide.problems["add"] == PROBLEMS["add"]
 

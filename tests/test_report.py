@@ -24,6 +24,16 @@ def counts(rng, ids, p, n=64, entropy=1.0):
     return add_pass_at_k(df, KS)
 
 
+def modal(ids, method, seed):
+    """Modal answers of a synthetic run: GRPO seed 1 answers "1" to every prompt; the others
+    spread over five answers; pba_g4's files were written before the columns existed."""
+    if method == "pba_g4":
+        return {}
+    if (method, seed) == ("grpo", 1):
+        return {"modal_answer": "1", "modal_share": 1.0}
+    return {"modal_answer": [str(i % 5) for i in range(len(ids))], "modal_share": 0.25}
+
+
 def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1), benches=("testbed",)):
     rng = np.random.default_rng(0)
     P = 120
@@ -51,7 +61,8 @@ def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1)
                                                                      "entropy"])
                 counts_from_samples(samples, KS).to_parquet(d / "counts.parquet")
                 continue
-            counts(rng, sids, p, entropy=1.0 if method == "base" else 0.5).to_parquet(d / "counts.parquet")
+            counts(rng, sids, p, entropy=1.0 if method == "base" else 0.5).assign(**modal(sids, method, seed)).to_parquet(
+                d / "counts.parquet")
     (root / "masks").mkdir()
     for name, G0 in (("pba", 8), ("g4", 4)):
         m = pd.DataFrame([(pid, e, int(rng.integers(0, 3)), G0) for pid in ids[:50] for e in range(2)],
@@ -159,6 +170,26 @@ def test_headline_interval_recomputed_from_counts(built):
     h = pd.read_csv(built / "tables" / "headline_intervals.csv")
     row = h[h["quantity"] == "GRPO boundary lost prompts"].iloc[0]
     assert row["mean"] == pytest.approx(mean) and row["ci_low"] == pytest.approx(mean - half)
+
+
+def test_answer_concentration_exposes_a_constant_answer_collapse(built):
+    """GRPO seed 1 answers "1" everywhere: its seed shows "1" modal on 100% of the prompts; the
+    diverse runs spread five answers over the prompts (the smallest wins a tie, 20% each);
+    pba_g4's counts files lack the columns, so its row says n/a, not 0."""
+    md = (built / "tables" / "answer_concentration.md").read_text()
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in md.splitlines() if line.startswith("| ")}
+    assert "| 25% | " in rows["Base"] and "0 (20%)" in rows["Base"]
+    assert "62 ± 53%" in rows["GRPO"] and "s0: 0 (20%); s1: 1 (100%)" in rows["GRPO"]
+    assert "s0: 0 (20%); s1: 0 (20%)" in rows["GRPO+PBA"] and "25 ± 0%" in rows["GRPO+PBA"]
+    assert rows["pba_g4"].count("n/a") == 7 and "0%" not in rows["pba_g4"]
+    assert "n/a: the counts files of pba_g4 carry no modal_share" in md
+    data = pd.read_csv(built / "tables" / "answer_concentration.csv", dtype={"top_modal_answer": str})
+    grpo1 = data[(data["method"] == "grpo") & (data["seed"] == 1)].iloc[0]
+    assert (grpo1["top_modal_answer"], grpo1["top_modal_prompts"], grpo1["top_modal_share"]) == ("1", 120, 1.0)
+    assert grpo1["modal_share_all"] == 1.0 and grpo1["modal_share_Boundary"] == 1.0
+    assert data.loc[data["method"] == "pba_g4", "modal_share_all"].isna().all()
+    tex = (built / "tables" / "answer_concentration.tex").read_text()
+    assert "s1: 1 (100\\%)" in tex
 
 
 def test_controls_list_each_method_once_and_soft_gates_by_kind():

@@ -35,6 +35,8 @@ def test_counts_from_samples():
     counts = counts_from_samples(samples, [1, 4, 8]).set_index("prompt_id")
     assert counts.loc["a", ["n", "c", "unique_positives"]].tolist() == [4, 2, 1]
     assert counts.loc["a", "answers"] == ["1"] and counts.loc["b", "answers"] == []
+    assert counts.loc["a", ["modal_answer", "modal_share"]].tolist() == ["1", 0.5]
+    assert counts.loc["b", ["modal_answer", "modal_share"]].tolist() == ["9", 1.0]  # one answer to all, none right
     assert counts.loc["a", "entropy"] == pytest.approx(0.4)
     assert counts.loc["a", "pass_at_1"] == pytest.approx(0.5)
     assert "pass_at_8" not in counts  # k > n is never reported

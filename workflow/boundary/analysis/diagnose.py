@@ -13,6 +13,8 @@ defined in docs/diagnostics.md; in short, per (method, seed, regime):
     entropy_retained mean trained entropy / mean base entropy over the regime's prompts
     unique_positives mean over prompts of the number of distinct verifier-positive
                      normalized answers (empty answers excluded)
+    modal_share      mean over prompts of the share of the n samples that give the prompt's
+                     most common non-empty answer (NaN where the counts do not carry it)
     lost_significant lost prompts whose one-sided Fisher exact p < 1 - level; lost_null the
                      lost count expected if nothing changed; lost_floor the 0/n bound on p
 
@@ -62,7 +64,7 @@ from boundary.analysis.stats import (
 from boundary.core.artifacts import atomic_dir, output_folder, write_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.names import BASE
-from boundary.core.passk import DEFAULT_KS, pass_at_k, pass_at_k_column, usable_ks
+from boundary.core.passk import DEFAULT_KS, modal_answers, pass_at_k, pass_at_k_column, usable_ks
 from boundary.training.gate import read_mask
 
 OWNER = "boundary diagnose"
@@ -105,7 +107,9 @@ def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
             what = (f"{len(extra)} prompt_id(s) not in the base file (e.g. {extra[0]})" if extra
                     else f"{len(missing)} base prompt_id(s) missing (e.g. {missing[0]})")
             raise BoundaryError(f"{where}: {what}")
-        optional = {c: np.nan for c in ("entropy", "unique_positives") if c not in counts}  # library callers
+        optional = {c: np.nan for c in ("entropy", "unique_positives", "modal_share") if c not in counts}  # library callers
+        if "modal_answer" not in counts:
+            optional["modal_answer"] = None
         frames.append(counts.assign(method=method, seed=int(seed), **optional))
     f = pd.concat(frames, ignore_index=True)
     for k in ks:
@@ -197,7 +201,8 @@ def run_metrics(frame: pd.DataFrame, ks, group: str = "regime") -> pd.DataFrame:
         spec[f"delta_passk@{k}"] = (f"delta_{k}", "mean")
     spec.update(n_prompts=("c", "size"), solved=("solved", "sum"), base_solved=("base_solved", "sum"),
                 lost=("lost", "sum"), gained=("gained", "sum"), entropy=("entropy", "mean"),
-                base_entropy=("base_entropy", "mean"), unique_positives=("unique_positives", "mean"))
+                base_entropy=("base_entropy", "mean"), unique_positives=("unique_positives", "mean"),
+                modal_share=("modal_share", "mean"))
     if "lost_significant" in x:  # add_evidence ran
         spec.update(lost_significant=("lost_significant", "sum"), lost_null=("lost_null", "sum"),
                     lost_floor=("lost_floor", "max"))
@@ -211,6 +216,23 @@ def run_metrics(frame: pd.DataFrame, ks, group: str = "regime") -> pd.DataFrame:
     long["k"] = pd.to_numeric(parts[1] if 1 in parts else None, errors="coerce").astype("Int64")
     long["value"] = long["value"].astype(float)
     return long[RUN_KEYS + [group, "metric", "k", "value"]]
+
+
+def top_modal_answers(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per run (method, seed): the answer that is the modal answer of the most prompts (`answer`,
+    ties to the smallest text; None where no prompt has one), on how many prompts (`count`), of
+    the run's `prompts`, and their share (NaN where the counts carry no modal answers). One
+    constant answered to everything makes this share 1."""
+    code, runs = pd.factorize(pd.MultiIndex.from_frame(frame[RUN_KEYS]))
+    measured = frame["modal_share"].notna().to_numpy()
+    top = modal_answers(code[measured], frame["modal_answer"].to_numpy()[measured]).reindex(range(len(runs)))
+    out = pd.DataFrame(list(runs), columns=RUN_KEYS)
+    out["prompts"] = np.bincount(code, minlength=len(runs))
+    out["answer"] = top["modal_answer"].astype(object).where(top["modal_answer"].notna(), None).to_numpy()
+    out["count"] = top["modal_count"].fillna(0).to_numpy(np.int64)
+    out["share"] = np.where(np.bincount(code, weights=measured, minlength=len(runs)) > 0,
+                            out["count"] / out["prompts"], np.nan)
+    return out
 
 
 def transitions(frame: pd.DataFrame, group: str = "regime") -> pd.DataFrame:
@@ -368,6 +390,10 @@ class Diagnosis:
     def passk(self) -> pd.DataFrame:
         p = self.metrics[self.metrics["metric"] == "passk"]
         return p[["method", "seed", "regime", "k", "value"]].reset_index(drop=True)
+
+    @property
+    def top_answers(self) -> pd.DataFrame:
+        return top_modal_answers(self.frame)
 
     def csv_tables(self) -> dict:
         out = {"passk": self.passk, "metrics": self.metrics, "summary": self.summary,

@@ -104,7 +104,8 @@ def tex_escape(text: str) -> str:
     if text.startswith("$") and text.endswith("$"):
         return text  # already math
     out = text
-    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_")):
+    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_"),
+                 ("^", r"\^{}"), ("~", r"\~{}")):  # answers in text, such as 2^{10}
         out = out.replace(a, b)
     for a, b in TEX_SYMBOLS.items():
         out = out.replace(a, b)
@@ -131,7 +132,7 @@ class Table:
     notes: list = field(default_factory=list)
 
     def md(self) -> str:
-        cell = lambda c: c.md() if isinstance(c, Stat) else str(c)
+        cell = lambda c: c.md() if isinstance(c, Stat) else str(c).replace("|", "\\|")  # a "|" in text ends a cell
         lines = [f"**{self.caption}**", "", "| " + " | ".join(self.columns) + " |",
                  "|" + "|".join("---" for _ in self.columns) + "|"]
         lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in self.rows]
@@ -412,6 +413,63 @@ def boundary_seeds(diag, view: View) -> Table:
     return _seed_matrix("boundary_seeds", "Seed-resolved boundary diagnostics", diag, view, items)
 
 
+def _answer_text(answer, width: int = 24) -> str:
+    """An answer as a table shows it: shortened past `width` characters (the CSV keeps it whole)."""
+    if answer is None:
+        return "none answered"
+    return answer if len(answer) <= width else answer[:width - 3] + "..."
+
+
+def answer_concentration(diag, view: View) -> Table:
+    """How much of each method's sampling mass sits on one answer (diagnostic split): the seed
+    mean ± SD of the mean modal share over prompts, overall and per regime, and per seed the
+    answer that is modal on the most prompts, with the share of prompts it is modal on. A
+    policy collapsed onto one constant shows 100% in both, where per-token entropy need not."""
+    regimes = ["all"] + [r for r in REGIMES if r in set(diag.summary["regime"])]
+    present = list(dict.fromkeys(diag.summary["method"]))
+    methods = [BASE] + [m for m in dict.fromkeys(view.main + present) if m != BASE]
+    top = diag.top_answers
+    width = len(regimes) + 2
+    rows, data, unmeasured, notes = [], [], [], []
+    for m in methods:
+        label = view.label(m)
+        if m not in present:
+            rows.append([label, NOT_RUN] + [NOT_RUN] * width)
+            continue
+        shares = per_seed(diag.metrics, m, "modal_share")
+        runs = top[top["method"] == m].sort_values("seed")
+        data.append(runs.rename(columns={"answer": "top_modal_answer", "count": "top_modal_prompts",
+                                         "share": "top_modal_share"}).merge(
+            diag.metrics[(diag.metrics["method"] == m) & (diag.metrics["metric"] == "modal_share")].pivot(
+                index="seed", columns="regime", values="value").add_prefix("modal_share_").reset_index(), on="seed"))
+        seeds = "fixed" if m == BASE else str(len(shares))
+        if shares.isna().all():
+            unmeasured.append(label)
+            rows.append([label, seeds] + ["n/a"] * width)
+            continue
+        if shares.isna().any():
+            notes.append(f"{label}: seed(s) {', '.join(map(str, shares.index[shares.isna()]))} carry no "
+                         f"modal_share; its cells are over the other seeds.")
+        runs = runs[runs["share"].notna()]
+        by_seed = "; ".join((f"s{r.seed}: " if m != BASE else "") + f"{_answer_text(r.answer)} ({100 * r.share:.0f}%)"
+                            for r in runs.itertuples())
+        sd = runs["share"].std(ddof=1) if len(runs) > 1 else np.nan
+        rows.append([label, seeds] + [stat(diag.summary, m, "modal_share", r, scale=100, digits=0, suffix="%")
+                                      for r in regimes]
+                    + [by_seed, Stat(100 * runs["share"].mean(), 100 * sd, digits=0, suffix="%")])
+    notes = ["Modal share: per prompt, the share of its n samples that give its most common non-empty "
+             "extracted answer (0 when none answers), averaged over the prompts; seed mean ± SD. Top modal "
+             "answer: per seed, the answer that is the modal answer of the most prompts, and the share of "
+             "prompts it is modal on (a collapse onto one constant answer shows 100% in both)."] + notes
+    if unmeasured:
+        notes.append(f"n/a: the counts files of {', '.join(unmeasured)} carry no modal_share (written before it "
+                     f"was measured, or from samples without extracted answers).")
+    return Table("answer_concentration", "Answer concentration on the diagnostic split (modal answer per prompt)",
+                 ["Method", "Seeds"] + [f"Modal share ({r})" for r in regimes]
+                 + ["Top modal answer (prompts)", "Prompts with it"], rows, _concat(data),
+                 _missing_note(view.main, set(present), view) + notes)
+
+
 def regime_counts(diag, view: View) -> Table:
     """Prompts per regime with base pass@k (calibration labels; evaluation counts)."""
     k_hi = max(diag.ks)
@@ -581,7 +639,8 @@ def masks_table(mask_metrics: pd.DataFrame | None) -> Table:
 def diagnostic_tables(diag, view: View, order) -> list[Table]:
     """Tables that need only the regime-labelled diagnostic split."""
     out = [regime_counts(diag, view), diag_seeds(diag, view), boundary_seeds(diag, view),
-           regime_diagnostics(diag, view), transitions_table(diag, view), sensitivity_table(diag, view), strata_table(diag, view, order)]
+           regime_diagnostics(diag, view), transitions_table(diag, view), sensitivity_table(diag, view), strata_table(diag, view, order),
+           answer_concentration(diag, view)]
     return out
 
 

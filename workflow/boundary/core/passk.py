@@ -99,10 +99,33 @@ def passk_curve(n, c, ks=DEFAULT_KS) -> dict[int, float]:
     return {k: float(np.mean(pass_at_k(n, c, k))) for k in usable_ks(n, ks)}
 
 
+def answered(prompt_ids, answers):
+    """(prompt_id, answer as text) of the samples that gave an answer: a null or empty
+    extracted answer is no answer. The one rule of what counts as an answer."""
+    import pandas as pd
+
+    a = pd.DataFrame({"prompt_id": prompt_ids, "answer": answers})
+    a = a[a["answer"].notna()]
+    a = a.assign(answer=a["answer"].astype(str))
+    return a[a["answer"] != ""]
+
+
+def modal_answers(keys, answers):
+    """Per key (a prompt id) that has any answer: its most common answer (`modal_answer`, ties
+    to the smallest text) and how often it occurs (`modal_count`)."""
+    freq = answered(keys, answers).groupby(["prompt_id", "answer"], sort=True).size().rename("modal_count")
+    freq = freq.reset_index().sort_values(["prompt_id", "modal_count", "answer"], ascending=[True, False, True],
+                                          kind="stable")
+    return freq.drop_duplicates("prompt_id").set_index("prompt_id").rename(columns={"answer": "modal_answer"})
+
+
 def counts_of(samples):
     """The estimator's inputs from one row per sample (prompt_id, correct [, entropy, answer]):
-    per prompt (sorted by id) n, c, the mean entropy, and the distinct non-empty answers of its
-    positives. The one grouping rule of evaluation, calibration and the readers."""
+    per prompt (sorted by id) n, c, the mean entropy and, where the samples carry answers, the
+    distinct answers of its positives (`answers`), its most common answer over all n samples
+    (`modal_answer`, "" when none answered) and that answer's share of the n (`modal_share`,
+    0 when none answered): a policy that gives one answer to everything shows it there, where
+    per-token entropy need not. The one grouping rule of evaluation, calibration and the readers."""
     import pandas as pd
 
     correct = samples["correct"].astype(bool).to_numpy()
@@ -112,10 +135,10 @@ def counts_of(samples):
         "prompt_id", sort=True)
     out = pd.DataFrame({"n": g.size(), "c": g["c"].sum().astype(np.int64), "entropy": g["entropy"].mean()})
     if "answer" in samples:
-        pos = pd.DataFrame({"prompt_id": samples["prompt_id"].to_numpy()[correct],
-                            "answer": samples["answer"].to_numpy()[correct]})
-        pos = pos[pos["answer"].notna() & (pos["answer"].astype(str) != "")]
-        answers = pos.assign(answer=pos["answer"].astype(str)).groupby("prompt_id")["answer"].agg(
-            lambda a: sorted(set(a)))
-        out["answers"] = answers.reindex(out.index).map(lambda a: a if isinstance(a, list) else [])
+        ids, answers = samples["prompt_id"].to_numpy(), samples["answer"].to_numpy()
+        pos = answered(ids[correct], answers[correct]).groupby("prompt_id")["answer"].agg(lambda a: sorted(set(a)))
+        out["answers"] = pos.reindex(out.index).map(lambda a: a if isinstance(a, list) else [])
+        modal = modal_answers(ids, answers).reindex(out.index)
+        out["modal_answer"] = modal["modal_answer"].fillna("").astype(str)
+        out["modal_share"] = modal["modal_count"].fillna(0).to_numpy(float) / out["n"].to_numpy()
     return out.reset_index()

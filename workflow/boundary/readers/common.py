@@ -103,8 +103,9 @@ def verdicts(values, path, column: str, threshold: float) -> pd.Series:
 # ----------------------------------------------------------------------------- counts
 
 def counts_from_samples(samples: pd.DataFrame, path) -> pd.DataFrame:
-    """Per-prompt n (samples) and c (positives), mean entropy, and the distinct normalized
-    answers of the positives (where the samples carry answers): the counts-file columns."""
+    """Per-prompt n (samples) and c (positives), mean entropy, and where the samples carry
+    answers the number of distinct answers of the positives and the modal answer and share:
+    the counts-file columns (NaN and None where the samples carry no answers: not measured)."""
     if samples.empty:
         raise BoundaryError(f"{path}: no samples")
     if samples["correct"].isna().any():
@@ -114,8 +115,11 @@ def counts_from_samples(samples: pd.DataFrame, path) -> pd.DataFrame:
     if samples["answer"].isna().all():
         keyed = keyed.drop(columns="answer")
     out = counts_of(keyed)
-    out["unique_positives"] = out["answers"].map(len).astype(float) if "answers" in out else np.nan
-    return out[["prompt_id", "n", "c", "entropy", "unique_positives"]]
+    if "answers" in out:
+        out["unique_positives"] = out["answers"].map(len).astype(float)
+    else:
+        out = out.assign(unique_positives=np.nan, modal_answer=None, modal_share=np.nan)
+    return out[["prompt_id", "n", "c", "entropy", "unique_positives", "modal_answer", "modal_share"]]
 
 
 def problems_of(samples: pd.DataFrame) -> dict:

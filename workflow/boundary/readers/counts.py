@@ -5,6 +5,9 @@
     entropy     (optional) mean over the n samples of each completion's mean token entropy
     answers     (optional) distinct normalized answers of the positives (a JSON list in CSV)
     unique_positives  (optional) used only when answers is absent
+    modal_answer, modal_share  (optional) the most common non-empty extracted answer over the n
+                samples and the share of the n that give it (0 when none answered); a file
+                without them (written before they were measured) reads as not measured (NaN)
 
 The pipeline's eval/*/counts.parquet, and what `boundary diagnose` reads by default.
 """
@@ -41,14 +44,15 @@ def _unique_positives(answers, path) -> float:
 
 def load_counts(path) -> pd.DataFrame:
     """Read and validate one per-prompt counts file; a bad file is one BoundaryError line."""
-    df = read_table(path, ["prompt_id", "n", "c"])
+    df = read_table(path, ["prompt_id", "n", "c"], text=["modal_answer"])
     warn_biased(df.columns, path)
     return counts_frame(df, path)
 
 
 def counts_frame(df: pd.DataFrame, path) -> pd.DataFrame:
-    """Validated counts (prompt_id, n, c, entropy, unique_positives) from a frame with prompt_id,
-    n, c and optional entropy, answers or unique_positives; `path` names it in errors."""
+    """Validated counts (prompt_id, n, c, entropy, unique_positives, modal_answer, modal_share)
+    from a frame with prompt_id, n, c and optional entropy, answers or unique_positives,
+    modal_answer, modal_share (absent: NaN and None, not measured); `path` names it in errors."""
     if df.empty:
         raise BoundaryError(f"{path}: no rows")
     out = pd.DataFrame({"prompt_id": df["prompt_id"].astype(str)})
@@ -72,6 +76,13 @@ def counts_frame(df: pd.DataFrame, path) -> pd.DataFrame:
         out["unique_positives"] = [_unique_positives(a, path) for a in df["answers"]]
     else:
         out["unique_positives"] = _optional_numbers(df, "unique_positives", path)
+    out["modal_answer"] = (df["modal_answer"].map(lambda a: None if pd.isna(a) else str(a)).to_numpy(object)
+                           if "modal_answer" in df else None)  # None: not measured; "": none answered
+    out["modal_share"] = _optional_numbers(df, "modal_share", path)
+    bad = ~out["modal_share"].isna() & ~out["modal_share"].between(0, 1)
+    if bad.any():
+        raise BoundaryError(f"{path}: column modal_share must lie in [0, 1] "
+                            f"(prompt_id {out.loc[bad, 'prompt_id'].iloc[0]})")
     return out
 
 

@@ -3,7 +3,8 @@
 counts.parquet, one row per prompt: n, c (verifier-positive samples), pass_at_{k} for each
 configured k <= n (unbiased estimator), unique_positives (distinct normalized answers among
 the positives), answers (that set, sorted), entropy (mean over samples of each completion's
-mean token entropy).
+mean token entropy), modal_answer and modal_share (the most common non-empty extracted answer
+over all n samples and the share of the n that give it; "" and 0 when none has an answer).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ SCORED_COLUMNS = ["prompt_id", "sample_idx", "completion", "answer", "correct", 
 
 def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
     """The counts artifact: per prompt n, c, mean entropy, its positives' distinct answers and
-    their number, and pass@k for every k the smallest n allows."""
+    their number, its modal answer and share, and pass@k for every k the smallest n allows."""
     counts = counts_of(samples)
     counts["unique_positives"] = counts["answers"].map(len)
-    counts = counts[["prompt_id", "n", "c", "entropy", "answers", "unique_positives"]]
+    counts = counts[["prompt_id", "n", "c", "entropy", "answers", "unique_positives", "modal_answer", "modal_share"]]
     return add_pass_at_k(counts, [k for k in ks if k <= counts["n"].min()])
 
 
