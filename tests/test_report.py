@@ -192,6 +192,15 @@ def test_answer_concentration_exposes_a_constant_answer_collapse(built):
     assert "s1: 1 (100\\%)" in tex
 
 
+def test_answers_in_table_cells_keep_markdown_and_latex_intact():
+    from boundary.analysis import tables
+
+    t = tables.Table("t", "c", ["Answer"], [["|x|"], ["2^{10}"], ["a" * 30]], pd.DataFrame())
+    assert "| \\|x\\| |" in t.md()
+    assert "2\\^{}{10}" in t.tex()
+    assert tables._answer_text("a" * 30) == "a" * 21 + "..." and tables._answer_text(None) == "none answered"
+
+
 def test_controls_list_each_method_once_and_soft_gates_by_kind():
     from types import SimpleNamespace
 

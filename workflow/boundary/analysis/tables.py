@@ -438,10 +438,10 @@ def answer_concentration(diag, view: View) -> Table:
             continue
         shares = per_seed(diag.metrics, m, "modal_share")
         runs = top[top["method"] == m].sort_values("seed")
-        data.append(runs.rename(columns={"answer": "top_modal_answer", "count": "top_modal_prompts",
-                                         "share": "top_modal_share"}).merge(
-            diag.metrics[(diag.metrics["method"] == m) & (diag.metrics["metric"] == "modal_share")].pivot(
-                index="seed", columns="regime", values="value").add_prefix("modal_share_").reset_index(), on="seed"))
+        by_regime = diag.metrics[(diag.metrics["method"] == m) & (diag.metrics["metric"] == "modal_share")].pivot(
+            index="seed", columns="regime", values="value")[regimes].add_prefix("modal_share_").reset_index()
+        data.append(runs.merge(by_regime, on="seed").rename(columns={
+            "answer": "top_modal_answer", "count": "top_modal_prompts", "share": "top_modal_share"}))
         seeds = "fixed" if m == BASE else str(len(shares))
         if shares.isna().all():
             unmeasured.append(label)
