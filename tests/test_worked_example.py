@@ -67,3 +67,9 @@ def test_every_format_gives_the_pipelines_diagnosis(run, tmp_path, regrade):
                              ("openrlhf", "openrlhf/base_0.jsonl", "openrlhf/grpo_0.jsonl")]:
         got = passk(["--base", str(fmt / base), "--trained", f"grpo:0={fmt / grpo}"] + gold, tmp_path / name)
         pd.testing.assert_frame_equal(got, reference, obj=name)
+    if regrade:  # the same extractor on the same completions: the same answers in every format
+        answers = [pd.read_csv(tmp_path / name / "summary.csv").query("metric in ['modal_share', 'unique_positives']")
+                   .reset_index(drop=True) for name in ("samples", "verl", "lighteval", "openrlhf")]
+        assert answers[0]["mean"].notna().all()
+        for other in answers[1:]:
+            pd.testing.assert_frame_equal(other, answers[0])
