@@ -98,6 +98,19 @@ def test_counts_files_with_and_without_the_modal_answer(tmp_path, suffix):
         load_counts(write(new.assign(modal_share=[0.5, 1.5]), tmp_path / f"bad{suffix}"))
 
 
+def test_top_modal_answer_across_prompts():
+    """Per run, the answer modal on the most prompts and their share: a run whose prompts nobody
+    answered ("") has share 0; one whose counts carry no modal answers (None) NaN, not 0."""
+    f = pd.DataFrame({"method": ["one"] * 3 + ["old"] * 2 + ["mute"] * 2, "seed": [0, 0, 0, 1, 1, 2, 2],
+                      "modal_answer": ["1", "1", "", None, None, "", ""],
+                      "modal_share": [1.0, 1.0, 0.0, np.nan, np.nan, 0.0, 0.0]})
+    top = dg.top_modal_answers(f).set_index("method")
+    assert top.loc["one", ["answer", "count", "prompts"]].tolist() == ["1", 2, 3]
+    assert top.loc["one", "share"] == pytest.approx(2 / 3)
+    assert top.loc["old", "answer"] is None and np.isnan(top.loc["old", "share"])
+    assert top.loc["mute", "answer"] is None and top.loc["mute", "share"] == 0
+
+
 def test_mask_metrics():
     m = pd.DataFrame({"prompt_id": ["a", "b", "a", "b"], "epoch": [0, 0, 1, 1],
                       "action": ["anchor", "sharpen", "sharpen", "sharpen"], "weight": [1.0, 0, 0, 0],

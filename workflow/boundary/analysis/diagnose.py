@@ -221,14 +221,14 @@ def run_metrics(frame: pd.DataFrame, ks, group: str = "regime") -> pd.DataFrame:
 def top_modal_answers(frame: pd.DataFrame) -> pd.DataFrame:
     """Per run (method, seed): the answer that is the modal answer of the most prompts (`answer`,
     ties to the smallest text; None where no prompt has one), on how many prompts (`count`), of
-    the run's `prompts`, and their share (NaN where the counts carry no modal answers). One
-    constant answered to everything makes this share 1."""
+    the run's `prompts`, and their share (NaN where the counts carry no modal answers: None,
+    where "" is a prompt nobody answered). One constant answered to everything makes it 1."""
     code, runs = pd.factorize(pd.MultiIndex.from_frame(frame[RUN_KEYS]))
-    measured = frame["modal_share"].notna().to_numpy()
+    measured = frame["modal_answer"].notna().to_numpy()
     top = modal_answers(code[measured], frame["modal_answer"].to_numpy()[measured]).reindex(range(len(runs)))
     out = pd.DataFrame(list(runs), columns=RUN_KEYS)
     out["prompts"] = np.bincount(code, minlength=len(runs))
-    out["answer"] = top["modal_answer"].astype(object).where(top["modal_answer"].notna(), None).to_numpy()
+    out["answer"] = pd.Series([a if isinstance(a, str) else None for a in top["modal_answer"]], dtype=object)
     out["count"] = top["modal_count"].fillna(0).to_numpy(np.int64)
     out["share"] = np.where(np.bincount(code, weights=measured, minlength=len(runs)) > 0,
                             out["count"] / out["prompts"], np.nan)

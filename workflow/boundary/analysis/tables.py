@@ -452,7 +452,7 @@ def answer_concentration(diag, view: View) -> Table:
                          f"modal_share; its cells are over the other seeds.")
         runs = runs[runs["share"].notna()]
         by_seed = "; ".join((f"s{r.seed}: " if m != BASE else "") + f"{_answer_text(r.answer)} ({100 * r.share:.0f}%)"
-                            for r in runs.itertuples())
+                            for r in runs.itertuples()) or "n/a"  # shares without their answers
         sd = runs["share"].std(ddof=1) if len(runs) > 1 else np.nan
         rows.append([label, seeds] + [stat(diag.summary, m, "modal_share", r, scale=100, digits=0, suffix="%")
                                       for r in regimes]
