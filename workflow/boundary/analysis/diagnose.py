@@ -1,9 +1,9 @@
 """Prompt-level diagnosis of an RLVR run against its base: where did pass@k move, and why.
 
 Everything the paper reports about a trained policy comes from per-prompt counts files
-(prompt_id, n, c [, entropy, answers | unique_positives]) of the base and of each trained
-(method, seed), plus regime labels from an independent base calibration. All metrics are
-defined in docs/diagnostics.md; in short, per (method, seed, regime):
+(prompt_id, n, c [, entropy, answers | unique_positives, modal_answer, modal_share]) of the base
+and of each trained (method, seed), plus regime labels from an independent base calibration.
+All metrics are defined in docs/diagnostics.md; in short, per (method, seed, regime):
 
     passk@k          mean over prompts of the unbiased per-prompt pass@k
     delta_passk@k    mean over prompts of (trained - base) pass@k, same prompts

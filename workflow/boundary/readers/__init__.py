@@ -1,6 +1,7 @@
 """Readers for what RLVR tools write, one module per format, each ending in per-prompt counts.
 
-    counts     per-prompt counts: prompt_id, n, c [, entropy, answers | unique_positives]
+    counts     per-prompt counts: prompt_id, n, c [, entropy, answers | unique_positives,
+               modal_answer, modal_share]
     samples    one row per completion (or per prompt with list columns): a prompt id or text,
                completion, correct | reward | score; vLLM / TRL users' tables, the pipeline's
                eval/*/samples.parquet
