@@ -420,6 +420,11 @@ def _answer_text(answer, width: int = 24) -> str:
     return answer if len(answer) <= width else answer[:width - 3] + "..."
 
 
+def _share_text(share: float) -> str:
+    """A share of prompts in whole percent; one prompt in hundreds reads <1%, not 0%."""
+    return "<1%" if 0 < share < 0.01 else f"{100 * share:.0f}%"
+
+
 def answer_concentration(diag, view: View) -> Table:
     """How much of each method's sampling mass sits on one answer (diagnostic split): the seed
     mean ± SD of the mean modal share over prompts, overall and per regime, and per seed the
@@ -451,12 +456,12 @@ def answer_concentration(diag, view: View) -> Table:
             notes.append(f"{label}: seed(s) {', '.join(map(str, shares.index[shares.isna()]))} carry no "
                          f"modal_share; its cells are over the other seeds.")
         runs = runs[runs["share"].notna()]
-        by_seed = "; ".join((f"s{r.seed}: " if m != BASE else "") + f"{_answer_text(r.answer)} ({100 * r.share:.0f}%)"
+        by_seed = "; ".join((f"s{r.seed}: " if m != BASE else "") + f"{_answer_text(r.answer)} ({_share_text(r.share)})"
                             for r in runs.itertuples()) or "n/a"  # shares without their answers
         sd = runs["share"].std(ddof=1) if len(runs) > 1 else np.nan
         rows.append([label, seeds] + [stat(diag.summary, m, "modal_share", r, scale=100, digits=0, suffix="%")
                                       for r in regimes]
-                    + [by_seed, Stat(100 * runs["share"].mean(), 100 * sd, digits=0, suffix="%")])
+                    + [by_seed, Stat(100 * runs["share"].mean(), 100 * sd, digits=1, suffix="%")])
     notes = ["Modal share: per prompt, the share of its n samples that give its most common non-empty "
              "extracted answer (0 when none answers), averaged over the prompts; seed mean ± SD. Top modal "
              "answer: per seed, the answer that is the modal answer of the most prompts, and the share of "
