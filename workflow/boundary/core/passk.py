@@ -122,7 +122,7 @@ def modal_answers(keys, answers):
 def counts_of(samples):
     """The estimator's inputs from one row per sample (prompt_id, correct [, entropy, answer]):
     per prompt (sorted by id) n, c, the mean entropy and, where the samples carry answers, the
-    distinct answers of its positives (`answers`), its most common answer over all n samples
+    distinct answers of its positives (`answers`, and their number `unique_positives`), its most common answer over all n samples
     (`modal_answer`, "" when none answered) and that answer's share of the n (`modal_share`,
     0 when none answered): a policy that gives one answer to everything shows it there, where
     per-token entropy need not. The one grouping rule of evaluation, calibration and the readers."""
@@ -138,6 +138,7 @@ def counts_of(samples):
         ids, answers = samples["prompt_id"].to_numpy(), samples["answer"].to_numpy()
         pos = answered(ids[correct], answers[correct]).groupby("prompt_id")["answer"].agg(lambda a: sorted(set(a)))
         out["answers"] = pos.reindex(out.index).map(lambda a: a if isinstance(a, list) else [])
+        out["unique_positives"] = out["answers"].map(len)
         modal = modal_answers(ids, answers).reindex(out.index)
         out["modal_answer"] = modal["modal_answer"].fillna("").astype(str)
         out["modal_share"] = modal["modal_count"].fillna(0).to_numpy(float) / out["n"].to_numpy()

@@ -115,11 +115,10 @@ def counts_from_samples(samples: pd.DataFrame, path) -> pd.DataFrame:
     if samples["answer"].isna().all():
         keyed = keyed.drop(columns="answer")
     out = counts_of(keyed)
-    if "answers" in out:
-        out["unique_positives"] = out["answers"].map(len).astype(float)
-    else:
+    if "answers" not in out:
         out = out.assign(unique_positives=np.nan, modal_answer=None, modal_share=np.nan)
-    return out[["prompt_id", "n", "c", "entropy", "unique_positives", "modal_answer", "modal_share"]]
+    return out[["prompt_id", "n", "c", "entropy", "unique_positives", "modal_answer", "modal_share"]].astype(
+        {"unique_positives": float})
 
 
 def problems_of(samples: pd.DataFrame) -> dict:

@@ -23,9 +23,7 @@ SCORED_COLUMNS = ["prompt_id", "sample_idx", "completion", "answer", "correct", 
 def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
     """The counts artifact: per prompt n, c, mean entropy, its positives' distinct answers and
     their number, its modal answer and share, and pass@k for every k the smallest n allows."""
-    counts = counts_of(samples)
-    counts["unique_positives"] = counts["answers"].map(len)
-    counts = counts[["prompt_id", "n", "c", "entropy", "answers", "unique_positives", "modal_answer", "modal_share"]]
+    counts = counts_of(samples)[["prompt_id", "n", "c", "entropy", "answers", "unique_positives", "modal_answer", "modal_share"]]
     return add_pass_at_k(counts, [k for k in ks if k <= counts["n"].min()])
 
 
