@@ -115,8 +115,8 @@ else
   export BOUNDARY_JOBS_PER_GPU=8 BOUNDARY_GPU_LOCKS=/tmp/gpu_issue21_locks OMP_NUM_THREADS=4
 fi
 
-[[ $ROWS == *a* ]] && row a_7b_fsdp 250 $PY benchmarks/bench_7b_shape.py --gpus $GPUS "${SHAPE[@]}" \
-  --runs $FSDP:grpo,$FSDP:pba --timeout 120 --logs $LOGS/7b
+[[ $ROWS == *a* ]] && row a_7b_fsdp 350 $PY benchmarks/bench_7b_shape.py --gpus $GPUS "${SHAPE[@]}" \
+  --runs $FSDP:grpo,$FSDP:pba --timeout 170 --logs $LOGS/7b
 [[ $ROWS == *b* ]] && row b_7b_ddp 80 $PY benchmarks/bench_7b_shape.py --gpus $GPUS "${SHAPE[@]}" \
   --runs ddp:grpo --timeout 75 --logs $LOGS/7b
 if [ -n "$IMPORT" ]; then
