@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
@@ -31,9 +32,9 @@ SETTINGS = {"steps": 3, "lr": 1e-4, "num_generations": 4, "prompts_per_step": 4,
             "anchor": "policy", "kl_estimator": "k2", "beta_kl": 0.05}
 
 
-def anchored(n: int) -> np.ndarray:
-    """The mask: odd rows anchored, one refresh epoch."""
-    return (np.arange(n) % 2).astype(float)[None]
+def anchored(n: int, every: int = 2) -> np.ndarray:
+    """The mask, one refresh epoch: every row anchored but each `every`-th (2: odd rows)."""
+    return (np.arange(n) % every != 0).astype(float)[None]
 
 
 def reward(prompts, completions, answer, **kwargs):
@@ -62,17 +63,28 @@ def main(base: str, split_path: str, out: str, resume: str | None = None):
     tok = AutoTokenizer.from_pretrained(base)
     trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(base), reward_funcs=reward, args=cfg,
                          train_dataset=data, processing_class=tok,
-                         anchor_weights=anchored(len(split)),
+                         anchor_weights=anchored(len(split), int(os.environ.get("ANCHOR_EVERY", 2))),
                          base_rollouts=[os.environ["BASE_ROLLOUTS"]] if os.environ.get("BASE_ROLLOUTS") else None)
     steps = Steps()
     trainer.add_callback(steps)
+    policy_rows = []  # per generation call: this process's rows the policy draws
+    generate = trainer._generate_single_turn
+
+    def counted(prompt_ids, *args, **kwargs):
+        policy_rows.append(len(prompt_ids) - sum(trainer._from_base or []))
+        return generate(prompt_ids, *args, **kwargs)
+
+    trainer._generate_single_turn = counted
     trainer.train(resume_from_checkpoint=resume)
+    every_rank = [None] * trainer.accelerator.num_processes
+    torch.distributed.all_gather_object(every_rank, policy_rows)
     save_atomic(trainer.accelerator, trainer.model, tok, Path(out) / "final")
     if trainer.accelerator.is_main_process:
         keys = ("step", "loss", "grad_norm", "kl", "anchor_loss", "reward", "learning_rate")
         print(json.dumps({"log": [{k: h.get(k) for k in keys} for h in trainer.state.log_history if "loss" in h],
                           "sharded": trainer._sharded, "policy": type(trainer.model).__name__,
                           "base": type(trainer.base_model).__name__, "steps_run": steps.run,
+                          "policy_rows": every_rank,
                           "checkpoints": sorted(p.name for p in Path(out).glob("checkpoint-*"))}), flush=True)
 
 

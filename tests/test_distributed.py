@@ -285,15 +285,16 @@ def accelerate_with_cpu_fsdp(tmp_path_factory):
     return root
 
 
-def fsdp_cpu_worker(smoke, accelerate, mode: str, out, method: dict, *resume, base_rollouts="") -> dict:
-    """tests/fsdp_cpu_worker.py in 2 gloo processes under `mode`; its JSON line."""
+def fsdp_cpu_worker(smoke, accelerate, mode: str, out, method: dict, *resume, base_rollouts="", every=2) -> dict:
+    """tests/fsdp_cpu_worker.py in 2 gloo processes under `mode`; its JSON line. A run that
+    waits for ever on a collective fails at the timeout rather than stall the suite."""
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                           str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
                           str(smoke / "train.parquet"), str(out), *map(str, resume)],
                          env={**env(), "MODE": mode, "METHOD": json.dumps(method), "OMP_NUM_THREADS": "1",
-                              "BASE_ROLLOUTS": str(base_rollouts),
+                              "BASE_ROLLOUTS": str(base_rollouts), "ANCHOR_EVERY": str(every),
                               "PYTHONPATH": f"{accelerate}{os.pathsep}{ROOT / 'workflow'}"},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-6000:]
     return json.loads([line for line in run.stdout.splitlines() if line.startswith('{"log"')][0])
 
@@ -347,11 +348,15 @@ def test_fsdp_trains_the_drop_sampler_and_the_field_s_methods_as_ddp_does(smoke,
 def test_fsdp_trains_the_support_anchor_on_pre_drawn_rollouts_as_ddp_does(smoke, accelerate_with_cpu_fsdp, tmp_path):
     """A base-sampled anchor under FSDP: its rollouts pre-drawn by the base_rollouts stage (no
     frozen base in training, no base generate call), the support hinge on their stored base
-    log-probs; FSDP logs what DDP logs step by step."""
+    log-probs; FSDP logs what DDP logs step by step. The mask anchors 5 prompts in 6: in the
+    first step one process holds anchored rows only while the other draws from the policy, so
+    the first has no rollout of its own to draw yet must step the other's generate (every
+    sharded forward is a collective; on 2 and 4 H100s such runs waited for ever)."""
     from fsdp_cpu_worker import SETTINGS, anchored
 
     split = pd.read_parquet(smoke / "train.parquet")
-    w = anchored(len(split))[0]
+    every = 6
+    w = anchored(len(split), every)[0]
     pd.DataFrame({"prompt_id": split["prompt_id"], "epoch": 0, "weight": w,
                   "action": np.where(w > 0, "anchor", "sharpen")}).to_parquet(tmp_path / "mask.parquet")
     method = {"anchor": "support", "support_floor": 0.5, "beta_a": 2.0, "beta_kl": 0.0}
@@ -361,9 +366,11 @@ def test_fsdp_trains_the_support_anchor_on_pre_drawn_rollouts_as_ddp_does(smoke,
                           "--settings", json.dumps({**SETTINGS, **method}), "--seed", "0", "--out", str(drawn)],
                          env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert run.returncode == 0, run.stdout[-6000:]
-    fsdp, ddp = (fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, tmp_path / mode, method, base_rollouts=drawn)
-                 for mode in ("fsdp", "ddp"))
+    fsdp, ddp = (fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, tmp_path / mode, method, base_rollouts=drawn,
+                                 every=every) for mode in ("fsdp", "ddp"))
     assert fsdp["sharded"] and fsdp["base"] == "NoneType"  # pre-drawn: no frozen base in training
+    lone = [step for step, rows in enumerate(zip(*fsdp["policy_rows"])) if min(rows) == 0 < max(rows)]
+    assert lone == [0], fsdp["policy_rows"]  # a process without policy rows, the other with
     for a, b in zip(fsdp["log"], ddp["log"], strict=True):
         for key, value in a.items():
             assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)

