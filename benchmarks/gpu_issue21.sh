@@ -7,7 +7,7 @@
 #   (e) FSDP with the real SmolLM2 against 1 process (2 and 4 processes), and its kill/resume
 #
 #   bash benchmarks/gpu_issue21.sh --split TRAIN.parquet (--model DIR | --gguf FILE[,FILE...] \
-#       [--gguf-sha FILE]) [--wheels DIR] [--rows abcde] [--budget 540] [--cpu]
+#       [--gguf-sha FILE]) [--wheels DIR] [--rows abcde] [--budget 540] [--deadline S] [--cpu]
 #
 # --model: a folder `boundary import-base` wrote. Else --gguf: the GGUF, or its parts in order
 # (concatenated, checked against the sha256 in --gguf-sha), imported (about 70 s) while rows a
@@ -15,6 +15,8 @@
 # --wheels: wheels installed with pip --target /tmp/site when trl is not importable.
 # --budget: seconds for the whole script; each row gets its own limit, cut to what is left, and
 # a row that fails or runs out of time prints its error and the next row starts.
+# --deadline: the most seconds rows d and e may take together (default 150 on GPUs, 1200 with
+# --cpu); the 2-process FSDP check took 173 s beside row d's jobs.
 # --cpu: a dry run on the CPU (gloo, toy shapes; fsdp rows run as ddp, which is all accelerate
 # does on a CPU), to catch a broken command before a GPU lease.
 # $OUT (default /tmp/gpu_issue21) gets two files, kept current as rows finish: console.log (all
@@ -22,7 +24,7 @@
 set -u
 T0=$(date +%s)
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-MODEL="" GGUF="" SHA="" SPLIT="" WHEELS="" ROWS=abcde BUDGET=540 CPU=0 PARTS=()
+MODEL="" GGUF="" SHA="" SPLIT="" WHEELS="" ROWS=abcde BUDGET=540 CPU=0 PARTS=() DEADLINE=""
 while [ $# -gt 0 ]; do
   case $1 in
     --model) MODEL=$(realpath "$2"); shift 2 ;;
@@ -33,6 +35,7 @@ while [ $# -gt 0 ]; do
     --wheels) WHEELS=$(realpath "$2"); shift 2 ;;
     --rows) ROWS=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
+    --deadline) DEADLINE=$2; shift 2 ;;
     --cpu) CPU=1; shift ;;
     *) echo "gpu_issue21: unknown option $1"; exit 2 ;;
   esac
@@ -134,6 +137,7 @@ fi
   "${SCALE[@]}" --timeout $CT --logs $LOGS/scaling
 # (d) and (e) together: neither is timed, and the allocator shares the GPUs between their jobs.
 if [[ $ROWS == *[de]* ]]; then
+  DCAP=${DEADLINE:-$DCAP}
   D=$(( $(left) - 25 ))
   [ $D -gt $DCAP ] && D=$DCAP
   export TOGETHER=1 PIDS=""
