@@ -250,3 +250,24 @@ def test_a_worker_dies_with_the_torchrun_that_started_it(tmp_path):
     else:
         os.kill(pid, signal.SIGKILL)
         raise AssertionError("the worker outlived its launcher")
+
+
+def test_a_worker_prints_its_stacks_on_sigusr1_and_trains_on(tmp_path):
+    """A run that waits on a collective is found with `kill -USR1 <worker>`: once its process
+    group is up, a worker prints every thread's stack and goes on (the multi-GPU check does it
+    to runs it stops at its deadline)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as free:  # a port of its own: tests run side by side
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    worker = ("import os, signal; from boundary.training.launch import start_processes; start_processes(); "
+              "os.kill(os.getpid(), signal.SIGUSR1); print('trains on', flush=True)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "workflow"), "WORLD_SIZE": "1", "RANK": "0",
+           "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run([sys.executable, "-c", worker], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "trains on"
+    assert "(most recent call first)" in run.stderr and "<string>" in run.stderr
