@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from launched import stop_launch
 
 METHODS = {
     "grpo": {},
@@ -78,45 +79,6 @@ def train_cmd(method: str, n: int, a, work: Path, out: str) -> list[str]:
     return boundary(*where, "--model", a.model, "--train-split", a.split,
                     "--settings", json.dumps(settings_for(method, n, a)), "--seed", "0",
                     "--out", str(work / out), "--checkpoint-dir", str(work / (out + "_ck")), *extra)
-
-
-def workers(pid: int) -> list[int]:
-    """The training processes below `pid`: torchrun's children. torchrun starts them in
-    sessions of their own, so the launch's process group does not reach them."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            runner = b"torch.distributed.run" in Path(f"/proc/{parent}/cmdline").read_bytes()
-        except OSError:
-            runner = False
-        kids = children.get(parent, [])
-        found += kids if runner else []
-        todo += [] if runner else kids
-    return found
-
-
-def stop_at_deadline(job: subprocess.Popen) -> None:
-    """The workers print their stacks into the job's log (launch.start_processes registers
-    SIGUSR1 for that), then the launch goes; the workers die with their torchrun."""
-    for pid in workers(job.pid):
-        try:  # only a worker that has set its handler (one still importing would die of it)
-            caught = next(int(line.split()[1], 16) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                          if line.startswith("SigCgt:"))
-            if caught >> (signal.SIGUSR1 - 1) & 1:
-                os.kill(pid, signal.SIGUSR1)
-        except (OSError, StopIteration):
-            pass
-    time.sleep(2)
-    os.killpg(job.pid, signal.SIGKILL)
-    job.wait()
 
 
 def start(cmd, log: Path) -> subprocess.Popen:
@@ -223,7 +185,7 @@ def main():
             if key not in wrote and outs[key].exists():  # seen while it runs: its exit can be timed
                 wrote[key] = now if code is None else None
             if code is None and a.deadline and now > t0 + a.deadline:  # out of time: compare what finished
-                stop_at_deadline(job)
+                stop_launch(job)
                 code = (f"killed at the {a.deadline} s deadline"
                         + (f", {now - wrote[key]:.0f} s after writing its outputs" if wrote.get(key) else ""))
             if code is None:

@@ -1,6 +1,7 @@
 """Run one launch (torchrun and its workers, or one process) for a benchmark: its output kept in
 a log file, its progress lines echoed as they come, and on a timeout the whole launch stopped
-(it runs in a process group of its own) with what it printed still there to show."""
+(it runs in a process group of its own) with what it printed still there to show, and the
+stacks of its workers (SIGUSR1) after it."""
 
 from __future__ import annotations
 
@@ -31,13 +32,52 @@ def run_logged(cmd: list[str], env: dict, log: Path, timeout: float, echo: str =
                 why = (f"timeout after {timeout:.0f} s" if now - start > timeout else
                        f"wrote its output, not exited {grace:.0f} s later" if wrote and now - wrote > grace else None)
                 if why:
-                    os.killpg(job.pid, signal.SIGKILL)
-                    job.wait()
+                    stop_launch(job)
                     code = why
             seen = _echo(log, seen, echo, label)
     if wrote is not None and isinstance(code, int):
         print(f"{label}exited {time.monotonic() - wrote:.1f} s after its output was written", flush=True)
     return code
+
+
+def workers(pid: int) -> list[int]:
+    """The training processes below `pid`: torchrun's children. torchrun starts them in
+    sessions of their own, so the launch's process group does not reach them."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            runner = b"torch.distributed.run" in Path(f"/proc/{parent}/cmdline").read_bytes()
+        except OSError:
+            runner = False
+        kids = children.get(parent, [])
+        found += kids if runner else []
+        todo += [] if runner else kids
+    return found
+
+
+def stop_launch(job: subprocess.Popen) -> None:
+    """Stop a launch started in a session of its own: its workers first print their stacks into
+    its log (those that have set the handler: launch.stacks_on_sigusr1; one still importing
+    would die of the signal), then the launch goes, and the workers die with their torchrun."""
+    for pid in workers(job.pid):
+        try:
+            caught = next(int(line.split()[1], 16) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                          if line.startswith("SigCgt:"))
+            if caught >> (signal.SIGUSR1 - 1) & 1:
+                os.kill(pid, signal.SIGUSR1)
+        except (OSError, StopIteration):
+            pass
+    time.sleep(2)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
 
 
 def _echo(log: Path, seen: int, echo: str, label: str) -> int:

@@ -131,11 +131,12 @@ def build_random(shape: str, tok, max_len: int):
 def main():
     from datasets import Dataset
 
-    from boundary.training.launch import die_with_launcher, leave, stop_processes
+    from boundary.training.launch import die_with_launcher, leave, stacks_on_sigusr1, stop_processes
     from boundary.training.trainer import PBATrainer
     from boundary.training.trainer_config import make_config
 
     die_with_launcher()  # a timed-out launch, killed, takes its workers with it
+    stacks_on_sigusr1()  # ... after saying where they were
     p = argparse.ArgumentParser()
     p.add_argument("--model", help="a model folder (else --shape, random weights)")
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-7b")

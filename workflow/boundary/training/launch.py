@@ -79,20 +79,25 @@ def die_with_launcher() -> None:
         os._exit(1)
 
 
+def stacks_on_sigusr1() -> None:
+    """In a worker: `kill -USR1 <pid>` prints where each of its threads is and the run goes on,
+    so a run waiting on a collective says which one."""
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def start_processes() -> None:
     """In a worker: start the processes' communication before anything is built (NCCL on
     GPUs, gloo on the CPU; accelerate then uses this process group), so a failure to start is
     one line naming it, not a trace from deep inside the first collective."""
     import datetime
-    import faulthandler
 
     import torch
     import torch.distributed as dist
     from transformers import TrainingArguments
 
-    # `kill -USR1 <worker>` prints where each of its threads is (a run waiting on a collective
-    # says which one) and the run goes on.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    stacks_on_sigusr1()
     world, local = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     # TrainingArguments' own ddp_timeout, as accelerate would have started the group with.
