@@ -123,20 +123,51 @@ def test_a_killed_worker_is_replaced_and_its_check_retried(tmp_path):
         v.close()
 
 
-def test_a_worker_killed_from_outside_is_noticed_and_replaced():
+def stalls_once(gold, answer, timeout):
+    """slow_equal, except that the first "stall" answer's worker writes its pid to $STALL_FLAG
+    and waits there, mid-chunk, to be killed (the retry then answers)."""
+    import os
+    import time as _time
+
+    if answer == "stall":
+        try:
+            fd = os.open(os.environ["STALL_FLAG"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return gold == answer
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        _time.sleep(60)
+    return slow_equal(gold, answer, timeout)
+
+
+def test_a_worker_killed_from_outside_is_noticed_and_replaced(monkeypatch, tmp_path):
+    """A worker SIGKILLed mid-chunk (the OOM killer, say): its chunk is redone by a new worker,
+    no verdict is lost. The kill waits until the worker holds work, whatever the machine's load
+    (a kill on a timer could land after the last chunk and find nothing to notice)."""
     import os
     import signal
     import threading
+    import time
 
-    v = Verifier(timeout=5, workers=2, chunk=16, check_one=slow_equal)
+    flag = tmp_path / "stalled"
+    monkeypatch.setenv("STALL_FLAG", str(flag))
+    v = Verifier(timeout=30, workers=2, chunk=16, check_one=stalls_once)
+
+    def kill_the_stalled_worker():
+        while not flag.exists() or not flag.read_text():
+            time.sleep(0.01)
+        os.kill(int(flag.read_text()), signal.SIGKILL)
+
     try:
         v.check(["0"], ["0"])  # the pool is up
-        victim = v._workers[0].process.pid
-        killer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
+        killer = threading.Thread(target=kill_the_stalled_worker, daemon=True)
         killer.start()
         golds = [str(i) for i in range(1500)]
-        got = v.verdicts(golds, [g if int(g) % 2 else "x" for g in golds])
-        killer.join()
+        answers = [g if int(g) % 2 else "x" for g in golds]
+        answers[700] = "stall"
+        got = v.verdicts(golds, answers)
+        killer.join(timeout=1)
+        victim = int(flag.read_text())
         assert got == [bool(i % 2) for i in range(1500)]  # every verdict computed, none lost
         assert v.replaced == 1 and v.given_up == 0
         assert victim not in [w.process.pid for w in v._workers]
