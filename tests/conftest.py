@@ -28,13 +28,3 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     tokenizer.save_pretrained(out)
     return out
 
-
-# Files that take minutes (whole pipelines, several processes), slowest first.
-LONG_FILES = ("test_real_model.py", "test_workflow.py", "test_distributed.py", "test_slurm.py")
-
-
-def pytest_collection_modifyitems(items):
-    """The long files first: the two workers take whole files in collection order (--dist
-    loadfile), so a long file reached late would keep one worker busy after the other is done."""
-    rank = {name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: files keep their order
