@@ -27,4 +27,3 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
-
