@@ -122,10 +122,11 @@ def modal_answers(keys, answers):
 def counts_of(samples):
     """The estimator's inputs from one row per sample (prompt_id, correct [, entropy, answer]):
     per prompt (sorted by id) n, c, the mean entropy and, where the samples carry answers, the
-    distinct answers of its positives (`answers`, and their number `unique_positives`), its most common answer over all n samples
-    (`modal_answer`, "" when none answered) and that answer's share of the n (`modal_share`,
-    0 when none answered): a policy that gives one answer to everything shows it there, where
-    per-token entropy need not. The one grouping rule of evaluation, calibration and the readers."""
+    distinct answers of its positives (`answers`, and their number `unique_positives`), its
+    most common answer over all n samples (`modal_answer`, "" when none answered) and that
+    answer's share of the n (`modal_share`, 0 when none answered): a policy that gives one
+    answer to everything shows it there, where per-token entropy need not. The one grouping
+    rule of evaluation, calibration and the readers."""
     import pandas as pd
 
     correct = samples["correct"].astype(bool).to_numpy()

@@ -265,10 +265,8 @@ class PBATrainer(GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                               has_tool_images=False):
         from_base = self._from_base
-        anchored = bool(from_base) and any(from_base)
-        if self._sharded:  # processes take one path: each makes the same forward calls
-            anchored = self._on_any_process(torch.tensor(anchored, device=self.accelerator.device))
-        if not anchored:
+        # Sharded, processes take one path: each makes the same forward calls.
+        if not self._on_any_process(bool(from_base) and any(from_base)):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
                                                  num_generations, has_tool_images)
         from_base = from_base or [False] * len(prompt_ids)
@@ -297,10 +295,7 @@ class PBATrainer(GRPOTrainer):
         # every row (anchored rows' policy rollouts are then discarded); transformers generates
         # the policy's rows only.
         policy = list(range(n)) if self.use_vllm else [i for i, b in enumerate(from_base) if not b]
-        drawing = bool(policy)
-        if self._sharded:
-            drawing = self._on_any_process(torch.tensor(drawing, device=self.accelerator.device))
-        if drawing:
+        if self._on_any_process(bool(policy)):
             # Sharded, a process with anchored rows only still steps the others' generate (its
             # forwards are collectives) on one of its prompts, and drops what it drew; its
             # random streams are put back, so that its later draws are those of DDP.
@@ -322,11 +317,12 @@ class PBATrainer(GRPOTrainer):
         self._add_stat("generate_seconds", time.perf_counter() - start)
         return completions, (logprobs if self.use_vllm else None)
 
-    def _on_any_process(self, flag: torch.Tensor) -> bool:
+    def _on_any_process(self, flag: torch.Tensor | bool) -> bool:
         """`flag` here, or on any process under FSDP: a sharded model's forward is a collective,
         so every process makes it or none does."""
         if not self._sharded:
             return bool(flag)
+        flag = torch.as_tensor(flag, device=self.accelerator.device)
         return bool(self.accelerator.gather(flag.reshape(1).int()).any())
 
     def _base_sampler(self):
