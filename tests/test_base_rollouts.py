@@ -4,10 +4,14 @@ rollouts). That a run reading them trains exactly as one drawing them in place i
 tests/test_distributed.py, through `boundary train`, in one process and in two."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT
 from test_train import SETTINGS, G, P, alternate, make_trainer, model_dir, scheduled_batch, split  # noqa: F401
 
 from boundary.core.errors import BoundaryError
@@ -64,6 +68,20 @@ def test_shards_together_are_the_one_job_draw(model_dir, stage_inputs):
     assert len(one) == SETTINGS["steps"] * (P // 2) * G  # odd rows anchored: half of every batch
     assert (one["completion_ids"].map(len) == one["base_logps"].map(len)).all()
     assert (np.concatenate(one["base_logps"].tolist()) <= 0).all()
+
+
+def test_the_stage_does_not_import_the_trainer_so_not_vllm(model_dir, stage_inputs):
+    """TRL's GRPOTrainer imports vLLM when it is installed; a sampling stage that imported it
+    drew other bf16 logits on a GPU where vLLM had been installed (docs/training.md, fourth
+    lease), and paid vLLM's import."""
+    argv = ["--model", str(model_dir), "--train-split", str(stage_inputs / "train.parquet"),
+            "--mask", str(stage_inputs / "mask.parquet"), "--settings", json.dumps({**SETTINGS, **SUPPORT}),
+            "--seed", "0", "--out", str(stage_inputs / "alone.parquet")]
+    code = (f"import sys; from boundary.stages import base_rollouts as s; s.main({argv!r}); "
+            "print(sorted(m for m in sys.modules if m == 'trl.trainer.grpo_trainer' or m.startswith('vllm')))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "workflow")})
+    assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout
 
 
 def test_stage_refuses_a_method_without_base_rollouts(model_dir, stage_inputs):

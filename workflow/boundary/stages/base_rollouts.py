@@ -26,8 +26,7 @@ def main(argv=None):
     from boundary.core.config import load_stage_settings
     from boundary.sampling.scoring import parse_shard
     from boundary.training.gate import read_mask
-    from boundary.training.schedule import anchor_weights_for
-    from boundary.training.trainer import action_sampler
+    from boundary.training.schedule import action_sampler, anchor_weights_for
     from boundary.training.trainer_config import make_config
 
     parser = ArgumentParser(prog="boundary base-rollouts", description=__doc__.splitlines()[0])

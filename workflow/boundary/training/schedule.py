@@ -87,6 +87,15 @@ def eligible_prompts(anchor_weights: np.ndarray, masked_action: str) -> np.ndarr
     return np.ones_like(anchor_weights, dtype=bool)
 
 
+def action_sampler(cfg, anchor_weights: np.ndarray) -> ActionSampler:
+    """The run's sampler from its settings (a PBAConfig): every step's prompts, as the trainer
+    and the `base_rollouts` stage both draw them."""
+    return ActionSampler(eligible_prompts(anchor_weights, cfg.masked_action),
+                         cfg.generation_batch_size // cfg.num_generations, cfg.num_generations,
+                         cfg.num_iterations * cfg.steps_per_generation, cfg.max_steps,
+                         cfg.refresh_steps, cfg.seed)
+
+
 def step_weights(anchor_weights: np.ndarray, step: int, rows, refresh_steps: int, seed: int,
                  base_sampled: bool) -> np.ndarray:
     """Anchor weight of each prompt row in `step`: the mask's weight in the step's refresh

@@ -79,21 +79,13 @@ from boundary.training.anchors import (
     support_floor,
 )
 from boundary.training.base_rollouts import BaseRolloutSupply, tokenize
-from boundary.training.schedule import ActionSampler, eligible_prompts, step_weights
+from boundary.training.schedule import action_sampler, step_weights
 from boundary.training.trainer_config import PBAConfig
 
 # Metrics of a generation batch, as (sum, count) over every process's rows; summed ones are totals.
 GENERATION_METRICS = ("protected_fraction", "reward_policy", "base_rollouts_on_demand",
                       "base_draw_seconds", "generate_seconds")
 SUMMED = {"base_rollouts_on_demand"}
-
-def action_sampler(cfg: PBAConfig, anchor_weights: np.ndarray) -> ActionSampler:
-    """The run's sampler: every step's prompts (the `base_rollouts` stage computes the same)."""
-    return ActionSampler(eligible_prompts(anchor_weights, cfg.masked_action),
-                         cfg.generation_batch_size // cfg.num_generations, cfg.num_generations,
-                         cfg.num_iterations * cfg.steps_per_generation, cfg.max_steps,
-                         cfg.refresh_steps, cfg.seed)
-
 
 def needs_frozen_base(cfg: PBAConfig, anchoring: bool, pre_drawn: bool) -> bool:
     """Whether training runs the frozen base: for the global KL, the policy anchor's scores,
