@@ -87,6 +87,7 @@ GENERATION_METRICS = ("protected_fraction", "reward_policy", "base_rollouts_on_d
                       "base_draw_seconds", "generate_seconds")
 SUMMED = {"base_rollouts_on_demand"}
 
+
 def needs_frozen_base(cfg: PBAConfig, anchoring: bool, pre_drawn: bool) -> bool:
     """Whether training runs the frozen base: for the global KL, the policy anchor's scores,
     and base-sampled anchors' rollouts unless they were drawn ahead (with their log-probs)."""
