@@ -50,11 +50,15 @@ def stage_inputs(model_dir, split, tmp_path_factory):
     return root
 
 
-def run_stage(model_dir, root, out, shard="0/1", **override):
+def stage_argv(model_dir, root, out, shard="0/1", **override):
     settings = {**SETTINGS, **SUPPORT, **override}
-    base_rollouts_stage.main(["--model", str(model_dir), "--train-split", str(root / "train.parquet"),
-                        "--mask", str(root / "mask.parquet"), "--settings", json.dumps(settings),
-                        "--seed", "0", "--shard", shard, "--out", str(out)])
+    return ["--model", str(model_dir), "--train-split", str(root / "train.parquet"),
+            "--mask", str(root / "mask.parquet"), "--settings", json.dumps(settings),
+            "--seed", "0", "--shard", shard, "--out", str(out)]
+
+
+def run_stage(model_dir, root, out, shard="0/1", **override):
+    base_rollouts_stage.main(stage_argv(model_dir, root, out, shard, **override))
     return pd.read_parquet(out)
 
 
@@ -74,9 +78,7 @@ def test_the_stage_does_not_import_the_trainer_so_not_vllm(model_dir, stage_inpu
     """TRL's GRPOTrainer imports vLLM when it is installed; a sampling stage that imported it
     drew other bf16 logits on a GPU where vLLM had been installed (docs/training.md, fourth
     lease), and paid vLLM's import."""
-    argv = ["--model", str(model_dir), "--train-split", str(stage_inputs / "train.parquet"),
-            "--mask", str(stage_inputs / "mask.parquet"), "--settings", json.dumps({**SETTINGS, **SUPPORT}),
-            "--seed", "0", "--out", str(stage_inputs / "alone.parquet")]
+    argv = stage_argv(model_dir, stage_inputs, stage_inputs / "alone.parquet")
     code = (f"import sys; from boundary.stages import base_rollouts as s; s.main({argv!r}); "
             "print(sorted(m for m in sys.modules if m == 'trl.trainer.grpo_trainer' or m.startswith('vllm')))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
