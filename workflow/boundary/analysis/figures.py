@@ -259,11 +259,13 @@ def training_curves(logs, view, folder: Path, name: str = "training") -> list[Pa
                             color=c, alpha=0.15, lw=0)
         ax.set_title(col.replace("_", " "))
         ax.set_xlabel("step")
-    if cols:
-        axes[0, -1].legend(frameon=False)
-    else:
+    if not cols:
         _not_run(axes[0, 0], "no training logs")
-    fig.tight_layout()
+    # Below the panels, as in regime_passk: inside one, it covered that panel's curves.
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.1 if labels else 0, 1, 1))
+    if labels:
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
     return save(fig, folder, name)
 
 
