@@ -399,3 +399,22 @@ def test_vllm_engines_skip_the_flashinfer_sampler_where_flashinfer_is_not_instal
             monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", preset)
         without_flashinfer_sampler()
         assert os.environ.get("VLLM_USE_FLASHINFER_SAMPLER") == expected
+
+
+def test_a_sampling_stage_logs_its_end_to_end_rate_from_process_start():
+    """The calibrate and evaluate stages end with tokens over the seconds since the process
+    started: the figure that includes imports, model load and verification."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from boundary.sampling import end_to_end, process_seconds
+
+    assert 0 < process_seconds() < 24 * 3600
+    code = "from boundary.sampling import process_seconds; import time; time.sleep(0.5); print(process_seconds())"
+    child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.5 <= child < 60  # a fresh process counts from its own start, not this one's
+    line = end_to_end("calibration", pd.DataFrame({"n_tokens": [100, 200]}))
+    assert line.startswith("calibration: end to end ") and "from process start to output written" in line
+    assert "tok/s" in line and "completions/s" in line

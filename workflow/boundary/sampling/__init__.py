@@ -10,7 +10,7 @@ drawn tokens (`hf.teacher_forced`). `hf` draws each completion from its own rand
 keyed by (seed, prompt, sample index): the same samples at any batch size (`streams`).
 
 Every backend logs one throughput line per call (`throughput`): tok/s, completions/s, the
-batch it chose and peak memory.
+batch it chose and peak memory; the stages that sample add one end-to-end line (`end_to_end`).
 
 The package also holds base-model import and loading (models) and sample-and-verify
 (scoring: the one path of calibration, gate draws and evaluation).
@@ -65,6 +65,30 @@ def throughput(backend: str, tokens: int, completions: int, seconds: float, batc
     return (f"sampling ({backend}): {completions:,} completions, {tokens:,} tokens in {seconds:.1f} s: "
             f"{tokens / seconds:,.0f} tok/s, {completions / seconds:,.1f} completions/s, batch {batch}, "
             f"peak {where} memory {peak:.1f} GiB")
+
+
+def process_seconds() -> float | None:
+    """Seconds since this process started (Linux: /proc), interpreter start and imports included;
+    None where /proc is absent."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+            return float(uptime.read().split()[0]) - started
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def end_to_end(stage: str, samples: pd.DataFrame) -> str:
+    """The line a sampling stage prints once its output is written: its tokens over the seconds
+    since the process started (imports, model load, sampling, verification and the write)."""
+    seconds = process_seconds()
+    tokens = int(samples["n_tokens"].sum())
+    if not seconds:
+        return f"{stage}: {tokens:,} tokens; end to end time unknown (no /proc)"
+    return (f"{stage}: end to end {seconds:.1f} s from process start to output written: "
+            f"{tokens / seconds:,.0f} tok/s, {len(samples) / seconds:,.1f} completions/s")
 
 
 def sample(model_path: str, prompt_ids: list[str], prompts: list[str],

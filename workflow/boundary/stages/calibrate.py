@@ -13,6 +13,7 @@ import pandas as pd
 
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.options import ArgumentParser
+from boundary.sampling import end_to_end
 from boundary.sampling.scoring import sampling_params, scored_samples, verifier_for
 
 
@@ -37,6 +38,7 @@ def main_calibrate(argv=None):
     write_table(samples, args.out)
     per_prompt = samples.groupby("prompt_id")["correct"].mean()
     print(f"calibration: {len(split)} prompts x {cal['n']} samples, mean p_base {per_prompt.mean():.3f}")
+    print(end_to_end("calibration", samples))
 
 
 def main_gate_draws(argv=None):
@@ -58,6 +60,7 @@ def main_gate_draws(argv=None):
             "finish_reason", "entropy"]
     write_table(draws[cols], args.out)
     print(f"gate draws: {len(split)} prompts x {gate['G0']} draws x {gate['epochs']} epochs")
+    print(end_to_end("gate draws", draws))
 
 
 main = main_calibrate

@@ -14,6 +14,7 @@ import pandas as pd
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.options import ArgumentParser
 from boundary.core.passk import add_pass_at_k, counts_of
+from boundary.sampling import end_to_end
 from boundary.sampling.scoring import sampling_params, scored_samples, shard_of, verifier_for
 
 # The samples artifact: one row per scored completion.
@@ -58,3 +59,5 @@ def main(argv=None):
         write_table(counts, args.counts)
         print(f"evaluate: {len(counts)} prompts, pass@1 {counts['pass_at_1'].mean():.3f}, "
               f"pass@{ev['n']} {(counts['c'] > 0).mean():.3f}")
+    if not args.gather:
+        print(end_to_end("evaluate", samples))
