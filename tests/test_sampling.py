@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from conftest import ROOT
 from scipy import stats
 
+from boundary.core.errors import BoundaryError
+from boundary.sampling import hf
 from boundary.sampling.hf import generate, teacher_forced
 from boundary.sampling.nucleus import BLOCK, nucleus_probs, sample_step
 from boundary.sampling.streams import row_keys, uniforms
@@ -183,15 +185,20 @@ def _repeat_order(n, distinct):
     return out
 
 
+def _grouped_llama():
+    """A random Llama with grouped KV heads (9 query heads on 3), float32 on the CPU."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=72, intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=9, num_key_value_heads=3)).eval()
+
+
 def test_the_seat_cache_decodes_what_transformers_generate_decodes():
     """Greedy (T -> 0) completions of a model with grouped KV heads (9 query heads on 3), with
     prompts of different lengths refilled into 2 seats, equal transformers' own greedy
     `generate` token for token: the seat positions, masks and attention are the model's."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=72, intermediate_size=96, num_hidden_layers=2,
-                                         num_attention_heads=9, num_key_value_heads=3)).eval()
+    model = _grouped_llama()
     prompts = [[5, 17, 33, 2, 9], [40, 41], [7] * 9, [100, 3, 250]]
     ours = [c.tokens for c in generate(model, prompts, [], 0, max_new=10, temperature=1e-4, top_p=1.0,
                                        batch_size=2, seed=0)]
@@ -199,6 +206,47 @@ def test_the_seat_cache_decodes_what_transformers_generate_decodes():
         ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
                              do_sample=False, max_new_tokens=10, min_new_tokens=10, pad_token_id=0)
         assert tokens == ref[0, len(p):].tolist()
+
+
+@pytest.mark.parametrize("name", [n for n in hf.DECODE_ATTENTION if n != "matmul"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_each_decode_attention_computes_what_matmul_computes(name, dtype):
+    """Over a width cut of a seat buffer (strided, as `Seats.update` hands it), rows of lengths
+    1..width: every variant's output is `matmul`'s, to the dtype's rounding."""
+    torch.manual_seed(0)
+    rows, kv, heads, width, dim = 6, 3, 9, 11, 16
+    key, value = (torch.randn(rows, kv, 20, dim).to(dtype)[:, :, :width] for _ in range(2))
+    query = torch.randn(rows, heads, 1, dim).to(dtype)
+    mask = (torch.arange(width)[None, :] < torch.tensor([1, 3, 5, 8, 11, 11])[:, None])[:, None, None, :]
+    want = hf.decode_attention("matmul")(query, key, value, mask, dim ** -0.5).reshape(rows, 1, heads, dim)
+    got = hf.decode_attention(name)(query, key, value, mask, dim ** -0.5).reshape(rows, 1, heads, dim)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", [n for n in hf.DECODE_ATTENTION if n != "matmul"])
+def test_each_decode_attention_samples_what_matmul_samples(monkeypatch, name):
+    """The whole decode loop (refilled seats, prompts of different lengths): the same tokens,
+    log-probabilities and entropies as `matmul` at float32."""
+    model = _grouped_llama()
+    prompts = [[5, 17, 33, 2, 9], [40, 41], [7] * 9, [100, 3, 250]] * 2
+
+    def run(choice):
+        monkeypatch.setattr(hf, "SEAT_ATTENTION", choice)
+        return generate(model, prompts, [], 0, max_new=10, temperature=1.0, top_p=0.9, batch_size=3, seed=0)
+
+    want, got = run("matmul"), run(name)
+    assert [c.tokens for c in got] == [c.tokens for c in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.logps, w.logps, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(g.entropy, w.entropy, rtol=1e-4)
+
+
+def test_an_unknown_decode_attention_is_a_one_line_error(monkeypatch):
+    monkeypatch.setattr(hf, "SEAT_ATTENTION", "flash")
+    with pytest.raises(BoundaryError, match="BOUNDARY_SEAT_ATTENTION='flash' is not one of matmul") as err:
+        generate(_grouped_llama(), [[1, 2]], [], 0, max_new=2, temperature=1.0, top_p=1.0, batch_size=1, seed=0)
+    assert "\n" not in str(err.value)
 
 
 def test_a_repeated_prompt_is_prefilled_once_and_its_rows_decode_apart(tiny_model_dir):

@@ -21,6 +21,7 @@ per row, tokens drawn from each row's own random stream (`streams`).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from boundary.core.errors import BoundaryError
 from boundary.core.gpus import jobs_per_gpu
 from boundary.sampling import COMPLETION_COLUMNS, Completion, throughput
 from boundary.sampling.models import load_model, stop_ids
@@ -43,22 +45,71 @@ ATTENTION = "boundary_seats"
 TEACHER_BATCH = 128  # sequences a teacher-forced forward pass on a GPU
 
 
+def _grouped(query, key):
+    """[rows, heads, 1, dim] -> [rows, kv heads, G, dim]: the G query heads of each KV head."""
+    rows, heads, _, dim = query.shape
+    return query.view(rows, key.shape[1], heads // key.shape[1], dim)
+
+
+def _matmul(query, key, value, mask, scaling):
+    """The G query heads of each KV head as one [G, D] x [D, columns] product, so the KV cache
+    is read once; scores and softmax in float32."""
+    q = _grouped(query, key)
+    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scaling  # [rows, kv, G, columns]
+    scores.masked_fill_(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, -1).to(value.dtype), value)  # [rows, kv, G, dim]
+
+
+def _matmul_bf16(query, key, value, mask, scaling):
+    """`_matmul` with the scores kept in the cache's dtype: the matmul's output is rounded to it
+    anyway and softmax accumulates in float32 inside, so only the float32 passes go."""
+    scores = torch.matmul(_grouped(query, key) * scaling, key.transpose(-1, -2))
+    scores.masked_fill_(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, -1), value)
+
+
+def _sdpa_gqa(query, key, value, mask, scaling):
+    """torch's fused attention, grouped query heads by `enable_gqa`."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
+                                                           enable_gqa=True)
+    return out.transpose(1, 2)  # [rows, 1, heads, dim]
+
+
+def _sdpa_grouped(query, key, value, mask, scaling):
+    """torch's fused attention with each KV head's G query heads as G query positions (all
+    under the row's mask): plain multi-head attention, for backends without `enable_gqa`."""
+    return torch.nn.functional.scaled_dot_product_attention(_grouped(query, key), key, value, attn_mask=mask,
+                                                            scale=scaling)
+
+
+# Decode attention by name: (query [rows, heads, 1, dim], key/value [rows, kv heads, columns,
+# dim], mask [rows, 1, 1, columns] bool, scaling) -> heads' outputs that reshape to [rows, 1,
+# heads, dim]. One choice per process, so a GPU benchmark can pick without a code change.
+DECODE_ATTENTION = {"matmul": _matmul, "matmul_bf16": _matmul_bf16, "sdpa_gqa": _sdpa_gqa,
+                    "sdpa_grouped": _sdpa_grouped}
+SEAT_ATTENTION_ENV = "BOUNDARY_SEAT_ATTENTION"
+SEAT_ATTENTION = os.environ.get(SEAT_ATTENTION_ENV, "matmul")  # read once: the GPU benchmark picks
+
+
+def decode_attention(name: str | None = None):
+    """The decode attention named (default $BOUNDARY_SEAT_ATTENTION, else "matmul")."""
+    name = name or SEAT_ATTENTION
+    if name not in DECODE_ATTENTION:
+        raise BoundaryError(f"{SEAT_ATTENTION_ENV}={name!r} is not one of {', '.join(DECODE_ATTENTION)}")
+    return DECODE_ATTENTION[name]
+
+
 def seat_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Decode attention over `Seats` (one query per row, `seat_mask` [rows, 1, 1, columns]): the
-    G query heads of each KV head as one [G, D] x [D, columns] product, so the KV cache is
-    read once per step. Any other call (prefill, teacher forcing) is transformers' sdpa."""
+    """Decode attention over `Seats` (one query per row, `seat_mask` [rows, 1, 1, columns]) by
+    `decode_attention`. Any other call (prefill, teacher forcing) is transformers' sdpa."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if not kwargs.get("seat_decode"):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     rows, heads, _, dim = query.shape
-    groups = key.shape[1]
-    q = query.view(rows, groups, heads // groups, dim)
-    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scaling  # [rows, kv, G, columns]
-    scores.masked_fill_(~attention_mask, float("-inf"))
-    out = torch.matmul(torch.softmax(scores, -1).to(value.dtype), value)  # [rows, kv, G, dim]
-    return out.view(rows, 1, heads, dim), None
+    out = decode_attention()(query, key, value, attention_mask, scaling)
+    return out.reshape(rows, 1, heads, dim), None
 
 
 def use_seat_attention(model) -> None:
@@ -230,6 +281,7 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
     if not prompts:
         return []
     device = model.device
+    decode_attention()  # an unknown $BOUNDARY_SEAT_ATTENTION fails before any work
     if hasattr(model, "set_attn_implementation"):
         use_seat_attention(model)
     keys = row_keys(seed, prompts, samples).to(device)
