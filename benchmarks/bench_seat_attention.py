@@ -75,32 +75,6 @@ def bias_float32_softmax(query, key, value, mask, scaling):
     return torch.matmul(torch.softmax(scores + bias, -1, dtype=torch.float32).to(value.dtype), value)
 
 
-def varlen(x):
-    """`torch.nn.attention.varlen.varlen_attn` (FlashAttention-2, CUDA) on the seat buffer as it
-    is: token t of a packed [T, kv, dim] key starts at t * dim, head h at h * columns * dim, so
-    seat i is the sequence at t = i * kv * columns, of which its first lengths[i] are used
-    (`seqused_k`). No copy of the cache."""
-    from torch.nn.attention.varlen import varlen_attn
-
-    rows, heads, _, dim = x["query"].shape
-    _, kv, columns, _ = x["buffers"][0].shape
-    total = (rows - 1) * kv * columns + columns  # the last seat's start plus one seat of columns
-    packed = [b.as_strided((total, kv, dim), (dim, columns * dim, 1)) for b in x["buffers"]]
-    device = x["query"].device
-    cu_q = torch.arange(rows + 1, device=device, dtype=torch.int32)
-    cu_k = (torch.arange(rows + 1, device=device, dtype=torch.int32) * kv * columns).clamp(max=total)
-    used = x["lengths"].to(torch.int32)
-    width = x["key"].shape[2]
-    q = x["query"].view(rows, heads, dim)
-    args = (q, *packed, cu_q, cu_k, 1, width)
-    try:
-        varlen_attn(*args, scale=x["scaling"], seqused_k=used, enable_gqa=True)
-        kwargs = dict(enable_gqa=True)
-    except TypeError:  # torch < 2.13: no enable_gqa (FlashAttention groups heads itself)
-        kwargs = {}
-    return lambda *_: varlen_attn(*args, scale=x["scaling"], seqused_k=used, **kwargs)
-
-
 def flex(x):
     """`flex_attention` compiled, with a block mask built from the per-row lengths. Returns the
     call and a note with the compile and block-mask build times (the mask changes every step)."""
@@ -137,7 +111,6 @@ def variants(x, device):
         for backend in ("EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH", "CUDNN_ATTENTION"):
             out.append((f"{name}[{backend}]",
                         lambda fn=DECODE_ATTENTION[name], b=backend: forced(fn, getattr(SDPBackend, b))))
-    out.append(("varlen_attn(seqused_k)", lambda: varlen(x)))
     out.append(("flex_attention(compiled)", lambda: flex(x)))
     return out
 

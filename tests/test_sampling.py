@@ -208,7 +208,25 @@ def test_the_seat_cache_decodes_what_transformers_generate_decodes():
         assert tokens == ref[0, len(p):].tolist()
 
 
-@pytest.mark.parametrize("name", [n for n in hf.DECODE_ATTENTION if n != "matmul"])
+CUDA_ONLY = {"varlen"}  # FlashAttention's varlen kernel has no CPU implementation
+VARIANTS = [pytest.param(n, marks=pytest.mark.skipif(n in CUDA_ONLY and not torch.cuda.is_available(),
+                                                     reason="a CUDA kernel"))
+            for n in hf.DECODE_ATTENTION if n != "matmul"]
+
+
+def test_varlen_sees_each_seats_filled_columns_as_its_packed_tokens():
+    """`_packed` (what the CUDA-only varlen form reads): row i's tokens start at starts[i] of
+    the packed view, and token starts[i] + c is column c of seat i, in every KV head."""
+    rows, kv, columns, width, dim = 4, 3, 10, 7, 5
+    buffer = torch.randn(rows, kv, columns, dim)
+    packed, starts = hf._packed(buffer[:, :, :width])
+    for i in range(rows):
+        for c in range(width):
+            assert torch.equal(packed[int(starts[i]) + c], buffer[i, :, c])
+    assert packed.data_ptr() == buffer.data_ptr()  # a view: the cache is not copied
+
+
+@pytest.mark.parametrize("name", VARIANTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_decode_attention_computes_what_matmul_computes(name, dtype):
     """Over a width cut of a seat buffer (strided, as `Seats.update` hands it), rows of lengths
@@ -224,7 +242,7 @@ def test_each_decode_attention_computes_what_matmul_computes(name, dtype):
     torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("name", [n for n in hf.DECODE_ATTENTION if n != "matmul"])
+@pytest.mark.parametrize("name", VARIANTS)
 def test_each_decode_attention_samples_what_matmul_samples(monkeypatch, name):
     """The whole decode loop (refilled seats, prompts of different lengths): the same tokens,
     log-probabilities and entropies as `matmul` at float32."""

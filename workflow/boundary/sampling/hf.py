@@ -82,11 +82,40 @@ def _sdpa_grouped(query, key, value, mask, scaling):
                                                             scale=scaling)
 
 
+def _packed(seats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A width cut of a seat buffer [rows, kv, width of columns, dim] as varlen's packed tokens
+    [T, kv, dim] over the same memory, and where each row's tokens start (int32, rows + 1)."""
+    rows, kv, _, dim = seats.shape
+    columns = seats.stride(1) // dim
+    total = (rows - 1) * kv * columns + columns
+    packed = seats.as_strided((total, kv, dim), (dim, columns * dim, 1), seats.storage_offset())
+    starts = torch.arange(rows + 1, device=seats.device, dtype=torch.int32) * kv * columns
+    return packed, starts.clamp(max=total)
+
+
+def _varlen(query, key, value, mask, scaling):
+    """FlashAttention-2's varlen kernel (CUDA) over the seat buffers in place: seat i's columns
+    are the packed tokens from i * kv * columns on (token stride `dim`, head stride `columns *
+    dim`), and `seqused_k` reads only each row's filled columns, so the padding up to the
+    longest row (half of what the masked forms read) is skipped. No copy of the cache."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    rows, heads, _, dim = query.shape
+    (packed_key, key_starts), (packed_value, _) = _packed(key), _packed(value)
+    used = mask.view(rows, -1).sum(-1, dtype=torch.int32)
+    args = (query.view(rows, heads, dim), packed_key, packed_value,
+            torch.arange(rows + 1, device=query.device, dtype=torch.int32), key_starts, 1, key.shape[2])
+    try:
+        return varlen_attn(*args, scale=scaling, seqused_k=used, enable_gqa=True)
+    except TypeError:  # torch before 2.13 has no enable_gqa: the kernel groups heads by their counts
+        return varlen_attn(*args, scale=scaling, seqused_k=used)
+
+
 # Decode attention by name: (query [rows, heads, 1, dim], key/value [rows, kv heads, columns,
 # dim], mask [rows, 1, 1, columns] bool, scaling) -> heads' outputs that reshape to [rows, 1,
 # heads, dim]. One choice per process, so a GPU benchmark can pick without a code change.
 DECODE_ATTENTION = {"matmul": _matmul, "matmul_bf16": _matmul_bf16, "sdpa_gqa": _sdpa_gqa,
-                    "sdpa_grouped": _sdpa_grouped}
+                    "sdpa_grouped": _sdpa_grouped, "varlen": _varlen}
 SEAT_ATTENTION_ENV = "BOUNDARY_SEAT_ATTENTION"
 SEAT_ATTENTION = os.environ.get(SEAT_ATTENTION_ENV, "matmul")  # read once: the GPU benchmark picks
 
