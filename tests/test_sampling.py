@@ -380,8 +380,9 @@ def test_a_sampling_call_logs_its_throughput_batch_and_peak_memory(tiny_model_di
 
 def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
     """batch_size auto on a GPU: MEMORY_SHARE of free memory over one seat's cost (its whole
-    KV cache, allocated up front, and the sampler's buffers), capped by the job's share of the
-    device when $BOUNDARY_JOBS_PER_GPU jobs share it."""
+    KV cache, allocated up front, and the sampler's buffers) on a GPU to itself; capped by the
+    job's share of the device, and SHARED_MEMORY_SHARE of it, when $BOUNDARY_JOBS_PER_GPU jobs
+    share it."""
     from types import SimpleNamespace
 
     from transformers import LlamaConfig
@@ -393,10 +394,11 @@ def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
     model = SimpleNamespace(device=torch.device("cuda", 0), config=cfg, dtype=torch.bfloat16)
     columns = 10 + 90 + hf.CHECK_EVERY
     per_row = 2 * 2 * 2 * 16 * 2 * columns + 10 * 4 * 1000 + 2 * 4 * 4 * columns
-    gib, share = 2**30, hf.MEMORY_SHARE
+    gib, alone, share = 2**30, hf.MEMORY_SHARE, hf.SHARED_MEMORY_SHARE
+    assert share < alone
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.9 * gib), gib))
     monkeypatch.delenv("BOUNDARY_JOBS_PER_GPU", raising=False)
-    assert hf.default_batch_size(model, 10, 90) == min(hf.MAX_BATCH, int(int(0.9 * gib) * share / per_row))
+    assert hf.default_batch_size(model, 10, 90) == min(hf.MAX_BATCH, int(int(0.9 * gib) * alone / per_row))
     monkeypatch.setenv("BOUNDARY_JOBS_PER_GPU", "4")
     assert hf.default_batch_size(model, 10, 90) == int(gib / 4 * share / per_row)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.2 * gib), gib))
@@ -484,3 +486,18 @@ def test_a_sampling_stage_logs_its_end_to_end_rate_from_process_start():
     line = end_to_end("calibration", pd.DataFrame({"n_tokens": [100, 200]}))
     assert line.startswith("calibration: end to end ") and "from process start to output written" in line
     assert "tok/s" in line and "completions/s" in line
+
+
+def test_varlen_on_a_torch_without_seqused_k_is_a_one_line_error(monkeypatch):
+    """torch 2.11's varlen_attn has no seqused_k (measured on the H100 image): naming varlen
+    there stops in one line that says what it needs, not with a TypeError from inside a step."""
+    from torch.nn.attention import varlen
+
+    def old_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None):
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(varlen, "varlen_attn", old_varlen_attn)
+    query, key = torch.zeros(2, 9, 1, 8), torch.zeros(2, 3, 4, 8)
+    with pytest.raises(BoundaryError, match="varlen needs torch's varlen_attn with seqused_k") as err:
+        hf.decode_attention("varlen")(query, key, key, torch.ones(2, 1, 1, 4, dtype=torch.bool), 0.35)
+    assert "\n" not in str(err.value)
