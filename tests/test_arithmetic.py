@@ -203,9 +203,12 @@ def test_the_default_mix_draws_the_pre_registered_studys_problems(tmp_path):
     assert digests == {"diagnostic": "8cd7b0bf3d39f816", "test": "0e53b8d1b923322e", "train": "f119b94ccf00ba3d"}
 
 
-def test_the_easy_mix_draws_the_pre_registered_follow_ups_problems(tmp_path):
-    """config/smollm2_arith_easy.yaml's splits (its levels under the answer guard) were fixed
-    before its study ran: these files, byte for byte, and no answer over 5% of a split."""
+@pytest.mark.parametrize("name, want", [
+    ("smollm2_arith_easy", {"diagnostic": "acc138d8d6fe4bfc", "test": "02b03f1c4761a315", "train": "bed74a0babab1b61"}),
+    ("smollm2_arith_add", {"diagnostic": "2838e74fa0188101", "test": "e052f9b9a4d5d411", "train": "1641fd5f0bbc3711"})])
+def test_a_pre_registered_study_draws_its_committed_problems(tmp_path, name, want):
+    """The follow-up's and the third study's splits (their levels under the answer guard) were
+    fixed before each study ran: these files, byte for byte, and no answer over 5% of a split."""
     import hashlib
 
     from conftest import ROOT
@@ -213,13 +216,13 @@ def test_the_easy_mix_draws_the_pre_registered_follow_ups_problems(tmp_path):
     from boundary.core.config import load_config
     from boundary.tasks.arithmetic import levels_text
 
-    section = load_config(ROOT / "config" / "smollm2_arith_easy.yaml")["arithmetic"]
+    section = load_config(ROOT / "config" / f"{name}.yaml")["arithmetic"]
     splits = [x for name, n in section["splits"].items() for x in ("--split", f"{name}={n}")]
     assert main(["arithmetic", "--out-dir", str(tmp_path), *splits, "--seed", str(section["seed"]),
                  "--levels", levels_text(section["levels"]),
                  "--max-answer-share", str(section["max_answer_share"])]) == 0
     digests = {s: hashlib.sha256((tmp_path / f"{s}.jsonl").read_bytes()).hexdigest()[:16] for s in section["splits"]}
-    assert digests == {"diagnostic": "acc138d8d6fe4bfc", "test": "02b03f1c4761a315", "train": "bed74a0babab1b61"}
+    assert digests == want
     for split, n in section["splits"].items():
         rows = [json.loads(line) for line in (tmp_path / f"{split}.jsonl").read_text().splitlines()]
         assert modal_answer(rows)[1] <= 0.05 * n
