@@ -127,6 +127,15 @@ def paired_gain(diag, view, folder: Path, name: str) -> list[Path]:
     return save(fig, folder, name)
 
 
+def _legend_below(fig, ax, height: float) -> None:
+    """One legend for every panel (`ax`'s curves name the methods), in a strip of `height`
+    below them; no strip when nothing is labelled."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.tight_layout(rect=(0, height if labels else 0, 1, 1))
+    if labels:
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+
+
 def regime_passk(diag, view, folder: Path, name: str = "regime_passk") -> list[Path]:
     """pass@k curves per regime, base vs trained methods."""
     regimes = [r for r in REGIMES if r in set(diag.summary["regime"])]
@@ -139,9 +148,7 @@ def regime_passk(diag, view, folder: Path, name: str = "regime_passk") -> list[P
     axes[0].set_ylabel("pass@k (%)")
     if not regimes:
         _not_run(axes[0], "no regime labels")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels) or 1, frameon=False)
+    _legend_below(fig, axes[0], 0.08)
     return save(fig, folder, name)
 
 
@@ -261,11 +268,7 @@ def training_curves(logs, view, folder: Path, name: str = "training") -> list[Pa
         ax.set_xlabel("step")
     if not cols:
         _not_run(axes[0, 0], "no training logs")
-    # Below the panels, as in regime_passk: inside one, it covered that panel's curves.
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.1 if labels else 0, 1, 1))
-    if labels:
-        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    _legend_below(fig, axes[0, 0], 0.1)  # inside a panel, it covered that panel's curves
     return save(fig, folder, name)
 
 

@@ -21,6 +21,8 @@ per row, tokens drawn from each row's own random stream (`streams`).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import time
 from dataclasses import dataclass, field
@@ -87,25 +89,31 @@ def _packed(seats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed, starts.clamp(max=total)
 
 
+@functools.cache
+def _varlen_options(varlen_attn) -> dict:
+    """What this torch's varlen_attn takes beyond the lengths, read once (not per layer and
+    step): enable_gqa where it exists, else the kernel groups heads by their counts. A
+    varlen_attn without seqused_k (torch 2.11's reads whole sequences) is one line."""
+    accepts = inspect.signature(varlen_attn).parameters
+    if "seqused_k" not in accepts:
+        raise BoundaryError(f"{SEAT_ATTENTION_ENV}=varlen needs torch's varlen_attn with seqused_k "
+                            f"(torch 2.13 has it; this is torch {torch.__version__})")
+    return {"enable_gqa": True} if "enable_gqa" in accepts else {}
+
+
 def _varlen(query, key, value, mask, scaling):
     """FlashAttention-2's varlen kernel (CUDA) over the seat buffers in place: seat i's columns
     are the packed tokens from i * kv * columns on (token stride `dim`, head stride `columns *
     dim`), and `seqused_k` reads only each row's filled columns, so the padding up to the
     longest row (half of what the masked forms read) is skipped. No copy of the cache."""
-    import inspect
-
     from torch.nn.attention.varlen import varlen_attn
 
-    accepts = inspect.signature(varlen_attn).parameters
-    if "seqused_k" not in accepts:  # torch 2.11's varlen_attn reads whole sequences only
-        raise BoundaryError(f"{SEAT_ATTENTION_ENV}=varlen needs torch's varlen_attn with seqused_k "
-                            f"(torch 2.13 has it; this is torch {torch.__version__})")
+    gqa = _varlen_options(varlen_attn)
     rows, heads, _, dim = query.shape
     (packed_key, key_starts), (packed_value, _) = _packed(key), _packed(value)
     used = mask.view(rows, -1).sum(-1, dtype=torch.int32)
     args = (query.view(rows, heads, dim), packed_key, packed_value,
             torch.arange(rows + 1, device=query.device, dtype=torch.int32), key_starts, 1, key.shape[2])
-    gqa = {"enable_gqa": True} if "enable_gqa" in accepts else {}  # else the kernel groups by head counts
     return varlen_attn(*args, scale=scaling, seqused_k=used, **gqa)
 
 
