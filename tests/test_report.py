@@ -252,7 +252,8 @@ def test_methods_ranking_matches_the_counts(built):
     assert "Base" in md and "95% CI" in md
 
 
-@pytest.mark.parametrize("study, tables", [("smollm2_arith", 11), ("smollm2_arith_easy", 12)])
+@pytest.mark.parametrize("study, tables", [("smollm2_arith", 11), ("smollm2_arith_easy", 12),
+                                           ("smollm2_arith_add", 12)])
 def test_the_published_arithmetic_studies_rebuild_table_for_table(tmp_path, study, tables):
     """docs/<study>/ holds a real study's report and its inputs; the report code must still
     turn those inputs into the published tables, so the docs stay true."""
