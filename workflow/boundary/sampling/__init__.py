@@ -59,12 +59,16 @@ def peak_memory_gib() -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host"
 
 
-def throughput(backend: str, tokens: int, completions: int, seconds: float, batch: str) -> str:
-    """The sampling log line every stage prints."""
-    peak, where = peak_memory_gib()
+def throughput(backend: str, tokens: int, completions: int, seconds: float, batch: str,
+               memory: str | None = None) -> str:
+    """The sampling log line every stage prints. `memory`: what to say about memory when this
+    process's own peak is not the sampler's (a vLLM engine in a process of its own)."""
+    if memory is None:
+        peak, where = peak_memory_gib()
+        memory = f"peak {where} memory {peak:.1f} GiB"
     return (f"sampling ({backend}): {completions:,} completions, {tokens:,} tokens in {seconds:.1f} s: "
             f"{tokens / seconds:,.0f} tok/s, {completions / seconds:,.1f} completions/s, batch {batch}, "
-            f"peak {where} memory {peak:.1f} GiB")
+            f"{memory}")
 
 
 def process_seconds() -> float | None:

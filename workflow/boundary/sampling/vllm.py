@@ -68,6 +68,19 @@ def _engine(model_path: str, seed: int, max_len: int, completions: int, per_gpu:
                dtype="float32", disable_log_stats=True, kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
 
 
+def engine_memory(llm) -> str | None:
+    """On a GPU the engine runs in a process of its own, so this process's peak says nothing of
+    it; what it holds is what it reserved at start: its share of the card (weights, activations,
+    KV cache). None on a CPU (the engine is in this process: its peak is the sampler's)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    share = llm.llm_engine.vllm_config.cache_config.gpu_memory_utilization
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**30
+    return f"GPU memory {share * total:.1f} GiB reserved by the engine ({share:.3f} of {total:.1f} GiB)"
+
+
 def _shut_down(llm) -> None:
     """Stop the engine's core (its process and GPU memory); the caller drops its last reference."""
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
@@ -101,7 +114,8 @@ def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, 
     drawn = [(ids, list(c.token_ids), "stop" if c.finish_reason == "stop" else "length")
              for ids, result in zip(prompts, results) for c in result.outputs]
     timings["generate"] = time.perf_counter() - start
-    say(throughput("vllm", sum(len(d[1]) for d in drawn), len(drawn), timings["generate"], batch))
+    say(throughput("vllm", sum(len(d[1]) for d in drawn), len(drawn), timings["generate"], batch,
+                   engine_memory(llm)))
     _shut_down(llm)
     del llm, results  # the engine's memory back before the teacher-forced pass loads the model
     gc.collect()
