@@ -205,10 +205,11 @@ def test_the_default_mix_draws_the_pre_registered_studys_problems(tmp_path):
 
 @pytest.mark.parametrize("name, want", [
     ("smollm2_arith_easy", {"diagnostic": "acc138d8d6fe4bfc", "test": "02b03f1c4761a315", "train": "bed74a0babab1b61"}),
-    ("smollm2_arith_add", {"diagnostic": "2838e74fa0188101", "test": "e052f9b9a4d5d411", "train": "1641fd5f0bbc3711"})])
+    ("smollm2_arith_add", {"diagnostic": "2838e74fa0188101", "test": "e052f9b9a4d5d411", "train": "1641fd5f0bbc3711"}),
+    ("smollm2_arith_add15", {"diagnostic": "f0e4d5eab40add89", "test": "6a7187e02fbd68fa", "train": "3a19cd5851d7259e"})])
 def test_a_pre_registered_study_draws_its_committed_problems(tmp_path, name, want):
-    """The follow-up's and the third study's splits (their levels under the answer guard) were
-    fixed before each study ran: these files, byte for byte, and no answer over 5% of a split."""
+    """The follow-up's, the third and the fourth study's splits (their levels under the answer
+    guard) were fixed before each study ran: these files, byte for byte, and no answer over 5% of a split."""
     import hashlib
 
     from conftest import ROOT

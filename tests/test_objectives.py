@@ -307,7 +307,8 @@ def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
 
 @pytest.mark.parametrize("name", ["smollm2_arith.yaml", "smollm2_arith_smoke.yaml", "smollm2_arith_easy.yaml",
                                   "smollm2_arith_easy_smoke.yaml", "smollm2_arith_add.yaml",
-                                  "smollm2_arith_add_smoke.yaml"])
+                                  "smollm2_arith_add_smoke.yaml", "smollm2_arith_add15.yaml",
+                                  "smollm2_arith_add15_smoke.yaml"])
 def test_psr_is_the_positive_term_alone(tmp_path, name):
     """The arithmetic study's positive control: W-REINFORCE's weighting without its negative
     term; both weights 0 would train nothing and is refused in one line."""

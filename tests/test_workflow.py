@@ -266,7 +266,8 @@ def planned_jobs_for(workdir, target, configfile):
     return {m.group(1) for m in re.finditer(r"^(?:local)?rule (\w+):", out, re.M)}
 
 
-@pytest.mark.parametrize("name", ["smoke", "paper", "smollm2_arith", "smollm2_arith_easy", "smollm2_arith_add"])
+@pytest.mark.parametrize("name", ["smoke", "paper", "smollm2_arith", "smollm2_arith_easy", "smollm2_arith_add",
+                                  "smollm2_arith_add15"])
 def test_the_target_asks_for_every_artifact(tmp_path, name):
     """`all` lists every declared output of the run (temp shards aside): what a failed job's
     cleanup deletes is always rebuilt (see run_artifacts in common.smk)."""
