@@ -253,7 +253,7 @@ def test_methods_ranking_matches_the_counts(built):
 
 
 @pytest.mark.parametrize("study, tables", [("smollm2_arith", 11), ("smollm2_arith_easy", 12),
-                                           ("smollm2_arith_add", 12)])
+                                           ("smollm2_arith_add", 12), ("smollm2_arith_add15", 12)])
 def test_the_published_arithmetic_studies_rebuild_table_for_table(tmp_path, study, tables):
     """docs/<study>/ holds a real study's report and its inputs; the report code must still
     turn those inputs into the published tables, so the docs stay true."""
