@@ -78,8 +78,9 @@ def test_the_arithmetic_study_runs_at_toy_scale(tmp_path_factory):
     disjoint and read by id, and the log gives each one's modal answer; base, GRPO, GRPO+PBA
     and PSR are evaluated on both splits, and PSR trained on the positive term alone. (The
     follow-up's smollm2_arith_easy_smoke.yaml and the third and fourth studies'
-    smollm2_arith_add_smoke.yaml and smollm2_arith_add15_smoke.yaml differ only in their arithmetic: and prompt: sections, whose files test_arithmetic.py pins;
-    the workflow dry-run covers the rest.)"""
+    smollm2_arith_add_smoke.yaml and smollm2_arith_add15_smoke.yaml differ only in their
+    arithmetic: and prompt: sections, whose files test_arithmetic.py pins; the workflow
+    dry-run covers the rest.)"""
     run = _run(tmp_path_factory, "smollm2_arith_smoke")
     log = (run / "logs" / "arithmetic.log").read_text()
     assert log.count("modal answer") == 3
