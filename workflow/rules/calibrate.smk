@@ -3,6 +3,19 @@
 CALIBRATION_SPLIT = {"": "diagnostic", "_train": "train"}
 
 
+def calibration_settings(split):
+    """The calibration section; adaptive runs add the regimes' cuts (the stopping rule reads
+    them), full runs drop the adaptive keys, so they rerun nothing while adaptive is off."""
+    cal = dict(config["calibration"])
+    extra = {}
+    if cal["adaptive"]:
+        extra["regimes"] = config["regimes"]
+    else:
+        for key in ("adaptive", "rounds", "delta"):
+            cal.pop(key, None)
+    return {"calibration": cal, **extra, **sampling_settings(split)}
+
+
 rule calibrate_base:
     output:
         f"{OUT}/rollouts/base_calibration{{part}}.parquet",
@@ -13,9 +26,7 @@ rule calibrate_base:
     wildcard_constraints:
         part="|_train",
     params:
-        settings=lambda wc: dumps(
-            {"calibration": config["calibration"], **sampling_settings(CALIBRATION_SPLIT[wc.part])}
-        ),
+        settings=lambda wc: dumps(calibration_settings(CALIBRATION_SPLIT[wc.part])),
     threads: job_threads("sample")
     resources:
         **job_resources("sample", SAMPLE_GPUS),

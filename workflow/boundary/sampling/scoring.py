@@ -13,6 +13,7 @@ import pandas as pd
 
 from boundary.core.errors import BoundaryError
 from boundary.sampling import SamplingParams, sample
+from boundary.sampling.rounds import Adaptive
 from boundary.tasks.verify import Verifier, score_samples, unextracted_warning
 
 
@@ -38,18 +39,41 @@ def shard_of(split: pd.DataFrame, shard: str | None) -> tuple[pd.DataFrame, int]
 
 
 def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
-                   extractor: str, verifier: Verifier, log=print, label: str = "split") -> pd.DataFrame:
+                   extractor: str, verifier: Verifier, log=print, label: str = "split",
+                   rule=None) -> pd.DataFrame:
     """n samples per prompt of the split, with extracted answer and math-verify verdict; a
-    warning naming the split (`label`) when most completions have no extractable answer."""
+    warning naming the split (`label`) when most completions have no extractable answer.
+    `rule` (adaptive calibration: `rounds` and `next_round(r, c)`, e.g. analysis.adaptive's
+    StoppingRule): each prompt's first draws in rounds, verified as each round's prefix
+    completes, until rule.next_round says its label is settled."""
     prompts = split["prompt"] if "prompt" in split else split["problem"]
-    samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log)
+    golds = dict(zip(split["prompt_id"], split["answer"]))
+    adaptive = None if rule is None else Adaptive(rule.rounds[0], _settle(rule, golds, extractor, verifier))
+    samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log,
+                     adaptive=adaptive)
     start = time.perf_counter()
-    samples = score_samples(samples, dict(zip(split["prompt_id"], split["answer"])), extractor, verifier)
+    samples = score_samples(samples, golds, extractor, verifier)
     log(f"verify: {len(samples):,} completions in {time.perf_counter() - start:.1f} s")
     message = unextracted_warning(samples["answer"], extractor, label)
     if message:
         log(f"warning: {message}")
     return samples
+
+
+def _settle(rule, golds: dict, extractor: str, verifier: Verifier):
+    """`Adaptive.settle` for `rule`: score a prompt's new completions (each once), then ask the
+    rule for its next round given c correct of its first r."""
+    correct: dict[str, list[bool]] = {}
+
+    def settle(prompt_id: str, texts: list[str]) -> int | None:
+        seen = correct.setdefault(prompt_id, [])
+        new = texts[len(seen):]
+        if new:
+            frame = pd.DataFrame({"prompt_id": [prompt_id] * len(new), "completion": new})
+            seen += score_samples(frame, golds, extractor, verifier, log=lambda *_: None)["correct"].tolist()
+        return rule.next_round(len(texts), sum(seen))
+
+    return settle
 
 
 @contextmanager
