@@ -113,6 +113,8 @@ def _default():
      "true (the chat template places it)"),
     (lambda c: c["train"].update(vllm_mode="colocate"), "config: train.vllm_mode: read only with "
      "train.use_vllm: true"),
+    (lambda c: c["calibration"].update(delta=0.05), "config: calibration.delta: read only with "
+     "calibration.adaptive: true"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     assert _refusal(_default(), mutate) == message

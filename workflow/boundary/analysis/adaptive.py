@@ -26,7 +26,7 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
+from scipy import signal, special
 
 from boundary.analysis.regimes import Thresholds, label
 from boundary.core.errors import BoundaryError
@@ -44,6 +44,14 @@ def _grid(points: int) -> tuple[np.ndarray, float]:
     """p on a grid uniform in theta = arcsin(sqrt(p)), and the grid's theta step."""
     theta = np.linspace(0.0, np.pi / 2, points)
     return np.sin(theta) ** 2, float(theta[1] - theta[0])
+
+
+def _pmf(m: int, p: np.ndarray) -> np.ndarray:
+    """[len(p), m + 1]: the Binomial(m, p) probabilities of 0..m (0 log 0 = 0 at p = 0 or 1)."""
+    k = np.arange(m + 1)
+    log_choose = special.gammaln(m + 1) - special.gammaln(k + 1) - special.gammaln(m - k + 1)
+    p = np.asarray(p, dtype=float)[:, None]
+    return np.exp(log_choose + special.xlogy(k, p) + special.xlog1py(m - k, -p))
 
 
 def _slack(n: int, step: float) -> float:
@@ -82,36 +90,42 @@ class StoppingRule:
             at = np.flatnonzero(full == name)  # one interval: every regime is an interval of p
             if len(at):
                 lo[i], hi[i] = at[0], at[-1]
-        p = np.asarray(p, dtype=float)[:, None]
-        out = stats.binom.sf(hi - c, m, p) + stats.binom.cdf(lo - c - 1, m, p)
+        pmf = _pmf(m, np.asarray(p, dtype=float))
+        zero = np.zeros((len(pmf), 1))
+        below = np.concatenate([zero, np.cumsum(pmf, axis=1)], axis=1)  # below[:, k] = P(D < k)
+        above = np.concatenate([np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1], zero], axis=1)  # P(D >= k)
+        down = np.clip(lo - c, 0, m + 1)  # D < lo - c leaves the span below
+        up = np.clip(hi - c + 1, 0, m + 1)  # D >= hi - c + 1 leaves it above
+        out = below[:, down] + above[:, up]
         return np.where(hi < lo, 1.0, np.clip(out, 0.0, 1.0))
 
     # -- the exact error and cost of a stop table ------------------------------------------------
-    def error_and_draws(self, table: dict, p) -> tuple[np.ndarray, np.ndarray]:
+    def error_and_draws(self, table: dict, p, outs: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
         """P_p(adaptive label != full label) and E_p[draws] for each p, exactly, for the stop
-        table {r: bool array over c = 0..r}."""
+        table {r: bool array over c = 0..r}. `outs`: `_out` of each round at these p, if known."""
         p = np.atleast_1d(np.asarray(p, dtype=float))
         alive = np.ones((len(p), 1))  # P(c correct so far and not stopped), c = 0..prev
         prev, wrong, draws = 0, np.zeros(len(p)), np.zeros(len(p))
         for r in self.rounds:
-            s = r - prev
-            step = stats.binom.pmf(np.arange(s + 1)[None], s, p[:, None])
-            grown = np.zeros((len(p), r + 1))
-            for j in range(s + 1):
-                grown[:, j:j + prev + 1] += alive * step[:, j:j + 1]
+            grown = np.clip(signal.fftconvolve(alive, _pmf(r - prev, p), axes=1), 0.0, None)
             stop = table[r]
             draws += r * grown[:, stop].sum(1)
             if r < self.n:
-                wrong += (grown[:, stop] * self._out(r, p)[:, stop]).sum(1)
+                out = outs[r] if outs is not None else self._out(r, p)
+                wrong += (grown[:, stop] * out[:, stop]).sum(1)
             alive, prev = np.where(stop[None], 0.0, grown), r
         return wrong, draws
 
     # -- the design ------------------------------------------------------------------------------
     @functools.cached_property
-    def _risk(self) -> dict[int, np.ndarray]:
+    def _coarse(self) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         p, _ = _grid(DESIGN_GRID)
-        return {r: (stats.binom.pmf(np.arange(r + 1)[None], r, p[:, None]) * self._out(r, p)).max(0)
-                for r in self.rounds[:-1]}
+        return p, {r: self._out(r, p) for r in self.rounds[:-1]}
+
+    @functools.cached_property
+    def _risk(self) -> dict[int, np.ndarray]:
+        p, outs = self._coarse
+        return {r: (_pmf(r, p) * outs[r]).max(0) for r in self.rounds[:-1]}
 
     def _table(self, tau: float) -> dict[int, np.ndarray]:
         table = {r: risk <= tau for r, risk in self._risk.items()}
@@ -127,12 +141,12 @@ class StoppingRule:
         exact = self._table(0.0)  # exactly settled states only: error 0
         if target <= 0 or len(self.rounds) == 1:
             return 0.0, exact, 0.0
-        coarse, _ = _grid(DESIGN_GRID)
+        coarse, outs = self._coarse
         candidates = np.unique(np.concatenate([v for v in self._risk.values()]))
         lo, hi = 0, len(candidates) - 1  # bisection over the distinct risks (monotone in tau)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.error_and_draws(self._table(candidates[mid]), coarse)[0].max() <= target:
+            if self.error_and_draws(self._table(candidates[mid]), coarse, outs)[0].max() <= target:
                 lo = mid
             else:
                 hi = mid - 1
