@@ -169,3 +169,18 @@ def test_scored_samples_stop_each_prompt_by_its_verified_prefix(tiny_model_dir):
         prefix_correct = [int(rows["correct"].head(r).sum()) for r in (4, 8) if r <= n]
         assert (n == 12) or prefix_correct[-1] == 0  # it stopped where the rule said
     assert {r for r, _ in Rule.calls} <= {4, 8}
+
+
+def test_the_regimes_stage_labels_each_prompt_from_its_own_n_and_says_so(tmp_path, capsys):
+    """An adaptive artifact: a prompt's n is its rows; p_base = c / n_i; one warning line."""
+    from boundary.stages import regimes as stage
+
+    rows = [("a", i, i < 8) for i in range(16)] + [("b", i, i < 3) for i in range(256)] \
+        + [("c", i, False) for i in range(256)] + [("d", i, i < 40) for i in range(64)]
+    pd.DataFrame(rows, columns=["prompt_id", "sample_idx", "correct"]).to_parquet(tmp_path / "cal.parquet")
+    stage.main(["--calibration", str(tmp_path / "cal.parquet"), "--out", str(tmp_path / "regimes.parquet"),
+                "--settings", '{"easy": 0.6, "boundary": 0.1, "coverage_k": 256, "coverage_min": 0.4}'])
+    table = pd.read_parquet(tmp_path / "regimes.parquet").set_index("prompt_id")
+    assert table["n"].to_dict() == {"a": 16, "b": 256, "c": 256, "d": 64}
+    assert table["regime"].to_dict() == {"a": "Reachable", "b": "Boundary", "c": "OutOfReach", "d": "SolvedEasy"}
+    assert "calibration n varies by prompt (16-256, adaptive)" in capsys.readouterr().err
