@@ -12,7 +12,7 @@ from boundary.analysis.adaptive import StoppingRule, rounds_of
 from boundary.analysis.regimes import label
 
 N = 256
-ROUNDS = (16, 32, 48, 64, 96, 128, 160, 192, 224)
+ROUNDS = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240)
 # p at and beside every cut (OutOfReach/Boundary at C = 0/1, 0.10, 0.60) and between them
 PS = (0.0, 0.001, 1 / 256, 0.01, 0.05, 0.098, 0.1, 0.102, 0.2, 0.3, 0.45, 0.59, 0.6, 0.61, 0.8, 0.97)
 
@@ -114,13 +114,15 @@ def test_adaptive_rounds_draw_a_prefix_of_the_full_runs_samples(tiny_model_dir):
     stop_at = {"a": 4, "b": 8, "c": 12, "d": 4}
     seen = []
 
-    def settle(pid, drawn):
-        seen.append((pid, len(drawn)))
-        assert drawn == full[full["prompt_id"] == pid]["completion"].head(len(drawn)).tolist()
-        return None if len(drawn) >= stop_at[pid] else len(drawn) + 4
+    def settled(prefixes):
+        for pid, drawn in prefixes.items():
+            seen.append((pid, len(drawn)))
+            assert drawn == full[full["prompt_id"] == pid]["completion"].head(len(drawn)).tolist()
+        return {pid for pid, drawn in prefixes.items() if len(drawn) >= stop_at[pid]}
 
     for batch in (3, 64):
-        adaptive = sample(str(tiny_model_dir), ids, texts, _params(batch_size=batch), adaptive=Adaptive(4, settle))
+        adaptive = sample(str(tiny_model_dir), ids, texts, _params(batch_size=batch),
+                          adaptive=Adaptive((4, 8, 12), settled))
         assert adaptive.groupby("prompt_id", sort=False).size().to_dict() == stop_at
         assert adaptive["prompt_id"].drop_duplicates().tolist() == ids  # the split's order
         for pid, rows in adaptive.groupby("prompt_id"):
@@ -136,7 +138,7 @@ def test_rounds_as_backend_calls_draw_each_round_for_the_running_prompts(tiny_mo
 
     stop_at = {"a": 4, "b": 8, "c": 12, "d": 4}
     out = rounds_by_calls(hf.sample, str(tiny_model_dir), list(PROMPTS), list(PROMPTS.values()), _params(), None,
-                          Adaptive(4, lambda pid, drawn: None if len(drawn) >= stop_at[pid] else len(drawn) + 4))
+                          Adaptive((4, 8, 12), lambda prefixes: {p for p, t in prefixes.items() if len(t) >= stop_at[p]}))
     for pid, rows in out.groupby("prompt_id"):
         assert rows["sample_idx"].tolist() == list(range(stop_at[pid]))
 

@@ -122,19 +122,20 @@ def rounds_by_calls(backend_sample, model_path, prompt_ids, prompts, params, log
     from dataclasses import replace
 
     text_of = dict(zip(prompt_ids, prompts))
-    running, have, upto, frames = list(prompt_ids), 0, adaptive.first, []
-    while running and have < params.n:
-        upto = min(upto, params.n)
+    running, have, frames = list(prompt_ids), 0, []
+    for upto in adaptive.rounds:
         drawn = backend_sample(model_path, running, [text_of[p] for p in running],
                                replace(params, n=upto - have, seed=params.seed + have), log)
         frames.append(drawn.assign(sample_idx=drawn["sample_idx"] + have))
-        done = pd.concat(frames, ignore_index=True)
-        texts = done[done["prompt_id"].isin(running)].sort_values("sample_idx", kind="stable") \
-            .groupby("prompt_id", sort=False)["completion"].agg(list)
-        nexts = {p: adaptive.settle(p, texts[p]) for p in running}
         have = upto
-        running = [p for p in running if nexts[p] is not None and nexts[p] > have]
-        upto = min((nexts[p] for p in running), default=params.n)
+        if upto == adaptive.rounds[-1]:
+            break
+        done = pd.concat(frames, ignore_index=True)
+        done = done[done["prompt_id"].isin(running)].sort_values("sample_idx", kind="stable")
+        stop = adaptive.settled(done.groupby("prompt_id", sort=False)["completion"].agg(list).to_dict())
+        running = [p for p in running if p not in stop]
+        if not running:
+            break
     out = pd.concat(frames, ignore_index=True)
     order = {p: i for i, p in enumerate(prompt_ids)}
     return out.sort_values(["prompt_id", "sample_idx"], key=lambda c: c.map(order) if c.name == "prompt_id" else c,

@@ -321,8 +321,8 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
     `profile`, a dict, receives seconds and counts per phase and the KV columns read.
     `feed` (adaptive calibration, `Rounds`): at each harvest `feed.more(rows, results)` gets the
     rows just finished and returns more (prompt ids, sample index) rows to queue, so prompts
-    still running keep every seat busy; `feed.capacity` bounds the rows it can ever add, and
-    the seats shrink only once `feed.open` is False. Returns the completions of every row."""
+    still running keep every seat busy; `feed.capacity` bounds the rows it can ever add, and a
+    shrink keeps `feed.next_wave` free seats for them. Returns the completions of every row."""
     if not prompts:
         return []
     prompts = list(prompts)
@@ -375,8 +375,10 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
                 held = batch.row >= 0
                 if not bool(held.any()):
                     break
-                if float(held.float().mean()) < SHRINK_BELOW and (feed is None or not feed.open):
-                    keep = held.nonzero().view(-1)
+                # an adaptive feed keeps free seats for its running prompts' next rounds
+                spare = min(feed.next_wave, int((~held).sum())) if feed is not None else 0
+                if (int(held.sum()) + spare) < SHRINK_BELOW * len(held):
+                    keep = torch.cat([held.nonzero().view(-1), (~held).nonzero().view(-1)[:spare]])
                     kv.select(keep)
                     batch.select(keep)
                     clock("shrink")
@@ -436,7 +438,7 @@ def sample(model_path, prompt_ids, prompts, params, log=None, adaptive: Adaptive
         jobs = [(i, k) for i in range(len(encoded)) for k in range(params.n)]
         rows = [(encoded[i], k) for i, k in jobs]
     else:
-        feed = Rounds(list(prompt_ids), encoded, params.n, adaptive,
+        feed = Rounds(list(prompt_ids), encoded, adaptive,
                       lambda tokens: tokenizer.batch_decode(tokens, skip_special_tokens=True))
         rows = feed.initial()
         jobs = feed.jobs  # grows as rounds are queued

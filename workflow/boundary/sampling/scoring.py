@@ -45,10 +45,10 @@ def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
     warning naming the split (`label`) when most completions have no extractable answer.
     `rule` (adaptive calibration: `rounds` and `next_round(r, c)`, e.g. analysis.adaptive's
     StoppingRule): each prompt's first draws in rounds, verified as each round's prefix
-    completes, until rule.next_round says its label is settled."""
+    completes, until rule.next_round says its label is settled (None)."""
     prompts = split["prompt"] if "prompt" in split else split["problem"]
     golds = dict(zip(split["prompt_id"], split["answer"]))
-    adaptive = None if rule is None else Adaptive(rule.rounds[0], _settle(rule, golds, extractor, verifier))
+    adaptive = None if rule is None else Adaptive(rule.rounds, _settled(rule, golds, extractor, verifier))
     samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log,
                      adaptive=adaptive)
     start = time.perf_counter()
@@ -60,20 +60,21 @@ def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
     return samples
 
 
-def _settle(rule, golds: dict, extractor: str, verifier: Verifier):
-    """`Adaptive.settle` for `rule`: score a prompt's new completions (each once), then ask the
-    rule for its next round given c correct of its first r."""
+def _settled(rule, golds: dict, extractor: str, verifier: Verifier):
+    """`Adaptive.settled` for `rule`: score the prompts' new completions (each once, all in one
+    call), then ask the rule whether c correct of its first r settles each prompt."""
     correct: dict[str, list[bool]] = {}
 
-    def settle(prompt_id: str, texts: list[str]) -> int | None:
-        seen = correct.setdefault(prompt_id, [])
-        new = texts[len(seen):]
+    def settled(prefixes: dict[str, list[str]]) -> set[str]:
+        new = [(p, t) for p, texts in prefixes.items() for t in texts[len(correct.setdefault(p, [])):]]
         if new:
-            frame = pd.DataFrame({"prompt_id": [prompt_id] * len(new), "completion": new})
-            seen += score_samples(frame, golds, extractor, verifier, log=lambda *_: None)["correct"].tolist()
-        return rule.next_round(len(texts), sum(seen))
+            frame = pd.DataFrame(new, columns=["prompt_id", "completion"])
+            scored = score_samples(frame, golds, extractor, verifier, log=lambda *_: None)
+            for p, ok in zip(scored["prompt_id"], scored["correct"]):
+                correct[p].append(bool(ok))
+        return {p for p, texts in prefixes.items() if rule.next_round(len(texts), sum(correct[p])) is None}
 
-    return settle
+    return settled
 
 
 @contextmanager
