@@ -357,7 +357,8 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
                         results += [None] * len(more)
                         bar.total += len(more)
             free = (batch.row < 0).nonzero().view(-1)
-            if queue < len(prompts) and len(free):
+            refilled = queue < len(prompts) and len(free)
+            if refilled:
                 take = list(range(queue, min(len(prompts), queue + len(free))))
                 queue += len(take)
                 seats = free[:len(take)]
@@ -371,7 +372,9 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
                 batch.keys[seats] = keys[take]
                 batch.length[seats.cpu().numpy()] = [len(prompts[i]) for i in take]
                 clock("prefill", len(take))
-            elif queue >= len(prompts):
+            # an adaptive feed's rounds come in waves (a testbed's in lockstep): shrink right after
+            # the refill that empties the queue, or every wave keeps the first wave's seats
+            if queue >= len(prompts) and (not refilled or feed is not None):
                 held = batch.row >= 0
                 if not bool(held.any()):
                     break
