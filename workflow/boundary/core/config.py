@@ -310,15 +310,23 @@ def _merged(base: dict, update: dict) -> dict:
     return out
 
 
+def make_parser_check_config():
+    from boundary.core.options import ArgumentParser
+
+    parser = ArgumentParser(prog="boundary check-config",
+                            description="Check config files as the workflow would (their --configfile "
+                                        "values, merged in order): one line naming the file and the key "
+                                        "at fault, or 'valid'.",
+                            epilog="example:\n  boundary check-config config/smollm2.yaml config/my_overrides.yaml")
+    parser.add_argument("configfile", nargs="+", help="config files, merged in order as --configfile merges them")
+    return parser
+
+
 def main_check_config(argv=None) -> None:
     """`boundary check-config FILE...`: the --configfile values, checked as the workflow would
     check them. Snakemake reads --configfile itself before the workflow starts, and names no
     file for a missing, binary or tab-indented one; run.sh calls this first."""
-    from boundary.core.options import ArgumentParser
-
-    parser = ArgumentParser(prog="boundary check-config", description=main_check_config.__doc__.splitlines()[0])
-    parser.add_argument("configfile", nargs="+", help="config files, merged in order as --configfile merges them")
-    args = parser.parse_args(argv)
+    args = make_parser_check_config().parse_args(argv)
     merged: dict = {}
     for path in args.configfile:
         merged = _merged(merged, load_yaml(path))
