@@ -223,6 +223,26 @@ def test_a_duplicate_config_key_stops_snakemake_with_one_line(tmp_path):
     assert f"{config}: line {line}: duplicate key 'gate'" in run.stdout.splitlines()
 
 
+def test_a_config_error_stops_snakemake_with_one_line_naming_the_file(tmp_path):
+    config = tmp_path / "typo.yaml"
+    config.write_text((ROOT / "config" / "smoke.yaml").read_text() + "trian: {}\n")
+    run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
+    assert run.returncode == 1 and run.stdout.splitlines() == [f"{config}: config: unknown key 'trian'"]
+
+
+def test_a_missing_data_file_stops_snakemake_before_any_job_with_one_line(tmp_path):
+    """Not "At least one job did not complete successfully" from the splits job's log: the
+    config key and the path, as the workflow starts. Files a rule of the run writes (the
+    generated arithmetic splits) are not missing."""
+    config = tmp_path / "real.yaml"
+    shutil.copy(ROOT / "config" / "smollm2_smoke.yaml", config)
+    path = yaml.safe_load(config.read_text())["data"]["train"]["path"]
+    run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
+    assert run.returncode == 1 and len(run.stdout.splitlines()) == 1, run.stdout
+    assert run.stdout.startswith(f"{config}: data.train.path: {path}: file not found"), run.stdout
+    snakemake("-n", "--cores", "1", "--configfile", str(ROOT / "config" / "smollm2_arith_smoke.yaml"), cwd=tmp_path)
+
+
 def test_kill_9_of_the_controller_then_the_readme_steps(tmp_path):
     """`kill -9` of Snakemake mid-job: the README's `--unlock` then `--rerun-incomplete` work,
     and no half-written model folder is ever there."""

@@ -298,6 +298,23 @@ def load_yaml(path: str | Path) -> dict:
     return raw
 
 
+def data_files(config: dict) -> list[tuple[str, str]]:
+    """(config key, path) of every data file a validated config reads."""
+    data = config.get("data") or {}
+    found = [(f"data.{split}.path", data[split]["path"]) for split in ("train", "diagnostic") if data.get(split)]
+    return found + [(f"data.benchmarks.{name}.path", spec["path"])
+                    for name, spec in (data.get("benchmarks") or {}).items()]
+
+
+def check_data_files(config: dict, generated=()) -> None:
+    """Every data file the run reads exists (those a rule of the run writes, `generated`,
+    aside): checked when the workflow starts, before any job, one line naming the key."""
+    for key, path in data_files(config):
+        if path not in set(map(str, generated)) and not Path(path).exists():
+            raise BoundaryError(f"{key}: {path}: file not found (a relative path is read from "
+                                f"the folder Snakemake runs in, {Path.cwd()})")
+
+
 def load_config(path: str | Path) -> dict:
     return validate_config(load_yaml(path))
 
