@@ -91,6 +91,25 @@ def test_smoke_run_writes_every_artifact(smoke_run):
     assert (out / "train/grpo/seed0/final/config.json").exists()
 
 
+def landing_page_links(out: Path) -> list[str]:
+    """The links of a run's landing page (results/{run}/report.html), each checked to resolve
+    to a file of the run, after its headline table and regime pass@k figure are found."""
+    html = (out / "report.html").read_text()
+    assert "<h2>Headline (diagnostic split)</h2><table>" in html and 'alt="pass@k per regime' in html
+    links = re.findall(r'href="([^"]+)"', html)
+    assert links and all((out / link).is_file() for link in links), [x for x in links if not (out / x).is_file()]
+    return links
+
+
+def test_the_run_ends_with_a_landing_page_linking_every_table_and_figure(smoke_run):
+    workdir, _ = smoke_run
+    out = workdir / "results" / "smoke"
+    links = set(landing_page_links(out))
+    tables = {p.relative_to(out).as_posix() for p in (out / "tables").iterdir() if not p.name.startswith(".")}
+    figures = {p.relative_to(out).as_posix() for p in (out / "figures").iterdir() if not p.name.startswith(".")}
+    assert tables | figures <= links, sorted((tables | figures) - links)
+
+
 def test_html_report_holds_the_figures(smoke_run):
     workdir, config = smoke_run
     snakemake("--cores", "1", "--configfile", str(config), "--report", "report.html", cwd=workdir)
