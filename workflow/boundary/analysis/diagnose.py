@@ -481,11 +481,11 @@ def make_parser():
     ap.add_argument("--labels", action="append", default=[], metavar="NAME=LABEL",
                     help="display name of a method in tables and figures")
     ap.add_argument("--ks", type=KS, default=",".join(map(str, DEFAULT_KS)),
-                    help="the ks of pass@k (those above a file's n are dropped, with a warning)")
+                    help="the ks of pass@k; a k above a file's n is dropped, with a warning")
     th0 = rg.Thresholds()
     ap.add_argument("--easy", type=FRACTION, default=th0.easy, help="SolvedEasy: p_base above this")
     ap.add_argument("--boundary", type=FRACTION, default=th0.boundary,
-                    help="Boundary: p_base below this (and coverage above --coverage-min)")
+                    help="Boundary: p_base below this, coverage above --coverage-min")
     ap.add_argument("--coverage-k", type=POSITIVE, default=th0.coverage_k,
                     help="coverage = 1 - (1 - p_base)^coverage_k")
     ap.add_argument("--coverage-min", type=FRACTION, default=th0.coverage_min,

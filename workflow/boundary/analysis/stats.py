@@ -239,7 +239,7 @@ def make_parser():
     from boundary.core.options import LEVEL, ArgumentParser, description
 
     ap = ArgumentParser(prog="boundary seeds", description=description(__doc__),
-                        epilog="example:\n  boundary seeds results/testbed/tables/seeds_long.csv "
+                        epilog="example:\n  boundary seeds results/testbed/diagnostics/diagnostic/metrics.csv "
                                "--pair pba grpo --out seeds")
     ap.add_argument("file", help="long table (CSV, parquet or JSONL): method, metric, seed, value "
                                  "[, benchmark, regime, k]")

@@ -334,7 +334,7 @@ def make_parser_check_config():
                             description="Check config files as the workflow would (their --configfile "
                                         "values, merged in order): one line naming the file and the key "
                                         "at fault, or 'valid'.",
-                            epilog="example:\n  boundary check-config config/smollm2.yaml config/my_overrides.yaml")
+                            epilog="example:\n  boundary check-config config/smollm2.yaml")
     parser.add_argument("configfile", nargs="+", help="config files, merged in order as --configfile merges them")
     return parser
 
