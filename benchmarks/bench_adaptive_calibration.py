@@ -18,7 +18,7 @@ Simulated from per-prompt counts (e.g. a committed regimes.parquet, or any parqu
 prompt_id, n, c), each prompt's rate taken as p = c / n:
 
     PYTHONPATH=workflow python benchmarks/bench_adaptive_calibration.py \
-        --simulate docs/smollm2_arith_add15/results/regimes/regimes.parquet [--replicates 200]
+        --simulate docs/results/2026-11-27-smollm2-arith-add15/results/regimes/regimes.parquet [--replicates 200]
 
 prints the same confusion matrix and ratios over the replicates (Bernoulli draws of the full
 run; the adaptive run reads their prefixes), and the exact expected agreement and sample share
