@@ -378,8 +378,10 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
                 held = batch.row >= 0
                 if not bool(held.any()):
                     break
-                # an adaptive feed keeps free seats for its running prompts' next rounds
-                spare = min(feed.next_wave, int((~held).sum())) if feed is not None else 0
+                # an adaptive feed keeps seats for its running prompts' next rounds: as many as they
+                # may queue, less the live rows whose seats free up as they finish
+                spare = (min(max(0, feed.next_wave - int(held.sum())), int((~held).sum()))
+                         if feed is not None else 0)
                 if (int(held.sum()) + spare) < SHRINK_BELOW * len(held):
                     keep = torch.cat([held.nonzero().view(-1), (~held).nonzero().view(-1)[:spare]])
                     kv.select(keep)
