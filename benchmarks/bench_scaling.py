@@ -84,7 +84,7 @@ def main():
           f"sharding {args.sharding}", flush=True)
     print("gpus  step_s  speedup  goal            tokens/s  generate_s  sync_s  score_s  fwd_bwd_s  optimizer_s"
           "  peak_GiB  mean_len  logp_diff  device", flush=True)
-    base = None
+    base, steps = None, {}
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(args.logs or tmp)
         logs.mkdir(parents=True, exist_ok=True)
@@ -93,6 +93,7 @@ def main():
             if r is None:
                 continue
             base = base or (r["step_s"] if n == 1 else None)
+            steps[n] = r["step_s"]
             speedup = base / r["step_s"] if base else float("nan")
             goal = GOALS.get(n)
             verdict = "" if goal is None else f">={goal} {'met' if speedup >= goal else 'MISSED'}"
@@ -103,6 +104,9 @@ def main():
                   f"{r['optimizer_s']:11.3f}  {max(r['peak_alloc_gib_per_gpu']):8.2f}  "
                   f"{'-' if length is None else f'{length:.0f}':>8}  {max(diff) if diff else '-':>9}  {r['device']}",
                   flush=True)
+    if 1 in steps and counts[0] != 1:  # counts measured before the 1-GPU row: their speedup now
+        print("speedup over 1 GPU: " + ", ".join(f"{n} GPUs {steps[1] / steps[n]:.2f}x" for n in steps if n != 1),
+              flush=True)
 
 
 if __name__ == "__main__":

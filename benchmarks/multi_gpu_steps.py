@@ -178,6 +178,9 @@ def main():
                 "save_steps": 10 ** 6, "gpus": world, "sharding": args.sharding,
                 "gradient_accumulation_steps": args.accum, **METHODS[args.method]}
     if args.engine == "vllm":
+        from boundary.sampling.vllm import without_flashinfer_sampler
+
+        without_flashinfer_sampler()  # as the train stage does
         settings.update(rollout_engine="vllm", vllm_check_every=args.check_every,
                         vllm_max_model_length=args.prompt_len + args.completion_len + 8,
                         **({"vllm_gpu_memory_utilization": args.vllm_mem} if args.vllm_mem else {}))

@@ -146,7 +146,10 @@ def test_install_replaces_trls_per_tensor_sync_and_logs_the_check(model_dir, spl
     trainer.args.vllm_check_every, trainer.args.vllm_sync_bucket_mib = 1, 1
 
     class Generation:  # TRL's VLLMGeneration as install reads it (no engine in this process)
-        enable_sleep_mode = False
+        enable_sleep_mode, generation_kwargs, model = False, {"ignore_eos": True}, trainer.model
+
+        class _dist:  # noqa: N801
+            is_fsdp = False
 
         def _iter_named_params(self):
             yield from trainer.model.named_parameters()
@@ -156,4 +159,5 @@ def test_install_replaces_trls_per_tensor_sync_and_logs_the_check(model_dir, spl
     sync = rollout_engine.install(trainer, engine)
     trainer.vllm_generation.sync_weights()
     assert sync.loads == len(engine.calls) >= 1
+    assert trainer.vllm_generation.generation_kwargs == {"detokenize": False, "ignore_eos": True}
     assert trainer._metrics["train"]["engine_logp_mean_abs_diff"][0] <= rollout_engine.LOGP_TOLERANCE

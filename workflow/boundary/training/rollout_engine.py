@@ -7,14 +7,15 @@ changes three things of TRL 1.16.0's VLLMGeneration (trl/generation/vllm_generat
 pinned to that version:
 
 - Weights move in buckets (`EngineSync.sync`, installed as the engine's `sync_weights`):
-  TRL's own iterator yields the policy's named tensors (under FSDP2 each is gathered whole
-  once per sync, never per decoded token); they are grouped into buckets of
+  the policy's named tensors (TRL's iterator; under FSDP2 each is cast to bf16 and gathered
+  whole once per sync, never per decoded token) are grouped into buckets of
   `vllm_sync_bucket_mib` and loaded with one `load_weights` call a bucket (TRL: one a tensor,
   each call walking the engine's parameter table).
 - The engine starts without reading a checkpoint (`vllm_load_format: dummy`): TRL syncs the
   trainer's weights before the first rollout, and sleep mode discards the engine's weights
   after every generate anyway, so what it loaded at start is never used.
-- `max_num_batched_tokens` (TRL fixes 4096) is `vllm_max_num_batched_tokens`.
+- `max_num_batched_tokens` (TRL fixes 4096) is `vllm_max_num_batched_tokens`, and the engine
+  does not detokenize (TRL decodes the completion ids itself).
 
 Correctness: every `vllm_check_every` syncs, the engine's log-probs (T = 1) of a fixed set of
 token sequences (the first train prompts, each followed by the next one's tokens as a
@@ -142,11 +143,11 @@ class EngineSync:
 
     def compare(self) -> tuple[float, float] | None:
         """Engine against policy on the fixed sequences; logged; None when no check is pending."""
-        if self.expected is None:
+        expected, self.expected = self.expected, None  # first: the engine's scoring calls generate
+        if expected is None:
             return None
         got = [x.float().cpu() for x in self.engine.token_logprobs(self.sequences, self.starts)]
-        diff = torch.cat([(g - e).abs() for g, e in zip(got, self.expected)])
-        self.expected = None
+        diff = torch.cat([(g - e).abs() for g, e in zip(got, expected)])
         mean, largest = diff.mean().item(), diff.max().item()
         self.record("engine_logp_mean_abs_diff", mean)
         self.record("engine_logp_max_abs_diff", largest)
@@ -179,7 +180,7 @@ def install(trainer, engine=None) -> EngineSync:
     one, with the log-prob check; `engine`: vLLM's (default) or a test's stand-in."""
     gen, args = trainer.vllm_generation, trainer.args
     engine = engine or VLLMEngine(gen)
-    prompts = trainer.train_dataset["prompt"][:CHECK_SEQUENCES + 1]
+    prompts = trainer.train_dataset[:CHECK_SEQUENCES + 1]["prompt"]
     from boundary.training.base_rollouts import tokenize
 
     sequences, starts = check_sequences(tokenize(trainer.processing_class, prompts))
@@ -187,13 +188,29 @@ def install(trainer, engine=None) -> EngineSync:
     def record(name, value):
         trainer._metrics["train"][name].append(value)
 
-    sync = EngineSync(engine, gen._iter_named_params, functools.partial(policy_logps, trainer.model),
+    # TRL decodes completions from their ids itself: the engine's own detokenizing is wasted work.
+    gen.generation_kwargs = {"detokenize": False, **(gen.generation_kwargs or {})}
+    sync = EngineSync(engine, functools.partial(named_weights, gen), functools.partial(policy_logps, trainer.model),
                       record, args.vllm_sync_bucket_mib, args.vllm_check_every, sequences, starts,
                       generation=gen if hasattr(gen, "llm") else None)
     gen.sync_weights = sync.sync
     if hasattr(gen, "llm"):
         gen.llm.generate = sync.before_generate(gen.llm.generate)
     return sync
+
+
+def named_weights(gen):
+    """The policy's (name, tensor) pairs as the engine takes them: TRL's iterator, except that
+    under FSDP2 each sharded parameter is cast to bf16 before it is gathered (the engine holds
+    bf16: half the bytes on the wire, the same values as casting after the gather)."""
+    dist = gen._dist
+    if not (dist.is_fsdp and dist.fsdp_version == 2) or hasattr(gen.model, "peft_config"):
+        yield from gen._iter_named_params()
+        return
+    for name, param in gen.model.named_parameters():
+        if param.is_cpu:
+            param = param.to(gen.accelerator.device)
+        yield gen._fix_param_name_to_vllm(name), param.detach().to(torch.bfloat16).full_tensor()
 
 
 def policy_logps(model, sequences: list[list[int]], starts: list[int]) -> list[torch.Tensor]:
