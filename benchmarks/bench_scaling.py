@@ -92,6 +92,9 @@ def main():
             r = run(n, args, Path(tmp) / f"{n}.json", logs)
             if r is None:
                 continue
+            if r.get("status") != "ok":  # out of memory, reported by the worker
+                print(f"{n:>4}  {r.get('status')}", flush=True)
+                continue
             base = base or (r["step_s"] if n == 1 else None)
             steps[n] = r["step_s"]
             speedup = base / r["step_s"] if base else float("nan")

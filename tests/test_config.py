@@ -25,6 +25,7 @@ def test_paper_config_states_the_run_card():
     assert paper["evaluate"] == {"n": 256, "temperature": 0.6, "top_p": 0.95, "seed": 3003,
                                  "ks": [1, 4, 16, 64, 256]}
     assert paper["gate"]["G0"] == 8 and paper["gate"]["tau"] == 0.10
+    assert (train["rollout_engine"], train["vllm_gpu_memory_utilization"]) == ("vllm", 0.35)  # as measured
     assert paper["gate"]["refresh_steps"] == 100
     pba = paper["methods"]["pba"]
     assert (pba["anchor"], pba["kl_estimator"], pba["beta_a"]) == ("policy", "k1", 1.0)
