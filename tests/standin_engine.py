@@ -19,7 +19,9 @@ class StandInEngine:
     """What the weight sync needs of an engine: load_weights(named tensors) and token log-probs."""
 
     def __init__(self, model):
-        self.model = copy.deepcopy(model).to(torch.bfloat16).eval()
+        # Built from the config, as vLLM builds its own model: a copy of the policy object would
+        # carry TRL's patched forward, which calls the policy itself.
+        self.model = type(model)(copy.deepcopy(model.config)).to(torch.bfloat16).eval()
         for p in self.model.parameters():
             torch.nn.init.normal_(p.data, std=0.5)
         self.params = dict(self.model.named_parameters())
