@@ -141,7 +141,7 @@ def test_cli_end_to_end(data, tmp_path, capsys):
     dg.main(args + ["--ks", "1,4,32", "--coverage-k", "32", "--resamples", "200", "--pair", "pba", "grpo",
                     "--labels", "pba=GRPO+PBA", "--out", str(tmp_path / "out")])
     out = tmp_path / "out"
-    assert list(pd.read_csv(out / "regimes.csv").columns) == ["prompt_id", "p_base", "regime"]
+    assert list(pd.read_csv(out / "regimes.csv").columns) == ["prompt_id", "p_base", "regime", "problem"]
     assert list(pd.read_csv(out / "passk.csv").columns) == ["method", "seed", "regime", "k", "value"]
     assert list(pd.read_csv(out / "transitions.csv").columns) == ["method", "seed", "regime", "base_solved",
                                                                  "trained_solved", "count"]

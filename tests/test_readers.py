@@ -286,16 +286,18 @@ def test_pairing_refusals_are_one_line(tmp_path):
         readers.pair([verl_run, readers.read(twice)], ["dumps", str(twice)])
 
 
-def test_extractor_that_finds_nothing_warns(tmp_path, capsys):
-    """GSM8K-style completions (#### 5) graded with the boxed extractor: one warning naming the
-    file and the extractor (the pipeline's own warning)."""
+def test_extractor_that_finds_nothing_is_refused(tmp_path):
+    """GSM8K-style completions (#### 5) graded with the boxed extractor: refused in one line
+    naming the file, the extractor and the others (no verdicts in the file: no --keep-scores)."""
     df = pd.read_parquet(FIX / "verl_generation.parquet")
     df["responses"] = [[f"so the answer is\n#### {i}" for i in range(4)] for _ in range(len(df))]
     df.to_parquet(tmp_path / "gsm8k_gen.parquet")
-    run = readers.read(tmp_path / "gsm8k_gen.parquet", options=readers.Options(verify_workers=1))
-    assert run.counts["c"].sum() == 0
-    err = capsys.readouterr().err
-    assert f"warning: {tmp_path / 'gsm8k_gen.parquet'}: extractor 'boxed' found no answer in 100% of 12 completions" in err
+    with pytest.raises(BoundaryError) as err:
+        readers.read(tmp_path / "gsm8k_gen.parquet", options=readers.Options(verify_workers=1))
+    line = str(err.value)
+    assert line.startswith(f"{tmp_path / 'gsm8k_gen.parquet'}: extractor 'boxed' found no answer in 100% of 12 "
+                           "completions (one ends 'so the answer is #### 0')") and "\n" not in line
+    assert "--extractor last_number or --extractor boxed_or_last_number" in line and "--keep-scores" not in line
 
 
 def test_problem_matching():

@@ -153,26 +153,32 @@ def regime_passk(diag, view, folder: Path, name: str = "regime_passk") -> list[P
 
 
 def transition_heatmaps(diag, view, folder: Path, name: str = "transitions") -> list[Path]:
-    """Seed-mean base/trained solved matrices, one 2x2 panel per method and regime."""
+    """Seed-mean base/trained solved matrices, one 2x2 panel per method and regime, on one
+    colour scale (a colour bar beside them): a cell's colour compares across panels."""
     t = diag.transitions
     methods = [m for m in view.main if m in set(t["method"])] or ["(none)"]
     regimes = ["all"] + [r for r in REGIMES if r in set(t["regime"])]
-    fig, axes = plt.subplots(len(methods), len(regimes), figsize=(1.7 * len(regimes), 1.7 * len(methods) + 0.3),
-                             squeeze=False)
-    for i, m in enumerate(methods):
-        for j, r in enumerate(regimes):
-            ax = axes[i, j]
+    grids = {}
+    for m in methods:
+        for r in regimes:
             sub = t[(t["method"] == m) & (t["regime"] == r)]
             grid = np.zeros((2, 2))
             for a, bs in enumerate((True, False)):
                 for b, ts in enumerate((True, False)):
                     grid[a, b] = sub[(sub["base_solved"] == bs) & (sub["trained_solved"] == ts)]["count"].mean()
-            grid = np.nan_to_num(grid)
-            ax.imshow(grid, cmap="Purples", vmin=0, vmax=max(grid.max(), 1))
+            grids[m, r] = np.nan_to_num(grid)
+    top = max(max(g.max() for g in grids.values()), 1)
+    fig, axes = plt.subplots(len(methods), len(regimes), figsize=(1.7 * len(regimes) + 0.6, 1.7 * len(methods) + 0.3),
+                             squeeze=False)
+    image = None
+    for i, m in enumerate(methods):
+        for j, r in enumerate(regimes):
+            ax, grid = axes[i, j], grids[m, r]
+            image = ax.imshow(grid, cmap="Purples", vmin=0, vmax=top)
             for a in range(2):
                 for b in range(2):
                     ax.text(b, a, f"{grid[a, b]:.0f}", ha="center", va="center",
-                            color="white" if grid[a, b] > 0.6 * grid.max() else "black", fontsize=8)
+                            color="white" if grid[a, b] > 0.6 * top else "black", fontsize=8)
             ax.set_xticks([0, 1], ["solved", "unsolved"] if i == len(methods) - 1 else ["", ""])
             ax.set_yticks([0, 1], ["solved", "unsolved"] if j == 0 else ["", ""])
             if i == 0:
@@ -187,6 +193,7 @@ def transition_heatmaps(diag, view, folder: Path, name: str = "transitions") -> 
         _not_run(axes[0, 0])
     fig.suptitle("Base → trained transitions (seed mean, prompts)", fontsize=9)
     fig.tight_layout()
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, pad=0.03, label="prompts (seed mean)")
     return save(fig, folder, name)
 
 
@@ -216,7 +223,7 @@ def p_base_histogram(diag, folder: Path, name: str = "p_base_hist") -> list[Path
                      (p_cov, f"coverage cut {p_cov:.3g}")):
         ax.axvline(np.log10(xv), color="0.2", ls="--", lw=0.7)
         ax.text(np.log10(xv), top * 0.98, text + " ", rotation=90, va="top", ha="right", fontsize=6)
-    ax.set_xlabel("p_base (frozen-base calibration, log scale; p_base = 0 at left)")
+    ax.set_xlabel(f"p_base ({diag.regime_source}; log scale, p_base = 0 at left)")
     ax.set_ylabel("prompts")
     ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title("Base success rate and regime thresholds")

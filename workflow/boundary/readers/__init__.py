@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from boundary.core.errors import BoundaryError
+from boundary.core.errors import BoundaryError, warn
 from boundary.readers import counts as counts_format
 from boundary.readers import lighteval, openrlhf, verl
 from boundary.readers import samples as samples_format
@@ -126,6 +126,7 @@ def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:
         problems = {}
         if options.grader is not None:
             problems = {p: options.grader.problems.get(p) for p in counts["prompt_id"] if p in options.grader.problems}
+        warn_mixed_n(counts, path)
         return RunData(counts, fmt, None, problems)
     grader, own_gold, tool_counts = options.grader, False, None
     if fmt == "samples":
@@ -158,4 +159,14 @@ def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:
     problems = problems_of(samples)
     if keyed_by == "gold":  # the gold file's problem text rather than the templated prompt
         problems.update({p: grader.problems[p] for p in counts["prompt_id"] if p in grader.problems})
+    warn_mixed_n(counts, path)
     return RunData(counts, fmt, samples, problems, keyed_by)
+
+
+def warn_mixed_n(counts: pd.DataFrame, path) -> None:
+    """One line per file whose prompts were sampled different numbers of times: each prompt's
+    pass@k is estimated at its own n, and only the ks up to the smallest n are reported."""
+    n = counts["n"]
+    if len(n) and n.nunique() > 1:
+        warn(f"{path}: n per prompt ranges from {int(n.min())} to {int(n.max())} ({n.nunique()} values over "
+             f"{len(n)} prompts): pass@k uses each prompt's own n, and only ks up to {int(n.min())} are reported")
