@@ -271,3 +271,14 @@ def test_the_published_arithmetic_studies_rebuild_table_for_table(tmp_path, stud
     assert len(published) == tables
     for table in published:
         assert (root / "tables" / table.name).read_text() == table.read_text(), table.name
+
+
+def test_per_prompt_files_carry_the_problem_beside_the_id(built):
+    """The diagnostic split's problem text beside each prompt_id (none for a split without a
+    splits/ file): eval_counts.parquet and the audit tables."""
+    ec = pd.read_parquet(built / "eval_counts.parquet")
+    on_split = ec["benchmark"] == "diagnostic"
+    assert (ec.loc[on_split, "problem"] == "12+34=").all() and (ec.loc[~on_split, "problem"] == "").all()
+    for name in ("prompts", "regimes"):
+        table = pd.read_csv(built / "diagnostics" / "diagnostic" / f"{name}.csv")
+        assert table.columns[-1] == "problem" and (table["problem"] == "12+34=").all()
