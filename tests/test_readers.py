@@ -533,3 +533,13 @@ def test_mixed_n_per_prompt_is_one_line_per_file(tmp_path, capsys):
                                            "over 3 prompts)") in err
     readers.read(FIX / "samples.jsonl")  # one n: no line
     assert "n per prompt" not in capsys.readouterr().err
+
+
+def test_a_counts_file_with_problem_text_names_it_beside_the_id(tmp_path):
+    pd.DataFrame({"prompt_id": ["a", "b"], "n": 4, "c": [1, 3], "problem": ["What is 2 + 3?", "Compute 7 times 6."]}
+                 ).to_csv(tmp_path / "c.csv", index=False)
+    assert readers.read(tmp_path / "c.csv").problems == {"a": "What is 2 + 3?", "b": "Compute 7 times 6."}
+    pd.DataFrame({"prompt_id": ["a", "b"], "n": 4, "c": [1, 5], "problem": ["What is 2 + 3?", "Compute 7 times 6."]}
+                 ).to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(BoundaryError, match=r"bad.csv: c > n for prompt_id b \('Compute 7 times 6.'\)$"):
+        readers.read(tmp_path / "bad.csv")

@@ -302,6 +302,8 @@ def methods_ranking(ranked, base_passk1, view, bench_label: str, k_hi: int, fold
              ha="right", va="bottom", color=GRAY, fontsize=6)
     if not len(ranked):
         _not_run(axes[0], "no method evaluated")
+    elif ranked["boundary_delta_mean"].isna().all():
+        _not_run(axes[1], "no Boundary prompts")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return save(fig, folder, name)
 

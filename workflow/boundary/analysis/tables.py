@@ -598,14 +598,16 @@ def strata_table(diag, view: View, order) -> Table:
 def ranked_methods(bench, diag, view: View) -> pd.DataFrame:
     """Every ranked method's benchmark pass@1 and boundary Delta pass@K (seed mean, SD and
     Student-t interval from the seed summary), with its rank by each (1 = highest), sorted by
-    the boundary rank. Methods not evaluated are left out (the table notes them)."""
+    the boundary rank. Methods not evaluated are left out (the table notes them); where the
+    split has no Boundary prompt, the boundary columns are NaN and unranked."""
     k_hi = max(diag.ks)
     rows = []
     for m in view.ranked or [m for m in dict.fromkeys(diag.summary["method"]) if m != BASE]:
         p1, d = _rows(bench.summary, m, "passk", k=1), _rows(diag.summary, m, "delta_passk", "Boundary", k_hi)
-        if p1.empty or d.empty:
+        if p1.empty or (d.empty and absent(diag.summary, m, "Boundary") == NOT_RUN):
             continue
-        p1, d = p1.iloc[0], d.iloc[0]
+        p1 = p1.iloc[0]
+        d = d.iloc[0] if len(d) else dict.fromkeys(("mean", "sd", "ci_low", "ci_high"), np.nan)
         rows.append({"method": m, "label": view.label(m), "seeds": int(p1["n_seeds"]),
                      **{f"passk1_{c}": p1[c] for c in ("mean", "sd", "ci_low", "ci_high")},
                      **{f"boundary_delta_{c}": d[c] for c in ("mean", "sd", "ci_low", "ci_high")}})
@@ -629,21 +631,20 @@ def methods_ranking(bench, diag, view: View, bench_name: str) -> Table:
     base = _rows(bench.summary, BASE, "passk", k=1)
     rows = [["Base", "fixed", Stat(100 * base.iloc[0]["mean"]) if len(base) else NOT_RUN, "", "", "0", "", ""]]
     for r in df.itertuples():
+        boundary = ([Stat(100 * r.boundary_delta_mean, 100 * r.boundary_delta_sd, sign=True),
+                     ci(r.boundary_delta_ci_low, r.boundary_delta_ci_high, True), str(r.rank_boundary)]
+                    if np.isfinite(r.boundary_delta_mean) else [no_prompts("Boundary"), "", ""])
         rows.append([r.label, str(r.seeds), Stat(100 * r.passk1_mean, 100 * r.passk1_sd),
-                     ci(r.passk1_ci_low, r.passk1_ci_high, False), str(r.rank_passk1),
-                     Stat(100 * r.boundary_delta_mean, 100 * r.boundary_delta_sd, sign=True),
-                     ci(r.boundary_delta_ci_low, r.boundary_delta_ci_high, True), str(r.rank_boundary)])
+                     ci(r.passk1_ci_low, r.passk1_ci_high, False), str(r.rank_passk1)] + boundary)
     notes = [f"Sorted by boundary rank. p@1 on {bench_name}; Δp@{k_hi} against the frozen base on the "
              f"diagnostic split's Boundary prompts. Intervals: seed-level 95% Student-t."]
     ranked = view.ranked or list(df["method"])
-    ran = set(df["method"])
-    if "Boundary" not in set(diag.summary["regime"]):  # the methods ran; the regime is empty
-        ran |= set(bench.summary["method"]) & set(diag.summary["method"])
-        notes.insert(0, f"No method is ranked: {no_prompts('Boundary')} on the diagnostic split "
+    if len(df) and df["boundary_delta_mean"].isna().all():
+        notes.insert(0, f"{no_prompts('Boundary').capitalize()} on the diagnostic split, so no boundary rank "
                         "(regime_counts says why).")
     return Table("methods_ranking", f"Methods ranked by {bench_name} pass@1 and boundary Δpass@{k_hi} (points)",
                  ["Method", "Seeds", f"{bench_name} p@1", "95% CI", "Rank", f"Boundary Δp@{k_hi}", "95% CI", "Rank"],
-                 rows, df, _missing_note(ranked, ran, view) + notes)
+                 rows, df, _missing_note(ranked, set(df["method"]), view) + notes)
 
 
 def masks_table(mask_metrics: pd.DataFrame | None) -> Table:

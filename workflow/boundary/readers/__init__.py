@@ -122,10 +122,10 @@ def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:
     if fmt != "counts" and not path.is_dir():  # counts: load_counts warns
         warn_biased(columns_of(path), path)
     if fmt == "counts":
-        counts = counts_format.load_counts(path)
         problems = {}
+        counts = counts_format.load_counts(path, problems)
         if options.grader is not None:
-            problems = {p: options.grader.problems.get(p) for p in counts["prompt_id"] if p in options.grader.problems}
+            problems.update({p: options.grader.problems[p] for p in counts["prompt_id"] if p in options.grader.problems})
         warn_mixed_n(counts, path)
         return RunData(counts, fmt, None, problems)
     grader, own_gold, tool_counts = options.grader, False, None
