@@ -147,7 +147,7 @@ def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:
     try:
         samples = keyed(samples)
         if grader is not None and (grader.regrade or own_gold):
-            samples, tool_counts = grader.grade(samples, path), None
+            samples, tool_counts = grader.grade(samples, path, scored=fmt == "lighteval"), None
         if tool_counts is not None:  # lighteval, not re-graded: n and c from the documents' metrics
             pooled = keyed(tool_counts).groupby("prompt_id", sort=True)[["n", "c"]].sum().reset_index()  # a query twice: pooled
             counts = counts_format.counts_frame(pooled, path)

@@ -112,11 +112,13 @@ class Grader:
                                     f"{self.problems[pid][:50]!r} under that id; the ids number different "
                                     f"problems: drop the id column or fix the gold file")
 
-    def grade(self, samples: pd.DataFrame, path) -> pd.DataFrame:
+    def grade(self, samples: pd.DataFrame, path, scored: bool = False) -> pd.DataFrame:
         """Extract each completion's answer and verify it against the gold answer. Refused in
         one line naming the file and the options that fix it when the extractor found no
         answer in most completions (every count would read 0); one warning when the file's
-        own verdicts disagree with the re-grade on most samples."""
+        own verdicts disagree with the re-grade on most samples. `scored`: the file carries
+        verdicts the samples do not (lighteval's per-document metrics), so --keep-scores is
+        a way out."""
         from boundary.tasks.verify import EXTRACTORS, Verifier, score_samples, unextracted_warning
 
         if samples["completion"].isna().any():
@@ -127,12 +129,13 @@ class Grader:
                               "completion": samples["completion"].astype(str).to_numpy()})
         frame = score_samples(frame, self.answers, self.extractor, self._verifier)
         own = samples["correct"]
-        has_verdicts = len(own) > 0 and own.notna().all()
+        has_verdicts = len(own) > 0 and own.notna().all()  # per sample: compared with the re-grade below
         message = unextracted_warning(frame["answer"], self.extractor, path)
         if message:
             tail = normalise(frame.loc[frame["answer"] == "", "completion"].iloc[0])[-40:]
             others = " or ".join(f"--extractor {e}" for e in EXTRACTORS if e != self.extractor)
-            keep = " or keep the file's own verdicts with --keep-scores" if has_verdicts and self.regrade else ""
+            keep = (" or keep the file's own verdicts with --keep-scores" if (has_verdicts or scored) and self.regrade
+                    else "")
             raise BoundaryError(f"{message} (one ends {tail!r}); every answer it could not read would count as "
                                 f"wrong: re-grade with {others}{keep}")
         correct = np.asarray(frame["correct"], bool)
