@@ -137,13 +137,20 @@ def _legend_below(fig, ax, height: float) -> None:
 
 
 def regime_passk(diag, view, folder: Path, name: str = "regime_passk") -> list[Path]:
-    """pass@k curves per regime, base vs trained methods."""
-    regimes = [r for r in REGIMES if r in set(diag.summary["regime"])]
+    """pass@k curves per regime, base vs trained methods; a regime without prompts keeps its
+    panel, which says so."""
+    regimes = list(REGIMES) if diag.regimes is not None else []
     fig, axes = plt.subplots(1, max(len(regimes), 1), figsize=(2.3 * max(len(regimes), 1), 2.4), sharey=True)
     axes = np.atleast_1d(axes)
     for _i, (ax, r) in enumerate(zip(axes, regimes)):
-        _passk_axes(ax, diag, view, r, legend=False)
-        n = diag.regimes["regime"].eq(r).sum() if diag.regimes is not None else 0
+        n = diag.regimes["regime"].eq(r).sum()
+        if n:
+            _passk_axes(ax, diag, view, r, legend=False)
+        else:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(diag.ks, [str(k) for k in diag.ks])
+            ax.set_xlabel("k samples")
+            _not_run(ax, f"no {r} prompts")
         ax.set_title(f"{r} (n={n})")
     axes[0].set_ylabel("pass@k (%)")
     if not regimes:
