@@ -98,8 +98,7 @@ def unpopulated(ns, th: Thresholds = Thresholds()) -> list[str]:
     for r in missing:
         ok = np.array([r in a for a in at])
         bad = np.flatnonzero(~ok)
-        need = (f"needs n >= {bad[-1] + 2}" if ok[-1] and len(bad) < top
-                else f"no n up to {top} can hold one")
+        need = f"needs n >= {bad[-1] + 2}" if ok[-1] else f"no n up to {top} can hold one"  # bad: n - 1
         rule = RULES[r].format(**asdict(th))
         lines.append(f"{r} cannot hold any prompt at {at_n} (p_base = c/n; {r}: {rule}): {need}")
     return lines
