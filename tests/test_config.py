@@ -113,15 +113,11 @@ def _default():
     (lambda c: c["prompt"].update(system="Be brief."), "config: prompt.system: read only with prompt.chat: "
      "true (the chat template places it)"),
     (lambda c: c["train"].update(vllm_mode="colocate"), "config: train.vllm_mode: read only with "
-<<<<<<< HEAD
-     "train.use_vllm: true"),
-    (lambda c: c["calibration"].update(delta=0.05), "config: calibration.delta: read only with "
-     "calibration.adaptive: true"),
-=======
      "train.rollout_engine: vllm"),
     (lambda c: c["train"].update(use_vllm=True), "config: train.use_vllm: replaced by train.rollout_engine "
      "(generate | vllm; vllm: TRL's engine, colocated unless vllm_mode: server)"),
->>>>>>> main
+    (lambda c: c["calibration"].update(delta=0.05), "config: calibration.delta: read only with "
+     "calibration.adaptive: true"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     assert _refusal(_default(), mutate) == message
