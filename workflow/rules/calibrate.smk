@@ -3,19 +3,6 @@
 CALIBRATION_SPLIT = {"": "diagnostic", "_train": "train"}
 
 
-def calibration_settings(split):
-    """The calibration section; adaptive runs add the regimes' cuts (the stopping rule reads
-    them), full runs drop the adaptive keys, so they rerun nothing while adaptive is off."""
-    cal = dict(config["calibration"])
-    extra = {}
-    if cal["adaptive"]:
-        extra["regimes"] = config["regimes"]
-    else:
-        for key in ("adaptive", "rounds", "delta"):
-            cal.pop(key, None)
-    return {"calibration": cal, **extra, **sampling_settings(split)}
-
-
 rule calibrate_base:
     output:
         f"{OUT}/rollouts/base_calibration{{part}}.parquet",
