@@ -1,6 +1,6 @@
 """The report's settings and the names of what it writes: light enough for the Snakefile,
 which lists the report's outputs at parse time (no pandas, no scipy). Every default is the
-schema's (`report:` in workflow/schemas/config.schema.yaml); docs/diagnostics.md says what
+schema's (`report:` in workflow/schemas/config.schema.yaml); docs/reference/report_settings.md says what
 each key does.
 """
 
