@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,12 +71,20 @@ def test_the_configs_plan_four_base_draws(tmp_path, name):
     for split in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "math500/test.jsonl", "omni_math_rule/test.jsonl"):
         (tmp_path / "data" / split).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "data" / split).write_text("")
-    out = snakemake("-n", "--cores", "1", "--configfile", str(ROOT / "config" / f"{name}.yaml"), cwd=tmp_path).stdout
-    seeds = load_config(ROOT / "config" / f"{name}.yaml")["evaluate"]["base_seeds"]
+    out = snakemake("-n", "-p", "--cores", "1", "--configfile", str(ROOT / "config" / f"{name}.yaml"),
+                    cwd=tmp_path).stdout
+    evaluate = load_config(ROOT / "config" / f"{name}.yaml")["evaluate"]
+    seeds = evaluate["base_seeds"]
     for bench in ("diagnostic", "math500", "omni_math_rule"):
         for seed in range(seeds):
             assert f"results/{name}/eval/{bench}/base/seed{seed}/counts.parquet" in out
         assert f"eval/{bench}/base/seed{seeds}/" not in out
+    commands = [line for line in out.splitlines() if " evaluate --model " in line and "/diagnostic.parquet" in line]
+    sampled = {(m.group(1), json.loads(re.search(r"--settings '([^']*)'", line).group(1))["evaluate"]["seed"])
+               for line in commands for m in [re.search(r"--samples \S+/eval/diagnostic/(\w+/seed\d+)/", line)]}
+    assert ("base/seed0", evaluate["seed"]) in sampled and ("grpo/seed0", evaluate["seed"]) in sampled
+    assert ("base/seed1", evaluate["seed"] + 104729) in sampled  # each base draw its own stream
+    assert "base_seeds" not in out.split("rule evaluate")[1]  # not a setting: adding it reruns nothing
 
 
 @pytest.mark.slow

@@ -391,6 +391,7 @@ class Diagnosis:
     curves: pd.DataFrame | None = None       # [curves.csv] base and trained pass@k at every k <= K
     prompts: pd.DataFrame | None = None      # [prompts.csv] per-prompt evidence
     level: float = 0.95
+    base_draws: int = 1            # independent base evaluations pooled into the base's counts
     thresholds: rg.Thresholds | None = None
     bins: tuple = rg.DEFAULT_BINS
 
@@ -516,7 +517,7 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
         transitions=transitions(frame), bootstrap=_bootstrap_rows(wide, groups, boot[0], level, "regime"),
         strata=strata, sensitivity=sens, pairs=pair_df,
         masks=mask_metrics(masks) if masks else None, attribution=attr_table, crossover=cross, curves=curves,
-        prompts=prompt_table(frame), level=level, thresholds=th, bins=tuple(bins))
+        prompts=prompt_table(frame), level=level, base_draws=len(draws), thresholds=th, bins=tuple(bins))
 
 
 # ----------------------------------------------------------------------------- output

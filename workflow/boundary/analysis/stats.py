@@ -13,7 +13,7 @@ redrawn instead, and a mean is the ratio of the drawn prompts' sum to their numb
 The base is a random draw too. Its evaluations at several seeds are pooled per prompt
 (`pool_counts`: n and c summed); a Δ's seed-level interval adds the base's own variance,
 estimated from the spread of its draws (`with_reference_noise`: Welch's interval for a
-difference of two means); the prompt bootstrap resamples each prompt's (trained - base)
+difference of two means, conservative df); the prompt bootstrap resamples each prompt's (trained - base)
 difference as one unit, so each prompt's base estimate's noise is in it already.
 
 CLI (the paper's summarize_seeds):
@@ -84,8 +84,10 @@ def with_reference_noise(summary: pd.DataFrame, reference: pd.DataFrame, keys, v
     its seeds (`summarize`); `reference` the same metric's base value per base draw (column
     `draw`). With the base pooled over B draws, Var(Δ) = sd_t^2 / S + sd_b^2 / B (sd_b over the
     draws: their mean's variance bounds the pooled estimate's from above), and the interval is
-    Welch's: t quantile at the Welch-Satterthwaite df. Adds base_sd and base_draws; with one
-    draw (or none) sd_b is unknown: base_sd NaN and the interval as it was."""
+    Welch's with the conservative df = min(S, B) - 1 (Welch-Satterthwaite's df can exceed S - 1,
+    so adding the base's variance could narrow the interval; this df never lets it). Adds
+    base_sd and base_draws; with one draw (or none) sd_b is unknown: base_sd NaN and the
+    interval as it was."""
     keys = list(keys)
     ref = reference.groupby(keys, dropna=False, sort=False)[value].agg(base_sd="std", base_draws="count").reset_index()
     out = summary.drop(columns=[c for c in ("base_sd", "base_draws") if c in summary]).merge(ref, on=keys, how="left")
@@ -93,9 +95,7 @@ def with_reference_noise(summary: pd.DataFrame, reference: pd.DataFrame, keys, v
     s, b = out["n_seeds"].to_numpy(float), out["base_draws"].to_numpy(float)
     vt, vb = out["sd"].to_numpy(float) ** 2 / s, out["base_sd"].to_numpy(float) ** 2 / np.maximum(b, 1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        se = np.sqrt(vt + vb)
-        df = (vt + vb) ** 2 / (vt ** 2 / (s - 1) + vb ** 2 / (b - 1))
-        half = sps.t.ppf(0.5 + level / 2, df) * se
+        half = sps.t.ppf(0.5 + level / 2, np.minimum(s, b) - 1) * np.sqrt(vt + vb)
     known = (b >= 2) & np.isfinite(half)
     out.loc[known, "ci_low"] = out["mean"].to_numpy()[known] - half[known]
     out.loc[known, "ci_high"] = out["mean"].to_numpy()[known] + half[known]
@@ -252,10 +252,10 @@ def percentile_interval(draws, level: float = 0.95):
     return lo, hi
 
 
-def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 0.95, strata=None):
-    """Percentile prompt-bootstrap intervals of the column means of `values`.
-    Returns ((lo, hi) of the overall means, {stratum: (lo, hi) of that stratum's means})."""
-    overall, per = bootstrap_means(values, resamples, seed, strata)
+def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 0.95, strata=None, clusters=None):
+    """Percentile prompt-bootstrap intervals of the column means of `values` (clusters: one id
+    per prompt, redrawn whole). Returns ((lo, hi) of the overall means, {stratum: (lo, hi)})."""
+    overall, per = bootstrap_means(values, resamples, seed, strata, clusters=clusters)
     return percentile_interval(overall, level), {g: percentile_interval(d, level) for g, d in per.items()}
 
 

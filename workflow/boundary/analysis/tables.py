@@ -659,6 +659,37 @@ def methods_ranking(bench, diag, view: View, bench_name: str) -> Table:
                  rows, df, _missing_note(ranked, set(df["method"]), view) + notes)
 
 
+SENSITIVITY_DROPS = (0, 1, 2, 4, 8)
+
+
+def detectable_loss(diag, view: View, sims: int = 100, resamples: int = 500) -> Table:
+    """The loss this study's test can see, in place of a positive control: a synthetic policy
+    equal to the base but for D Boundary prompts that never succeed, simulated at the study's
+    N (its Boundary prompts' calibrated p_base, seeds, base draws and n) through the same
+    nested prompt bootstrap (power.drop_sensitivity)."""
+    from boundary.analysis.power import drop_sensitivity
+
+    cols = ["Dropped prompts", f"Δp@{max(diag.ks)} (points)", "Detected (interval < 0)", "Lost (total over seeds)"]
+    name, caption = "detectable_loss", "Detectable loss: a synthetic policy that drops D Boundary prompts"
+    reg = diag.regimes
+    trained = diag.frame[diag.frame["method"] != BASE]
+    p = reg.loc[reg["regime"] == "Boundary", "p_base"].to_numpy(float) if reg is not None else np.array([])
+    if trained.empty or len(p) < 2:
+        note = "No trained run, or fewer than 2 Boundary prompts: nothing to simulate."
+        return Table(name, caption, cols, [], pd.DataFrame(), [note])
+    methods = [m for m in view.main if m in set(trained["method"])] or list(dict.fromkeys(trained["method"]))
+    seeds = max(trained.loc[trained["method"] == m, "seed"].nunique() for m in methods)
+    n_eval, k = int(trained["n"].min()), max(diag.ks)
+    df = drop_sensitivity(p, seeds=seeds, n_eval=n_eval, base_draws=diag.base_draws, k=k,
+                          drops=SENSITIVITY_DROPS, sims=sims, resamples=resamples, level=diag.level)
+    rows = [[str(r.dropped), Stat(100 * r.delta, sign=True), Stat(100 * r.detected, digits=0, suffix="%"),
+             Stat(r.lost, digits=1)] for r in df.itertuples()]
+    notes = [f"{len(p)} Boundary prompts, {seeds} seed(s), n = {n_eval}, base pooled over {diag.base_draws} draw(s), "
+             f"{sims} simulated studies per row; success rates from the calibration. D = 0 is the false-alarm rate "
+             f"and the lost count that sampling alone gives. Prompts independent: shared structure lowers the power."]
+    return Table(name, caption, cols, rows, df, notes)
+
+
 def masks_table(mask_metrics: pd.DataFrame | None) -> Table:
     """Gate behaviour per mask, pooled over refresh epochs (the run card's mask statistics)."""
     cols = ["Mask", "Protected", "Anchor", "Drop", "Mean weight", "Flips", "Flip rate", "Prompts"]
@@ -681,7 +712,7 @@ def diagnostic_tables(diag, view: View, order) -> list[Table]:
     """Tables that need only the regime-labelled diagnostic split."""
     out = [regime_counts(diag, view), diag_seeds(diag, view), boundary_seeds(diag, view),
            regime_diagnostics(diag, view), transitions_table(diag, view), sensitivity_table(diag, view), strata_table(diag, view, order),
-           answer_concentration(diag, view)]
+           answer_concentration(diag, view), detectable_loss(diag, view)]
     return out
 
 
