@@ -193,3 +193,16 @@ def test_a_datasets_cluster_field_becomes_the_splits_cluster_column(tmp_path):
     assert split["cluster"].tolist() == ["3 + 4 = 7", "3 + 4 = 7", "2 + 5 = 7"]
     with pytest.raises(BoundaryError, match="fact"):
         load_dataset_file({**spec, "cluster_field": "fact"}, "diagnostic")
+
+
+def test_near_copies_by_text_and_by_fact():
+    from boundary.tasks.near_copy import near_copies, normalise
+
+    assert normalise("Ann has 3,000 apples; she eats 1/2.") == ["ann", "has", "#", "apples", "she", "eats", "#"]
+    train = [("Ann has 3 apples. She gets 4 more. How many apples does Ann have now?", "7"),
+             ("A train travels 60 miles in 2 hours. What is its speed?", "30")]
+    held = [("Bo has 5 apples. She gets 9 more. How many apples does Bo have now?", "14"),  # reworded numbers
+            ("Cy has 4 pens. He gets 3 more. How many pens does Cy have?", "7"),          # same fact 3 + 4
+            ("Find the area of a circle of radius 2.", "4\\pi")]
+    found = near_copies(held, train)
+    assert [(i, j, why) for i, j, why in found] == [(0, 0, "text"), (1, 0, "fact")]

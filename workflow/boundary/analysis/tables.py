@@ -295,13 +295,14 @@ def headline_intervals(bench, diag, view: View) -> Table:
         add(f"{view.label(a)}−{view.label(b)} gain at p@{k}", g, 100, 2)
     for m in (b, a):
         add(f"{view.label(m)} boundary Δp@{k_hi}", _rows(diag.summary, m, "delta_passk", "Boundary", k_hi), 100, 1)
-    for m in (b, a):
-        add(f"{view.label(m)} boundary lost prompts, mean a seed (total {count_cell(diag.metrics, m, 'lost', 'Boundary')})",
-            _rows(diag.summary, m, "lost", "Boundary"), 1, 2, False)
+    for m in (b, a):  # a seed's mean to two decimals; the totals in the note
+        add(f"{view.label(m)} boundary lost prompts", _rows(diag.summary, m, "lost", "Boundary"), 1, 2, False)
     present = set(bench.summary["method"]) & set(diag.summary["method"])
+    totals = "; ".join(f"{view.label(m)} {count_cell(diag.metrics, m, 'lost', 'Boundary')}" for m in (b, a))
     return Table("headline_intervals", "Seed-level two-sided 95% Student-t intervals (df = seeds − 1)",
                  ["Quantity", "Mean", "Seed SD", "95% CI"], rows, _concat(data),
-                 _missing_note([b, a], present, view))
+                 _missing_note([b, a], present, view)
+                 + [f"Boundary lost prompts, total over seeds (per seed): {totals}."])
 
 
 def controls(diag, view: View) -> Table:
