@@ -444,6 +444,10 @@ def _with_base_noise(summary: pd.DataFrame, reference: pd.DataFrame | None, grou
     return pd.concat([widened.set_index(summary.index[delta]), rest]).sort_index()
 
 
+ONE_BASE_DRAW = ("one base draw: the Δ intervals over seeds leave out the base's own sampling noise "
+                 "(evaluate it at several seeds: evaluate.base_seeds, or --base given more than once)")
+
+
 def cluster_labels(prompt_ids, clusters) -> np.ndarray | None:
     """One cluster id per prompt (in `prompt_ids` order) from a {prompt_id: cluster} mapping or
     Series; a prompt it lacks is its own cluster. None when there is no mapping."""
@@ -484,9 +488,6 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
     reference = reference_draws(draws, regimes, ks_ok, bins) if several else None
     summary = _with_base_noise(summarize(metrics, ["method", "metric", "regime", "k"], level=level),
                                reference, "regime", level)
-    if runs and not several:
-        warn("one base draw: the Δ intervals over seeds leave out the base's own sampling noise "
-             "(evaluate it at several seeds: evaluate.base_seeds, or --base given more than once)")
     strata = sens = th = None
     if regimes is not None:
         th = rg.thresholds_of(regimes)
@@ -633,6 +634,8 @@ def main(argv=None) -> None:
         pairs = [tuple(args.pair)]
     diag = analyse(draws, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names, args.level,
                    args.prior, clusters=clusters)
+    if diag.base_draws == 1:
+        warn(ONE_BASE_DRAW)
 
     with atomic_dir(out, OWNER) as tmp:  # --out holds exactly this run's files
         for name, table in diag.csv_tables().items():

@@ -43,7 +43,7 @@ from pathlib import Path
 import pandas as pd
 
 from boundary.analysis import tables
-from boundary.analysis.diagnose import analyse, check_regimes, load_mask, mask_metrics
+from boundary.analysis.diagnose import ONE_BASE_DRAW, analyse, check_regimes, load_mask, mask_metrics
 from boundary.analysis.regimes import strata_order
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError, warn
@@ -143,6 +143,8 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
                        clusters=split_clusters(results, split, diag_split))
 
     diag = run(diag_split, regimes.assign(prompt_id=regimes["prompt_id"].astype(str)))
+    if diag.base_draws == 1 and (diag.frame["method"] != BASE).any():
+        warn(ONE_BASE_DRAW)
     benches = {b: run(b, None) for b in settings["benchmarks"] if b in found}
     for b in settings["benchmarks"]:
         if b not in found:
