@@ -419,6 +419,24 @@ class Diagnosis:
 DELTA_METRICS = ("delta_passk", "delta_cov")
 
 
+def _base_passk_over_draws(frame: pd.DataFrame, draws: list, ks) -> pd.DataFrame:
+    """The base's pass@k (its rows and every row's base_ column) as the mean over its draws of
+    each draw's unbiased estimate, not the estimate from the pooled counts: both are unbiased,
+    but against a policy evaluated at one draw's n the pooled one is smoother than the policy's
+    (at k = n, a fraction against 0 or 1), and in simulation that skew put the prompt
+    bootstrap's Δ interval above 0 in 9% of studies with nothing changed (1% with the mean;
+    docs/reference/metrics.md). Counts (n, c; solved, lost) stay pooled."""
+    f = frame.copy()
+    is_base = (f["method"] == BASE).to_numpy()
+    for k in ks:
+        col = pass_at_k_column(k)
+        mean = pd.concat([d.set_index("prompt_id").pipe(lambda x: pd.Series(pass_at_k(x["n"].to_numpy(), x["c"].to_numpy(), k),
+                                                                               index=x.index)) for d in draws], axis=1).mean(axis=1)
+        f.loc[is_base, col] = f.loc[is_base, "prompt_id"].map(mean).to_numpy()
+        f[f"base_{col}"] = f["prompt_id"].map(mean).to_numpy()
+    return f
+
+
 def reference_draws(draws: list, regimes, ks, bins, group: str = "regime") -> pd.DataFrame:
     """The base's value of every Δ metric per base draw (column `draw`): delta_passk@k is the
     draw's passk@k, delta_cov its passk at the largest k; per `group` (and `all`)."""
@@ -482,7 +500,10 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
     if regimes is not None:  # a calibration may cover more prompts than were evaluated
         regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
         regimes = regimes[regimes["prompt_id"].isin(set(base["prompt_id"]))].reset_index(drop=True)
-    frame = add_evidence(prompt_frame(base, runs, regimes, ks_ok, bins, names), level, prior)
+    frame = prompt_frame(base, runs, regimes, ks_ok, bins, names)
+    if len(draws) > 1:
+        frame = _base_passk_over_draws(frame, draws, ks_ok)
+    frame = add_evidence(frame, level, prior)
     metrics = run_metrics(frame, ks_ok)
     several = len(draws) > 1
     reference = reference_draws(draws, regimes, ks_ok, bins) if several else None

@@ -11,7 +11,8 @@ The model behind the simulation, stated because the power depends on it:
 - each calibrated prompt's p_base = c / n is its true success rate; a design's diagnostic
   prompts are drawn from the calibrated pool with replacement, and labelled by p_base;
 - the base and every trained seed are evaluated with `n_eval` fresh samples per prompt;
-- the base is evaluated `base_draws` times (n_eval samples each), pooled per prompt;
+- the base is evaluated `base_draws` times (n_eval samples each): its pass@k the mean of the
+  draws' estimates, its solved prompts those of the pooled counts (as `diagnose` reads them);
 - a trained policy multiplies every Boundary prompt's success rate by one factor, chosen so
   that the expected Boundary pass@k drops by `effect` (coverage shrinking evenly), and on top
   `collapse` Boundary prompts, drawn once per simulated study and the same in every seed, go
@@ -66,9 +67,9 @@ def _study(p, seeds: int, scale: float, collapse: int, *, n_eval: int, base_draw
            resamples: int, level: float, rng, boot_seed: int):
     """One simulated study on Boundary success rates `p`: (Δ, interval low, high, lost prompts
     summed over seeds), Δ the seed mean of Boundary pass@k minus the pooled base's."""
-    pooled = n_eval * base_draws
-    base_c = rng.binomial(pooled, p)
-    base = pass_at_k(pooled, base_c, k)
+    draws = rng.binomial(n_eval, np.tile(p, (base_draws, 1)))  # the base's draws, as diagnose reads them
+    base_c = draws.sum(axis=0)
+    base = pass_at_k(n_eval, draws, k).mean(axis=0)
     q = np.tile(p * scale, (seeds, 1))
     if collapse:
         q[:, rng.choice(len(p), size=min(collapse, len(p)), replace=False)] = 0.0
