@@ -18,8 +18,9 @@ All metrics are defined in docs/reference/metrics.md; in short, per (method, see
     lost_significant lost prompts whose one-sided Fisher exact p < 1 - level; lost_null the
                      lost count expected if nothing changed; lost_floor the 0/n bound on p
 
-The base may be evaluated several times (independent draws): they are pooled per prompt
-(`stats.pool_counts`), and every Δ's seed-level interval adds the base's variance from the
+The base may be evaluated several times (independent draws): their counts are pooled per
+prompt (`stats.pool_counts`), its pass@k is the mean of the draws' estimates
+(`_base_passk_over_draws`), and every Δ's seed-level interval adds the base's variance from the
 spread of its draws (`stats.with_reference_noise`, Welch). Prompts that share structure carry
 a cluster id; the bootstrap then redraws whole clusters (`stats.resample_counts`).
 

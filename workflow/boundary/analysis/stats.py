@@ -10,11 +10,12 @@ training seeds (with replacement) on top of the shared prompt resample. Where pr
 structure (a cluster id per prompt: an operand pair, a source problem), whole clusters are
 redrawn instead, and a mean is the ratio of the drawn prompts' sum to their number.
 
-The base is a random draw too. Its evaluations at several seeds are pooled per prompt
-(`pool_counts`: n and c summed); a Δ's seed-level interval adds the base's own variance,
-estimated from the spread of its draws (`with_reference_noise`: Welch's interval for a
-difference of two means, conservative df); the prompt bootstrap resamples each prompt's (trained - base)
-difference as one unit, so each prompt's base estimate's noise is in it already.
+The base is a random draw too. Its evaluations at several seeds are pooled per prompt for
+counts (`pool_counts`: n and c summed; its pass@k is the mean of the draws' estimates,
+diagnose.py); a Δ's seed-level interval adds the base's own variance, estimated from the
+spread of its draws (`with_reference_noise`: Welch's interval for a difference of two means,
+conservative df); the prompt bootstrap resamples each prompt's (trained - base) difference as
+one unit, so each prompt's base estimate's noise is in it already.
 
 CLI (the paper's summarize_seeds):
     boundary seeds FILE [--pair A B] [--level 0.95] --out DIR
@@ -80,10 +81,10 @@ def with_reference_noise(summary: pd.DataFrame, reference: pd.DataFrame, keys, v
                          level: float = 0.95) -> pd.DataFrame:
     """The seed-level intervals of Δ rows widened by the reference's own sampling noise.
 
-    `summary` holds Δ = mean over a method's seeds of (trained - pooled base), summarised over
-    its seeds (`summarize`); `reference` the same metric's base value per base draw (column
-    `draw`). With the base pooled over B draws, Var(Δ) = sd_t^2 / S + sd_b^2 / B (sd_b over the
-    draws: their mean's variance bounds the pooled estimate's from above), and the interval is
+    `summary` holds Δ = mean over a method's seeds of (trained - base), the base's value the mean
+    over its B draws, summarised over the seeds (`summarize`); `reference` the same metric's
+    base value per draw (column `draw`). Var(Δ) = sd_t^2 / S + sd_b^2 / B (sd_b the SD over the
+    draws), and the interval is
     Welch's with the conservative df = min(S, B) - 1 (Welch-Satterthwaite's df can exceed S - 1,
     so adding the base's variance could narrow the interval; this df never lets it). Adds
     base_sd and base_draws; with one draw (or none) sd_b is unknown: base_sd NaN and the
