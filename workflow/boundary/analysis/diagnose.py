@@ -49,6 +49,7 @@ CLI:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -74,6 +75,7 @@ from boundary.core.artifacts import atomic_dir, output_folder, read_table, write
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.names import BASE
 from boundary.core.passk import DEFAULT_KS, modal_answers, pass_at_k, pass_at_k_column, usable_ks
+from boundary.readers.problems import named, snippet
 from boundary.training.gate import read_mask
 
 OWNER = "boundary diagnose"
@@ -98,12 +100,13 @@ def parse_run(spec: str) -> tuple[str, int, str]:
 # ----------------------------------------------------------------------------- per prompt
 
 def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
-                 ks, bins=rg.DEFAULT_BINS, names: dict | None = None) -> pd.DataFrame:
+                 ks, bins=rg.DEFAULT_BINS, names: dict | None = None, problems: dict | None = None) -> pd.DataFrame:
     """One row per (method, seed, prompt): counts, pass@k, and the base's values beside them.
 
     `runs` maps (method, seed) -> counts frame; the base enters as method 'base', seed 0.
     Every run must cover exactly the base's prompts (a transition needs both sides).
-    `names` maps (method, seed) -> file name for error messages.
+    `names` maps (method, seed) -> file name for error messages, `problems` prompt_id ->
+    problem text (named beside an id in them).
     """
     names = names or {}
     base_ids = set(base["prompt_id"])
@@ -113,8 +116,8 @@ def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
         where = names.get((method, seed), f"{method}:{seed}")
         if ids != base_ids:
             extra, missing = sorted(ids - base_ids), sorted(base_ids - ids)
-            what = (f"{len(extra)} prompt_id(s) not in the base file (e.g. {extra[0]})" if extra
-                    else f"{len(missing)} base prompt_id(s) missing (e.g. {missing[0]})")
+            what = (f"{len(extra)} prompt_id(s) not in the base file (e.g. {named(extra[0], problems)})" if extra
+                    else f"{len(missing)} base prompt_id(s) missing (e.g. {named(missing[0], problems)})")
             raise BoundaryError(f"{where}: {what}")
         optional = {c: np.nan for c in ("entropy", "unique_positives", "modal_share") if c not in counts}  # library callers
         if "modal_answer" not in counts:
@@ -135,10 +138,11 @@ def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
     return f
 
 
-def check_regimes(base: pd.DataFrame, regimes: pd.DataFrame, where: str) -> None:
+def check_regimes(base: pd.DataFrame, regimes: pd.DataFrame, where: str, problems: dict | None = None) -> None:
     missing = sorted(set(base["prompt_id"]) - set(regimes["prompt_id"].astype(str)))
     if missing:
-        raise BoundaryError(f"{where}: no calibration for {len(missing)} prompt_id(s) of the base file (e.g. {missing[0]})")
+        raise BoundaryError(f"{where}: no calibration for {len(missing)} prompt_id(s) of the base file "
+                            f"(e.g. {named(missing[0], problems)})")
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -180,13 +184,21 @@ def add_evidence(frame: pd.DataFrame, level: float = 0.95, prior: str = "fit") -
 
 
 PROMPT_COLUMNS = ["method", "seed", "prompt_id", "regime", "n", "c", "p_low", "p_high", "prior_a", "prior_b",
-                  "base_n", "base_c", "cell", "lost_p", "lost_significant"]
+                  "base_n", "base_c", "cell", "lost_p", "lost_significant", "problem"]
 
 
-def prompt_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """[prompts.csv] one row per (method, seed, prompt) with its evidence columns."""
+def with_problems(table: pd.DataFrame, problems: dict | None) -> pd.DataFrame:
+    """A per-prompt table with `problem` (the problem's text, cut by `snippet`; "" where the
+    inputs carry none) beside its opaque prompt_id, as its last column."""
+    problems = problems or {}
+    text = {p: snippet(problems.get(p)) for p in table["prompt_id"].unique()}
+    return table.assign(problem=table["prompt_id"].map(text).fillna(""))
+
+
+def prompt_table(frame: pd.DataFrame, problems: dict | None = None) -> pd.DataFrame:
+    """[prompts.csv] one row per (method, seed, prompt) with its evidence columns and problem."""
     f = frame.assign(cell=np.where(frame["method"] == BASE, pd.NA, cells(frame["base_c"], frame["c"])))
-    return f[PROMPT_COLUMNS].reset_index(drop=True)
+    return with_problems(f, problems)[PROMPT_COLUMNS].reset_index(drop=True)
 
 
 def _with_all(frame: pd.DataFrame, group: str) -> pd.DataFrame:
@@ -395,6 +407,9 @@ class Diagnosis:
     base_draws: int = 1            # independent base evaluations pooled into the base's counts
     thresholds: rg.Thresholds | None = None
     bins: tuple = rg.DEFAULT_BINS
+    problems: dict | None = None             # prompt_id -> problem text, where the inputs carry it
+    regime_source: str = "frozen-base calibration"  # what the regime labels were computed from
+    regime_notes: list | None = None         # regimes the calibration's n cannot populate (regimes.unpopulated)
 
     @property
     def passk(self) -> pd.DataFrame:
@@ -409,7 +424,7 @@ class Diagnosis:
         out = {"passk": self.passk, "metrics": self.metrics, "summary": self.summary,
                "transitions": self.transitions, "bootstrap": self.bootstrap}
         if self.regimes is not None:
-            out["regimes"] = self.regimes[["prompt_id", "p_base", "regime"]]
+            out["regimes"] = with_problems(self.regimes[["prompt_id", "p_base", "regime"]], self.problems)
         for name in ("strata", "sensitivity", "pairs", "masks", "attribution", "crossover", "curves",
                      "prompts"):
             if getattr(self, name) is not None:
@@ -483,11 +498,13 @@ def cluster_labels(prompt_ids, clusters) -> np.ndarray | None:
 def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None = None, ks=DEFAULT_KS,
             resamples: int = 10_000, boot_seed: int = 0, pairs=(), bins=rg.DEFAULT_BINS,
             masks: dict | None = None, names: dict | None = None, level: float = 0.95,
-            prior: str = "fit", attribution: bool = True, clusters=None) -> Diagnosis:
+            prior: str = "fit", attribution: bool = True, problems: dict | None = None,
+            regime_source: str = "frozen-base calibration", clusters=None) -> Diagnosis:
     """Diagnose trained runs against the base on one split (regimes None: no regime split).
-
     `base` is one counts frame or a list of independent draws (pooled; their spread widens
-    every Δ's seed interval); `clusters` maps prompt_id -> cluster id for the bootstrap."""
+    every Δ's seed interval); `clusters` maps prompt_id -> cluster id for the bootstrap.
+    `problems` (prompt_id -> text) puts each prompt's problem beside its id in the per-prompt
+    tables and error lines; `regime_source` says where the regime labels came from."""
     if not 0 < level < 1:
         raise BoundaryError(f"--level {level}: must be between 0 and 1 (e.g. 0.95)")
     draws = base if isinstance(base, list) else [base]
@@ -501,7 +518,7 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
     if regimes is not None:  # a calibration may cover more prompts than were evaluated
         regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
         regimes = regimes[regimes["prompt_id"].isin(set(base["prompt_id"]))].reset_index(drop=True)
-    frame = prompt_frame(base, runs, regimes, ks_ok, bins, names)
+    frame = prompt_frame(base, runs, regimes, ks_ok, bins, names, problems)
     if len(draws) > 1:
         frame = _base_passk_over_draws(frame, draws, ks_ok)
     frame = add_evidence(frame, level, prior)
@@ -511,8 +528,10 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
     summary = _with_base_noise(summarize(metrics, ["method", "metric", "regime", "k"], level=level),
                                reference, "regime", level)
     strata = sens = th = None
+    notes = []
     if regimes is not None:
         th = rg.thresholds_of(regimes)
+        notes = rg.unpopulated(regimes["n"], th) if "n" in regimes else []
         by_stratum = run_metrics(frame, ks_ok, group="stratum")
         strata = _with_base_noise(summarize(by_stratum, ["method", "metric", "stratum", "k"], level=level),
                                   reference_draws(draws, regimes, ks_ok, bins, "stratum") if several else None,
@@ -540,7 +559,8 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
         transitions=transitions(frame), bootstrap=_bootstrap_rows(wide, groups, boot[0], level, "regime"),
         strata=strata, sensitivity=sens, pairs=pair_df,
         masks=mask_metrics(masks) if masks else None, attribution=attr_table, crossover=cross, curves=curves,
-        prompts=prompt_table(frame), level=level, base_draws=len(draws), thresholds=th, bins=tuple(bins))
+        prompts=prompt_table(frame, problems), level=level, base_draws=len(draws), thresholds=th, bins=tuple(bins),
+        problems=problems, regime_source=regime_source, regime_notes=notes)
 
 
 # ----------------------------------------------------------------------------- output
@@ -644,14 +664,17 @@ def main(argv=None) -> None:
     if args.clusters:
         table = read_table(args.clusters, ["prompt_id", "cluster"], ids=("prompt_id", "cluster"))
         clusters = table.set_index(table["prompt_id"].astype(str))["cluster"]
+    problems = {p: t for d in data.values() for p, t in d.problems.items()}
     if args.calibration:
-        check_regimes(base, cal, args.calibration)
+        check_regimes(base, cal, args.calibration, problems)
         cal = cal[cal["prompt_id"].isin(set(base["prompt_id"]))]
+        source = f"calibration {Path(args.calibration).name}"
     else:
         warn(f"no --calibration: regimes are labelled from {', '.join(args.base)}, the same samples that measure "
              "base pass@k, so they are not independent (boundary prompts get base pass@256 = 1)")
         cal = base
-    regimes = rg.label_counts(cal, th)
+        source = f"base evaluation {Path(readers.input_path(args.base)[0]).name}, not independent (no --calibration)"
+    regimes = rg.label_counts(cal, th, args.calibration or args.base)
     masks = {}
     for spec in args.mask:
         name, sep, path = spec.partition("=")
@@ -674,7 +697,7 @@ def main(argv=None) -> None:
                 raise BoundaryError(f"--pair {m}: not among the --trained names ({', '.join(methods)})")
         pairs = [tuple(args.pair)]
     diag = analyse(draws, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names, args.level,
-                   args.prior, clusters=clusters)
+                   args.prior, problems=problems, regime_source=source, clusters=clusters)
     if diag.base_draws == 1:
         warn(ONE_BASE_DRAW)
 
@@ -687,6 +710,5 @@ def main(argv=None) -> None:
         if not args.no_figures:
             figures.write_diagnose_figures(diag, view, tmp / "figures")
             page.write_page(diag, view, tmp / "figures", tmp / "report.html",
-                            {key: d.samples for key, d in data.items() if d.samples is not None},
-                            {p: t for d in data.values() for p, t in d.problems.items()})
+                            {key: d.samples for key, d in data.items() if d.samples is not None}, problems)
     print(f"diagnose: {len(runs)} run(s), {len(base)} prompts -> {out}")
