@@ -673,8 +673,9 @@ def main(argv=None) -> None:
         warn(f"no --calibration: regimes are labelled from {', '.join(args.base)}, the same samples that measure "
              "base pass@k, so they are not independent (boundary prompts get base pass@256 = 1)")
         cal = base
-        source = f"base evaluation {Path(readers.input_path(args.base)[0]).name}, not independent (no --calibration)"
-    regimes = rg.label_counts(cal, th, args.calibration or args.base)
+        source = (f"base evaluation {', '.join(Path(readers.input_path(b)[0]).name for b in args.base)}, "
+                  "not independent (no --calibration)")
+    regimes = rg.label_counts(cal, th, args.calibration or ", ".join(args.base))
     masks = {}
     for spec in args.mask:
         name, sep, path = spec.partition("=")

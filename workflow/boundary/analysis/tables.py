@@ -215,9 +215,9 @@ def counts_text(values) -> str:
 
 
 def count_cell(metrics, method, metric, regime="all") -> str:
-    """A count metric of one method as `counts_text`; NOT_RUN when the method has no row."""
+    """A count metric of one method as `counts_text`; without a row, why (`absent`)."""
     vals = per_seed(metrics, method, metric, regime)
-    return counts_text(vals.to_numpy(float)) if len(vals) else NOT_RUN
+    return counts_text(vals.to_numpy(float)) if len(vals) else absent(metrics, method, regime)
 
 
 def total_text(row) -> str:
