@@ -131,16 +131,55 @@ def test_adaptive_rounds_draw_a_prefix_of_the_full_runs_samples(tiny_model_dir):
     assert sorted(set(seen)) == [("a", 4), ("b", 4), ("b", 8), ("c", 4), ("c", 8), ("d", 4)]
 
 
-def test_rounds_as_backend_calls_draw_each_round_for_the_running_prompts(tiny_model_dir):
-    """The other backends' rounds (one call each): every prompt's sample indices run 0..n_i-1."""
-    from boundary.sampling import hf, rounds_by_calls
+def test_the_seats_stay_full_while_running_prompts_have_draws_left(tiny_model_dir):
+    """16 prompts, rounds of 4 to n = 16, 48 seats: a round is 64 rows, so a prompt's next round
+    waiting on its current one would leave seats empty. With look-ahead every decode step holds a
+    row in every seat while the feed has a draw left to give; the artifact is still each prompt's
+    first n_i draws of the full run, and what was drawn beyond a stop is counted, not written."""
+    from boundary.sampling import hf
+    from boundary.sampling.models import load_model
+    from boundary.sampling.rounds import Adaptive, Rounds
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    stop, pad = hf.stop_and_pad(model, tokenizer)
+    ids = [f"p{i}" for i in range(16)]
+    encoded = tokenizer([f"{i}+{i * 7}=" for i in range(16)], add_special_tokens=False)["input_ids"]
+    stop_at = {pid: 4 * (1 + i % 4) for i, pid in enumerate(ids)}  # 4, 8, 12, 16 draws
+    seen = []
+
+    def settled(prefixes):
+        seen.extend((pid, len(t)) for pid, t in prefixes.items())
+        return {pid for pid, t in prefixes.items() if len(t) >= stop_at[pid]}
+
+    kw = dict(max_new=8, temperature=1.0, top_p=1.0, batch_size=48, seed=5)
+    feed = Rounds(ids, encoded, Adaptive((4, 8, 12, 16), settled), lambda t: tokenizer.batch_decode(t))
+    profile = {}
+    out = hf.generate(model, [], stop, pad, feed=feed, profile=profile, **kw)
+    occupancy = profile["occupancy"]
+    assert profile["seats"] == 48
+    busy = [held for held, left in occupancy if left > 0]
+    assert len(busy) > 0 and all(held == 48 for held in busy)
+    # every prompt's kept rows are its first n_i draws, sample k from stream k: the full run's
+    full = hf.generate(model, [p for p in encoded for _ in range(16)], stop, pad, **kw)
+    kept = feed.kept_rows()
+    assert len(kept) == sum(stop_at.values())
+    for j in kept:
+        i, k = feed.jobs[j]
+        assert feed.kept[i] == stop_at[ids[i]] and k < feed.kept[i]
+        assert out[j].tokens == full[16 * i + k].tokens
+    assert {(pid, r) for pid, r in seen} == {(pid, r) for pid, n in stop_at.items() for r in (4, 8, 12) if r <= n}
+    drawn = [c for c in out if c is not None]
+    assert len(drawn) == len(out) > len(kept)  # look-ahead was drawn, and every row is accounted for
+    assert all(c.finish_reason in ("stop", "length", "cancelled") for c in drawn)
+
+
+def test_adaptive_with_vllm_is_refused_in_one_line():
+    from boundary.core.errors import BoundaryError
+    from boundary.sampling import sample
     from boundary.sampling.rounds import Adaptive
 
-    stop_at = {"a": 4, "b": 8, "c": 12, "d": 4}
-    out = rounds_by_calls(hf.sample, str(tiny_model_dir), list(PROMPTS), list(PROMPTS.values()), _params(), None,
-                          Adaptive((4, 8, 12), lambda prefixes: {p for p, t in prefixes.items() if len(t) >= stop_at[p]}))
-    for pid, rows in out.groupby("prompt_id"):
-        assert rows["sample_idx"].tolist() == list(range(stop_at[pid]))
+    with pytest.raises(BoundaryError, match="needs sampling.backend: hf"):
+        sample("unused", ["a"], ["1+1="], _params(backend="vllm"), adaptive=Adaptive((4, 12), lambda p: set()))
 
 
 def test_scored_samples_stop_each_prompt_by_its_verified_prefix(tiny_model_dir):

@@ -118,6 +118,9 @@ def _default():
      "(generate | vllm; vllm: TRL's engine, colocated unless vllm_mode: server)"),
     (lambda c: c["calibration"].update(delta=0.05), "config: calibration.delta: read only with "
      "calibration.adaptive: true"),
+    (lambda c: (c["calibration"].update(adaptive=True), c["sampling"].update(backend="vllm")),
+     "config: calibration.adaptive: true needs sampling.backend: hf (vllm would start its engine once per "
+     "round, about 85-90 s each on a GPU)"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     assert _refusal(_default(), mutate) == message

@@ -211,6 +211,9 @@ def _check_settings_used(raw: dict, config: dict) -> None:
     unread = sorted({"rounds", "delta"} & set(raw.get("calibration") or {}))
     if unread and not config["calibration"]["adaptive"]:
         raise BoundaryError(f"config: calibration.{unread[0]}: read only with calibration.adaptive: true")
+    if config["calibration"]["adaptive"] and config["sampling"]["backend"] != "hf":
+        raise BoundaryError("config: calibration.adaptive: true needs sampling.backend: hf (vllm would "
+                            "start its engine once per round, about 85-90 s each on a GPU)")
     vllm = sorted(k for k in raw.get("train") or {} if k.startswith("vllm_"))
     if vllm and config["train"].get("rollout_engine") != "vllm":
         raise BoundaryError(f"config: train.{vllm[0]}: read only with train.rollout_engine: vllm")

@@ -303,11 +303,11 @@ class Clock:
         self.last = now
 
 
-def _harvest(batch: Batch, seats: torch.Tensor, results: list) -> None:
-    """Record the rows finished in `seats` (indices) into `results`."""
+def _harvest(batch: Batch, seats: torch.Tensor, results: list, reason: str | None = None) -> None:
+    """Record the rows finished in `seats` (indices) into `results` (`reason`: for rows cut short)."""
     for row, toks, n, s, h, lp in zip(*(x[seats].tolist() for x in (batch.row, batch.tokens, batch.count,
                                                                         batch.stopped, batch.entropy, batch.logps))):
-        results[row] = Completion(toks[:n], "stop" if s else "length", h / n, lp[:n])
+        results[row] = Completion(toks[:n], reason or ("stop" if s else "length"), h / max(n, 1), lp[:n])
 
 
 @torch.inference_mode()
@@ -319,26 +319,30 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
     Row i draws from the stream of (seed, prompts[i], samples[i]) (`streams.row_keys`; by
     default a prompt's k-th row is its sample k), so a row's tokens do not depend on the batch.
     `profile`, a dict, receives seconds and counts per phase and the KV columns read.
-    `feed` (adaptive calibration, `Rounds`): at each harvest `feed.more(rows, results)` gets the
-    rows just finished and returns more (prompt ids, sample index) rows to queue, so prompts
-    still running keep every seat busy; `feed.capacity` bounds the rows it can ever add, and a
-    shrink keeps `feed.next_wave` free seats for them. Returns the completions of every row."""
-    if not prompts:
+    `feed` (adaptive calibration, `Rounds`; `prompts` may then be empty): at each harvest
+    `feed.more(rows, results)` gets the rows just finished and returns rows to cancel (their
+    seats are freed, their partial completion recorded, finish reason "cancelled"), and every
+    free seat is refilled by `feed.take(free seats)`, so the seats stay full while
+    `feed.capacity` (rows it may still add) lasts; they shrink only once it is spent. `profile`
+    then also gets `occupancy`: per decode step, (seats holding a row, feed.capacity).
+    Returns the completions of every row."""
+    if not prompts and feed is None:
         return []
     prompts = list(prompts)
     device = model.device
     decode_attention()  # an unknown $BOUNDARY_SEAT_ATTENTION fails before any work
     if hasattr(model, "set_attn_implementation"):
         use_seat_attention(model)
-    keys = row_keys(seed, prompts, samples).to(device)
+    keys = row_keys(seed, prompts, samples).to(device) if prompts else torch.zeros(0, dtype=torch.long, device=device)
     stop_t = torch.tensor(stop, device=device, dtype=torch.long)
     seats_n = max(1, min(batch_size, len(prompts) + (feed.capacity if feed is not None else 0)))
-    columns = max(map(len, prompts)) + max_new + CHECK_EVERY
+    columns = max(map(len, prompts + (feed.prompts if feed is not None else []))) + max_new + CHECK_EVERY
     vocab = model.get_output_embeddings().weight.shape[0]
     kv = Seats(model.config, seats_n, columns, model.dtype, device)
     batch = _empty_batch(seats_n, vocab, max_new, device)
     clock = Clock(profile is not None, device)
     queue, results, step, read, used = 0, [None] * len(prompts), 0, 0, 0
+    occupancy = []
     bar = tqdm(total=len(prompts), desc="sampling", disable=not progress)
     while True:
         if step % CHECK_EVERY == 0:
@@ -350,13 +354,21 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
                 batch.row[done] = -1
                 batch.length[done.cpu().numpy()] = 0
                 if feed is not None:
-                    more = feed.more(finished, results)
-                    if more:
-                        keys = torch.cat([keys, row_keys(seed, [p for p, _ in more], [i for _, i in more]).to(device)])
-                        prompts += [p for p, _ in more]
-                        results += [None] * len(more)
-                        bar.total += len(more)
+                    cancel = feed.more(finished, results)
+                    if cancel:  # look-ahead beyond a stopped prompt's stop: free its seats now
+                        gone = torch.isin(batch.row, torch.tensor(cancel, device=device)).nonzero().view(-1)
+                        _harvest(batch, gone, results, "cancelled")
+                        batch.row[gone], batch.live[gone] = -1, False
+                        batch.length[gone.cpu().numpy()] = 0
+                        bar.total -= len(gone)
             free = (batch.row < 0).nonzero().view(-1)
+            if feed is not None and queue >= len(prompts) and len(free):
+                more = feed.take(len(free))
+                if more:
+                    keys = torch.cat([keys, row_keys(seed, [p for p, _ in more], [i for _, i in more]).to(device)])
+                    prompts += [p for p, _ in more]
+                    results += [None] * len(more)
+                    bar.total += len(more)
             refilled = queue < len(prompts) and len(free)
             if refilled:
                 take = list(range(queue, min(len(prompts), queue + len(free))))
@@ -372,21 +384,18 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
                 batch.keys[seats] = keys[take]
                 batch.length[seats.cpu().numpy()] = [len(prompts[i]) for i in take]
                 clock("prefill", len(take))
-            # an adaptive feed's rounds come in waves (a testbed's in lockstep): shrink right after
-            # the refill that empties the queue, or every wave keeps the first wave's seats
-            if queue >= len(prompts) and (not refilled or feed is not None):
+            # an adaptive feed fills every seat while it has rows to give: shrink only once it is spent
+            if queue >= len(prompts) and not refilled and (feed is None or feed.capacity == 0):
                 held = batch.row >= 0
                 if not bool(held.any()):
                     break
-                # an adaptive feed keeps seats for its running prompts' next rounds: as many as they
-                # may queue, less the live rows whose seats free up as they finish
-                spare = (min(max(0, feed.next_wave - int(held.sum())), int((~held).sum()))
-                         if feed is not None else 0)
-                if (int(held.sum()) + spare) < SHRINK_BELOW * len(held):
-                    keep = torch.cat([held.nonzero().view(-1), (~held).nonzero().view(-1)[:spare]])
+                if int(held.sum()) < SHRINK_BELOW * len(held):
+                    keep = held.nonzero().view(-1)
                     kv.select(keep)
                     batch.select(keep)
                     clock("shrink")
+        if profile is not None and feed is not None:
+            occupancy.append((int((batch.row >= 0).sum()), feed.capacity))
         step += 1
         token, entropy, logp = sample_step(batch.logits, temperature, top_p, batch.keys, batch.count)
         clock("sample")
@@ -417,7 +426,7 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
     bar.close()
     if profile is not None:
         profile.update(seconds=clock.seconds, counts=clock.counts, steps=step, seats=seats_n,
-                       kv_columns_read=read, kv_columns_used=used)
+                       kv_columns_read=read, kv_columns_used=used, occupancy=occupancy)
     return results
 
 
@@ -429,7 +438,9 @@ def stop_and_pad(model, tokenizer) -> tuple[list[int], int]:
 
 def sample(model_path, prompt_ids, prompts, params, log=None, adaptive: Adaptive | None = None):
     """params.n completions per prompt; with `adaptive`, a prefix of them per prompt, drawn in
-    rounds until `adaptive.settle` stops the prompt (`rounds`)."""
+    rounds until `adaptive.settled` stops the prompt (`rounds`). The frame's attrs hold what was
+    drawn: `drawn_completions` and `drawn_tokens` (with the adaptive look-ahead that was
+    cancelled or dropped beyond a stop, which the frame's rows do not hold)."""
     import pandas as pd
 
     start = time.perf_counter()
@@ -445,8 +456,8 @@ def sample(model_path, prompt_ids, prompts, params, log=None, adaptive: Adaptive
     else:
         feed = Rounds(list(prompt_ids), encoded, adaptive,
                       lambda tokens: tokenizer.batch_decode(tokens, skip_special_tokens=True))
-        rows = feed.initial()
-        jobs = feed.jobs  # grows as rounds are queued
+        rows = []  # the feed gives every row as seats free up
+        jobs = feed.jobs  # grows as rows are taken
     batch = params.batch_size
     chosen = "set"
     if batch in (None, "auto"):
@@ -459,15 +470,21 @@ def sample(model_path, prompt_ids, prompts, params, log=None, adaptive: Adaptive
                    max_new=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
                    batch_size=int(batch), seed=params.seed, samples=[k for _, k in rows],
                    progress=log is not None, feed=feed)
+    drawn = sum(len(c.tokens) for c in out)
     if log is not None:
-        log(throughput("hf", sum(len(c.tokens) for c in out), len(out), time.perf_counter() - start,
-                       f"{int(batch)} ({chosen})"))
-    texts = tokenizer.batch_decode([c.tokens for c in out], skip_special_tokens=True)
-    order = sorted(range(len(jobs)), key=jobs.__getitem__)  # split order, then sample index
-    return pd.DataFrame(
-        [(prompt_ids[jobs[j][0]], jobs[j][1], texts[j], len(out[j].tokens), out[j].finish_reason,
-          out[j].entropy) for j in order],
+        log(throughput("hf", drawn, len(out), time.perf_counter() - start, f"{int(batch)} ({chosen})"))
+    kept = feed.kept_rows() if feed is not None else sorted(range(len(jobs)), key=jobs.__getitem__)
+    if feed is not None and log is not None:
+        tokens = sum(len(out[j].tokens) for j in kept)
+        log(f"sampling (hf, adaptive): kept {len(kept):,} of {len(out):,} completions drawn, {tokens:,} of "
+            f"{drawn:,} tokens (the rest: look-ahead beyond a prompt's stop, cancelled or dropped)")
+    texts = tokenizer.batch_decode([out[j].tokens for j in kept], skip_special_tokens=True)
+    frame = pd.DataFrame(
+        [(prompt_ids[jobs[j][0]], jobs[j][1], text, len(out[j].tokens), out[j].finish_reason,
+          out[j].entropy) for j, text in zip(kept, texts)],
         columns=COMPLETION_COLUMNS)
+    frame.attrs.update(drawn_completions=len(out), drawn_tokens=drawn)
+    return frame
 
 
 @torch.inference_mode()

@@ -52,7 +52,9 @@ def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
     samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log,
                      adaptive=adaptive)
     start = time.perf_counter()
+    drawn = dict(samples.attrs)  # what the sampler drew, look-ahead included (hf)
     samples = score_samples(samples, golds, extractor, verifier)
+    samples.attrs.update(drawn)
     log(f"verify: {len(samples):,} completions in {time.perf_counter() - start:.1f} s")
     message = unextracted_warning(samples["answer"], extractor, label)
     if message:
