@@ -9,8 +9,10 @@ Real draws (a base model folder and a split parquet, as the workflow writes them
 runs the config's full calibration (n draws a prompt) and then the adaptive one (calibration.rounds,
 calibration.delta; the regimes section's cuts) through the workflow's own sample-and-verify
 path, and prints the confusion matrix of regime labels (rows: the full run, columns: the
-adaptive run), the agreement, samples and tokens drawn (and their ratio), the wall time of each
-(model load, sampling and verification: the stage's work; the rule's design separately), and
+adaptive run), the agreement, samples and tokens kept and drawn (drawn: with the look-ahead beyond
+a prompt's stop, which is cancelled or dropped), the wall time and completions/s of each (model
+load, sampling and verification: the stage's work; the rule's design separately), each run's
+sampler throughput line, and
 how many prompts' adaptive samples are exactly the first n_i of the full run's (all of them on
 a CPU; on a GPU as far as the logits agree across batch shapes).
 
@@ -136,12 +138,16 @@ def real(args) -> None:
     results = {}
     for name, r in (("full", None), ("adaptive", rule)):
         verifier = Verifier(timeout=config["verify"]["timeout"], workers=config["verify"]["workers"])
+        lines = []
         start = time.perf_counter()
         try:
-            samples = scored_samples(args.model, split, params, extractor, verifier, log=lambda *_: None, rule=r)
+            samples = scored_samples(args.model, split, params, extractor, verifier, log=lines.append, rule=r)
         finally:
             verifier.close()
         results[name] = (samples, time.perf_counter() - start)
+        for line in lines:  # the sampler's own lines: its throughput (all it drew), what it kept
+            if line.startswith("sampling (") and "model loaded" not in line:
+                print(f"{name}: {line}")
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             samples.to_parquet(Path(args.out) / f"{name}.parquet")
@@ -153,9 +159,15 @@ def real(args) -> None:
     print(f"prompts: {len(split)} of {args.split}; n = {cal['n']}, seed {cal['seed']}")
     _confusion(labels["full"].to_numpy(), labels["adaptive"].reindex(labels["full"].index).to_numpy())
     tokens_full, tokens_adaptive = int(full["n_tokens"].sum()), int(adaptive["n_tokens"].sum())
-    print(f"samples: adaptive {len(adaptive):,} of {len(full):,} = {len(adaptive) / len(full):.1%}")
-    print(f"tokens: adaptive {tokens_adaptive:,} of {tokens_full:,} = {tokens_adaptive / tokens_full:.1%}")
+    drawn = adaptive.attrs.get("drawn_tokens", tokens_adaptive)
+    drawn_rows = adaptive.attrs.get("drawn_completions", len(adaptive))
+    print(f"samples: adaptive {len(adaptive):,} of {len(full):,} = {len(adaptive) / len(full):.1%} kept; "
+          f"{drawn_rows:,} drawn = {drawn_rows / len(full):.1%} (look-ahead beyond stops included)")
+    print(f"tokens: adaptive {tokens_adaptive:,} of {tokens_full:,} = {tokens_adaptive / tokens_full:.1%} kept; "
+          f"{drawn:,} drawn = {drawn / tokens_full:.1%}")
     print(f"wall time: full {t_full:.1f} s, adaptive {t_adaptive:.1f} s = {t_adaptive / t_full:.1%}")
+    print(f"completions/s (stage: load, sampling, verification): full {len(full) / t_full:,.1f}; adaptive "
+          f"{len(adaptive) / t_adaptive:,.1f} kept, {drawn_rows / t_adaptive:,.1f} drawn")
     prefix = 0
     for pid, rows in adaptive.groupby("prompt_id", sort=False):
         first = full[full["prompt_id"] == pid].head(len(rows))
