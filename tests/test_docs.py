@@ -32,3 +32,36 @@ def test_every_results_page_is_in_the_index():
     missing = [p.name for p in sorted((ROOT / "docs" / "results").glob("*.md"))
                if p.name != "index.md" and f"({p.name})" not in index]
     assert not missing, missing
+
+
+def test_the_config_reference_is_the_schema_rendered():
+    """docs/reference/config.md is generated; a schema change must regenerate it
+    (PYTHONPATH=workflow python -m boundary.core.config_reference)."""
+    from boundary.core import config_reference
+
+    page = config_reference.render()
+    assert (ROOT / "docs" / "reference" / "config.md").read_text() == page, \
+        "docs/reference/config.md is out of date: PYTHONPATH=workflow python -m boundary.core.config_reference"
+    # every section and a nested key of each kind: a default, an x-default, a named map, required
+    for row in ["## `train`", "| `regimes.boundary` | number >= 0 and <= 1 | `0.1` |",
+                "| `methods.<name>.support_floor` | number > 0 and <= 1 | *unset: `0.02`* |",
+                "| `data.benchmarks.<name>.path` | string | *required* |", "| `run` | string | *required* |"]:
+        assert row in page, row
+
+
+def test_the_cli_reference_is_the_parsers_rendered():
+    """docs/reference/cli.md is generated from every command's parser; an option change must
+    regenerate it (PYTHONPATH=workflow python workflow/scripts/cli_reference.py)."""
+    import importlib.util
+
+    from boundary import cli
+
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "workflow" / "scripts" / "cli_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = module.render()
+    assert (ROOT / "docs" / "reference" / "cli.md").read_text() == page, \
+        "docs/reference/cli.md is out of date: PYTHONPATH=workflow python workflow/scripts/cli_reference.py"
+    for name in cli.COMMANDS:
+        assert f"### `boundary {name}`" in page, name
+    assert "| `--trained` |" in page and "| `--calibration` |" in page
