@@ -17,13 +17,27 @@ def pages() -> list[Path]:
 
 def local_links(page: Path) -> list[str]:
     text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # code blocks are not links
-    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+def anchors(page: Path) -> set[str]:
+    """The fragment ids GitHub gives a page's headings: lower case, punctuation dropped,
+    spaces as hyphens."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
 
 
 def test_every_relative_link_in_the_docs_resolves():
-    broken = [f"{page.relative_to(ROOT)}: {target}" for page in pages() if page.exists()
-              for target in local_links(page)
-              if not (page.parent / target.split("#")[0]).exists()]
+    broken = []
+    for page in (p for p in pages() if p.exists()):
+        for target in local_links(page):
+            path, _, fragment = target.partition("#")
+            file = page.parent / path if path else page
+            if not file.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif fragment and file.suffix == ".md" and fragment not in anchors(file):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
 
 
