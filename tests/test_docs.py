@@ -79,3 +79,12 @@ def test_the_cli_reference_is_the_parsers_rendered():
     for name in cli.COMMANDS:
         assert f"### `boundary {name}`" in page, name
     assert "| `--trained` |" in page and "| `--calibration` |" in page
+
+
+def test_every_page_is_listed_in_the_docs_index():
+    """A page by purpose that docs/README.md does not list is one a reader never finds."""
+    index = (ROOT / "docs" / "README.md").read_text()
+    missing = [str(p.relative_to(ROOT / "docs")) for kind in ("tutorials", "how-to", "reference", "explanation")
+               for p in sorted((ROOT / "docs" / kind).glob("*.md"))
+               if f"({p.relative_to(ROOT / 'docs')})" not in index]
+    assert not missing, missing
