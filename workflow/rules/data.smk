@@ -24,7 +24,7 @@ if config["arithmetic"]:
         conda:
             "../../envs/boundary.yaml"
         shell:
-            "boundary arithmetic --out-dir {params.out_dir} {params.splits} --seed {params.seed} "
+            "boundary arithmetic --out {params.out_dir} {params.splits} --seed {params.seed} "
             "--levels {params.levels:q} {params.share} > {log} 2>&1"
 
 
@@ -55,7 +55,7 @@ if TESTBED:
         conda:
             "../../envs/boundary.yaml"
         shell:
-            "boundary data --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"
+            "boundary data --settings {params.settings:q} --out {params.out_dir} > {log} 2>&1"
 
 else:
 
@@ -86,5 +86,5 @@ else:
         conda:
             "../../envs/boundary.yaml"
         shell:
-            "boundary data --settings {params.settings:q} --out-dir {params.out_dir} "
+            "boundary data --settings {params.settings:q} --out {params.out_dir} "
             "{params.model_arg} > {log} 2>&1"

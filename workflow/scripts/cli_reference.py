@@ -12,7 +12,6 @@ committed file. After changing a command's options:
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -32,32 +31,6 @@ rules do). A bad option or input stops a command with one line naming it. Walk-t
 [the testbed](../tutorials/testbed_cpu.md), [diagnosing another tool's
 run](../tutorials/diagnose_other_runs.md).
 """
-
-
-class _Captured(Exception):
-    def __init__(self, parser):
-        self.parser = parser
-
-
-def _captured_parsers():
-    """Each command's parser, for a cli.py without `parsers()`: its main is started with no
-    arguments and stopped where it parses them."""
-    original, originals = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
-
-    def stop(self, *args, **kwargs):
-        raise _Captured(self)
-
-    argparse.ArgumentParser.parse_args = argparse.ArgumentParser.parse_known_args = stop
-    try:
-        for name, (module_name, _) in cli.COMMANDS.items():
-            module = importlib.import_module(module_name)
-            entry = getattr(module, "main_" + name.replace("-", "_"), None) or module.main
-            try:
-                entry([])
-            except _Captured as got:
-                yield name, got.parser
-    finally:
-        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = original, originals
 
 
 def _cell(text) -> str:
@@ -87,7 +60,8 @@ def _row(action: argparse.Action, prog: str) -> str:
         value = f"`{value}`"
     if action.required:
         default = "*required*"
-    elif action.default in (None, argparse.SUPPRESS, False, []) or action.nargs == 0:
+    elif action.default is None or action.default is argparse.SUPPRESS or action.nargs == 0 \
+            or (isinstance(action.default, list) and not action.default):  # 0 is a default; False and [] are not
         default = ""
     else:
         default = _shown(action.default)
@@ -115,9 +89,8 @@ def _section(name: str, parser: argparse.ArgumentParser) -> str:
 
 def render() -> str:
     """The page: the header, then every command's section, user commands first."""
-    found = dict(cli.parsers() if hasattr(cli, "parsers") else _captured_parsers())
-    groups = ([("User commands", getattr(cli, "USER_COMMANDS")), ("Pipeline stages", getattr(cli, "STAGES"))]
-              if hasattr(cli, "USER_COMMANDS") else [("Commands", cli.COMMANDS)])
+    found = dict(cli.parsers())
+    groups = [("User commands", cli.USER_COMMANDS), ("Pipeline stages (the workflow's rules run these)", cli.STAGES)]
     parts = [HEADER]
     for title, commands in groups:
         parts.append(f"## {title}\n")

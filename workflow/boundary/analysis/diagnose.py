@@ -459,25 +459,37 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
 
 # ----------------------------------------------------------------------------- output
 
-def main(argv=None) -> None:
-    from boundary.analysis import figures, page, tables  # matplotlib only when the CLI draws
-    from boundary.core.options import EDGES, FINITE, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
+DIAGNOSE_EXAMPLE = """examples:
+  boundary diagnose --base base_counts.parquet --trained grpo:0=grpo_counts.parquet --out diag
+  boundary diagnose --base val/0.jsonl --trained grpo:0=val/500.jsonl --calibration cal.jsonl \\
+                    --gold gold.jsonl --extractor last_number --out diag"""
 
-    ap = ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
+
+def make_parser():
+    from boundary.core.options import EDGES, FINITE, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser, description
+
+    ap = ArgumentParser(prog="boundary diagnose", description=description(__doc__), epilog=DIAGNOSE_EXAMPLE)
     ap.add_argument("--base", required=True, help="base counts or samples, any --format (parquet, csv or jsonl); "
                                                   "a verl dump folder's step as DIR@step=N")
-    ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH")
-    ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels")
+    ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH",
+                    help="a trained policy's counts or samples, as method:seed=path (repeat for every "
+                         "method and seed)")
+    ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels "
+                                          "(default: the labels come from --base itself)")
     ap.add_argument("--mask", action="append", default=[], metavar="NAME=PATH", help="a PBA-style mask parquet")
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired gains A - B (e.g. pba grpo)")
     ap.add_argument("--labels", action="append", default=[], metavar="NAME=LABEL",
                     help="display name of a method in tables and figures")
-    ap.add_argument("--ks", type=KS, default=",".join(map(str, DEFAULT_KS)))
+    ap.add_argument("--ks", type=KS, default=",".join(map(str, DEFAULT_KS)),
+                    help="the ks of pass@k; a k above a file's n is dropped, with a warning")
     th0 = rg.Thresholds()
-    ap.add_argument("--easy", type=FRACTION, default=th0.easy)
-    ap.add_argument("--boundary", type=FRACTION, default=th0.boundary)
-    ap.add_argument("--coverage-k", type=POSITIVE, default=th0.coverage_k)
-    ap.add_argument("--coverage-min", type=FRACTION, default=th0.coverage_min)
+    ap.add_argument("--easy", type=FRACTION, default=th0.easy, help="SolvedEasy: p_base above this")
+    ap.add_argument("--boundary", type=FRACTION, default=th0.boundary,
+                    help="Boundary: p_base below this, coverage above --coverage-min")
+    ap.add_argument("--coverage-k", type=POSITIVE, default=th0.coverage_k,
+                    help="coverage = 1 - (1 - p_base)^coverage_k")
+    ap.add_argument("--coverage-min", type=FRACTION, default=th0.coverage_min,
+                    help="OutOfReach: coverage at most this")
     ap.add_argument("--bins", type=EDGES, default=",".join(f"{b:g}" for b in rg.DEFAULT_BINS),
                     help="p_base strata edges")
     ap.add_argument("--resamples", type=POSITIVE, default=10_000, help="prompt-bootstrap resamples")
@@ -500,6 +512,13 @@ def main(argv=None) -> None:
     ev.add_argument("--level", type=FRACTION, default=0.95, help="level of every interval and of the lost test")
     ev.add_argument("--prior", default="fit", choices=PRIORS,
                     help="per-prompt p intervals: Beta-Binomial prior fitted per run, or Jeffreys'")
+    return ap
+
+
+def main(argv=None) -> None:
+    from boundary.analysis import figures, page, tables  # matplotlib only when the CLI draws
+
+    ap = make_parser()
     args = ap.parse_args(argv)
 
     out = output_folder(args.out, OWNER)  # before the analysis: a bad --out fails at once

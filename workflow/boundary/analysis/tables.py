@@ -161,6 +161,11 @@ class Table:
         return paths
 
 
+def unfilled(name: str, caption: str, why: str) -> Table:
+    """A table the run cannot fill: its caption and one line saying why, never empty cells."""
+    return Table(name, caption, ["Note"], [[why]], pd.DataFrame({"note": [why]}))
+
+
 # ----------------------------------------------------------------------------- lookups
 
 def _rows(summary: pd.DataFrame, method, metric, regime="all", k=None) -> pd.DataFrame:
@@ -296,9 +301,12 @@ def controls(diag, view: View) -> Table:
     methods = [e["method"] for e in entries]
     data = _concat([_data(diag.summary, methods, ["passk"]),
                     _data(diag.summary, methods, ["delta_passk"], ("Boundary",))])
+    why = [] if view.controls else [
+        "No controls in this config: only the baseline and the method are shown (a method with a "
+        "`setting:` is a control row; config/study.yaml runs the paper's)."]
     return Table("controls", "Diagnostic controls and exact hyperparameters (diagnostic split)",
                  ["Control", "Exact setting", "p@1", f"p@{k_hi}", f"Boundary Δp@{k_hi}"], rows, data,
-                 _missing_note(methods, set(diag.summary["method"]), view))
+                 why + _missing_note(methods, set(diag.summary["method"]), view))
 
 
 def required_successes(G0: int, tau: float) -> int:
@@ -312,7 +320,14 @@ def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
     G0 and the required successes come from the mask itself where it was built (the gate as
     it acted), else from the settings' G0 and tau; a disagreement is noted under the table."""
     k_hi = max(diag.ks)
-    rows, data, notes = [], [], []
+    caption = "Gate ablations with effective thresholds (diagnostic split)"
+    if not view.ablations:
+        return unfilled("gate_ablation", caption, "No gate in this config: a row is a method anchored on a gate or "
+                                                  "soft mask (config/study.yaml runs the paper's ablations).")
+    rows, data = [], []
+    notes = ([] if any(e["method"] != view.method for e in view.ablations) else [
+        "Only the method's own gate in this config: the other rows are methods anchored on other gate or "
+        "soft masks (config/study.yaml runs the paper's ablations)."])
     for e in view.ablations:
         G0, tau = int(e["G0"]), float(e["tau"])
         req = required_successes(G0, tau)
@@ -340,7 +355,7 @@ def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
             G0=G0, tau=tau, **extra,
             protected=protected.mean / 100 if isinstance(protected, Stat) else np.nan))
     methods = [e["method"] for e in view.ablations]
-    return Table("gate_ablation", "Gate ablations with effective thresholds (diagnostic split)",
+    return Table("gate_ablation", caption,
                  ["G0", "Rule", "Req. succ.", "Eff. ŵ", "Protected", "p@1", f"p@{k_hi}"], rows, _concat(data),
                  _missing_note(methods, set(diag.summary["method"]), view) + notes)
 
@@ -627,7 +642,7 @@ def masks_table(mask_metrics: pd.DataFrame | None) -> Table:
     """Gate behaviour per mask, pooled over refresh epochs (the run card's mask statistics)."""
     cols = ["Mask", "Protected", "Anchor", "Drop", "Mean weight", "Flips", "Flip rate", "Prompts"]
     if mask_metrics is None or mask_metrics.empty:
-        return Table("masks", "Protection masks", cols, [], pd.DataFrame(), ["No masks were built."])
+        return unfilled("masks", "Protection masks", "No masks in this config: no method is anchored on a mask.")
     pooled = mask_metrics[mask_metrics["epoch"].isna()].pivot(index="mask", columns="metric", values="value")
     rows = []
     for name, r in pooled.iterrows():
