@@ -50,6 +50,7 @@ from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.names import BASE
 from boundary.readers.counts import load_counts
+from boundary.readers.problems import snippet
 
 SEED_DIR = re.compile(r"seed(-?\d+)$")
 
@@ -99,6 +100,16 @@ def merged_counts(found: dict) -> pd.DataFrame:
     return df[first + [c for c in df.columns if c not in first]]
 
 
+def split_problems(results: Path, split: str) -> dict:
+    """prompt_id -> problem text of splits/{split}.parquet ({} where there is no such split)."""
+    path = results / "splits" / f"{split}.parquet"
+    if not path.is_file():
+        return {}
+    table = read_table(path, ["prompt_id"])
+    column = next((c for c in ("problem", "prompt") if c in table.columns), None)
+    return dict(zip(table["prompt_id"].astype(str), table[column])) if column else {}
+
+
 def figure_captions(settings: dict) -> list[tuple[str, str]]:
     """(name, caption) of every figure the report draws; the regime pass@k figure first (the
     landing page shows it)."""
@@ -133,12 +144,13 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
 
     def run(split, regimes_or_none):
         base, runs, names = load_split(split, found[split])
+        problems = split_problems(results, split)
         if regimes_or_none is not None:
-            check_regimes(base, regimes_or_none, str(results / "regimes" / "regimes.parquet"))
+            check_regimes(base, regimes_or_none, str(results / "regimes" / "regimes.parquet"), problems)
         have = {m for m, _ in runs}
         pr = [p for p in pairs if set(p) <= have]
         return analyse(base, runs, regimes_or_none, ks, int(boot.get("resamples", 10_000)), int(boot.get("seed", 0)),
-                       pr, bins, masks if split == diag_split else None, names, level)
+                       pr, bins, masks if split == diag_split else None, names, level, problems=problems)
 
     diag = run(diag_split, regimes.assign(prompt_id=regimes["prompt_id"].astype(str)))
     benches = {b: run(b, None) for b in settings["benchmarks"] if b in found}
@@ -158,6 +170,8 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
                                                               benchmark=diag_split)
     counts = counts.assign(prompt_id=counts["prompt_id"].astype(str)).merge(labels, on=["benchmark", "prompt_id"],
                                                                            how="left")
+    text = {(b, p): snippet(t) for b, d in [(diag_split, diag), *benches.items()] for p, t in (d.problems or {}).items()}
+    counts["problem"] = [text.get(key, "") for key in zip(counts["benchmark"], counts["prompt_id"])]
     write_table(counts, out / "eval_counts.parquet")
     split = read_table(results / "splits" / f"{diag_split}.parquet", ["prompt_id"])
     split = split.assign(prompt_id=split["prompt_id"].astype(str)).merge(

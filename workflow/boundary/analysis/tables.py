@@ -4,7 +4,8 @@ A table is built from `Diagnosis` objects (diagnose.py) and a `View` (which meth
 GRPO baseline, which is PBA, display labels, controls, gate ablations). Cells are `Stat`s:
 seed mean +- sample SD where several seeds exist, a bare value for one seed or the fixed base.
 pass@k quantities print in points (x100). A method that was not run prints "not run" and the
-table's note names it: never a silent blank. The CSV holds the numbers behind the cells.
+table's note names it; a method that ran on a split whose regime holds no prompt prints "no
+Boundary prompts" (per regime): never a silent blank. The CSV holds the numbers behind the cells.
 """
 
 from __future__ import annotations
@@ -21,6 +22,19 @@ from boundary.core.artifacts import write_table, write_text
 from boundary.core.names import BASE
 
 NOT_RUN = "not run"
+
+
+def no_prompts(regime: str) -> str:
+    """The cell of a method that ran where `regime` holds no prompt (e.g. Boundary at n = 8)."""
+    return f"no {regime} prompts"
+
+
+def absent(summary, method, regime="all") -> str:
+    """Why a summary has no row: the method was not run, or it ran and the regime is empty."""
+    ran = summary["method"] == method
+    if regime != "all" and ran.any() and not (ran & (summary["regime"] == regime)).any():
+        return no_prompts(regime)
+    return NOT_RUN
 
 
 # ----------------------------------------------------------------------------- view
@@ -113,7 +127,7 @@ def tex_escape(text: str) -> str:
 
 
 def _numeric(cell) -> bool:
-    if isinstance(cell, Stat) or cell in (NOT_RUN, "n/a", "--", ""):
+    if isinstance(cell, Stat) or cell in (NOT_RUN, "n/a", "--", "") or str(cell) in map(no_prompts, REGIMES):
         return True
     try:
         float(str(cell).strip("[]%").split(",")[0].split("–")[0])
@@ -174,10 +188,11 @@ def _rows(summary: pd.DataFrame, method, metric, regime="all", k=None) -> pd.Dat
 
 
 def stat(summary, method, metric, regime="all", k=None, scale=1.0, **fmt) -> Stat | str:
-    """One summary row as a cell; NOT_RUN when the method has no row."""
+    """One summary row as a cell; NOT_RUN when the method has no row, "no {regime} prompts"
+    when it ran and the regime is empty."""
     r = _rows(summary, method, metric, regime, k)
     if r.empty:
-        return NOT_RUN
+        return absent(summary, method, regime)
     r = r.iloc[0]
     return Stat(r["mean"] * scale, r["sd"] * scale, **fmt)
 
@@ -257,9 +272,9 @@ def headline_intervals(bench, diag, view: View) -> Table:
     a, b, k_hi = view.method, view.baseline, max(diag.ks)
     rows, data = [], []
 
-    def add(quantity, s: pd.DataFrame, scale, digits, sign=True):
+    def add(quantity, s: pd.DataFrame, scale, digits, sign=True, missing=NOT_RUN):
         if s is None or s.empty or not np.isfinite(s.iloc[0]["mean"]):
-            rows.append([quantity, NOT_RUN, NOT_RUN, NOT_RUN])
+            rows.append([quantity, missing, missing, missing])
             return
         r = s.iloc[0]
         f = "+" if sign else ""
@@ -275,9 +290,11 @@ def headline_intervals(bench, diag, view: View) -> Table:
                   & (gains["regime"] == "all") & (gains["k"] == k)]
         add(f"{view.label(a)}−{view.label(b)} gain at p@{k}", g, 100, 2)
     for m in (b, a):
-        add(f"{view.label(m)} boundary Δp@{k_hi}", _rows(diag.summary, m, "delta_passk", "Boundary", k_hi), 100, 1)
+        add(f"{view.label(m)} boundary Δp@{k_hi}", _rows(diag.summary, m, "delta_passk", "Boundary", k_hi), 100, 1,
+            missing=absent(diag.summary, m, "Boundary"))
     for m in (b, a):
-        add(f"{view.label(m)} boundary lost prompts", _rows(diag.summary, m, "lost", "Boundary"), 1, 0, False)
+        add(f"{view.label(m)} boundary lost prompts", _rows(diag.summary, m, "lost", "Boundary"), 1, 0, False,
+            missing=absent(diag.summary, m, "Boundary"))
     present = set(bench.summary["method"]) & set(diag.summary["method"])
     return Table("headline_intervals", "Seed-level two-sided 95% Student-t intervals (df = seeds − 1)",
                  ["Quantity", "Mean", "Seed SD", "95% CI"], rows, _concat(data),
@@ -504,9 +521,10 @@ def regime_counts(diag, view: View) -> Table:
     th = diag.thresholds
     notes = [f"Thresholds: easy {th.easy:g}, boundary {th.boundary:g}, coverage_k {th.coverage_k}, "
              f"coverage_min {th.coverage_min:g}."] if th else []
+    notes += [line + "." for line in diag.regime_notes or []]
     data = reg.groupby("regime").agg(prompts=("prompt_id", "size"), p_min=("p_base", "min"),
                                      p_max=("p_base", "max")).reset_index()
-    return Table("regime_counts", "Regimes of the diagnostic split (frozen-base calibration)",
+    return Table("regime_counts", f"Regimes of the diagnostic split ({diag.regime_source})",
                  ["Regime", "Prompts", "Share", "p_base range", "Base p@1", f"Base p@{k_hi}"], rows, data, notes)
 
 
@@ -595,14 +613,16 @@ def strata_table(diag, view: View, order) -> Table:
 def ranked_methods(bench, diag, view: View) -> pd.DataFrame:
     """Every ranked method's benchmark pass@1 and boundary Delta pass@K (seed mean, SD and
     Student-t interval from the seed summary), with its rank by each (1 = highest), sorted by
-    the boundary rank. Methods not evaluated are left out (the table notes them)."""
+    the boundary rank. Methods not evaluated are left out (the table notes them); where the
+    split has no Boundary prompt, the boundary columns are NaN and unranked."""
     k_hi = max(diag.ks)
     rows = []
     for m in view.ranked or [m for m in dict.fromkeys(diag.summary["method"]) if m != BASE]:
         p1, d = _rows(bench.summary, m, "passk", k=1), _rows(diag.summary, m, "delta_passk", "Boundary", k_hi)
-        if p1.empty or d.empty:
+        if p1.empty or (d.empty and absent(diag.summary, m, "Boundary") == NOT_RUN):
             continue
-        p1, d = p1.iloc[0], d.iloc[0]
+        p1 = p1.iloc[0]
+        d = d.iloc[0] if len(d) else dict.fromkeys(("mean", "sd", "ci_low", "ci_high"), np.nan)
         rows.append({"method": m, "label": view.label(m), "seeds": int(p1["n_seeds"]),
                      **{f"passk1_{c}": p1[c] for c in ("mean", "sd", "ci_low", "ci_high")},
                      **{f"boundary_delta_{c}": d[c] for c in ("mean", "sd", "ci_low", "ci_high")}})
@@ -626,13 +646,17 @@ def methods_ranking(bench, diag, view: View, bench_name: str) -> Table:
     base = _rows(bench.summary, BASE, "passk", k=1)
     rows = [["Base", "fixed", Stat(100 * base.iloc[0]["mean"]) if len(base) else NOT_RUN, "", "", "0", "", ""]]
     for r in df.itertuples():
+        boundary = ([Stat(100 * r.boundary_delta_mean, 100 * r.boundary_delta_sd, sign=True),
+                     ci(r.boundary_delta_ci_low, r.boundary_delta_ci_high, True), str(r.rank_boundary)]
+                    if np.isfinite(r.boundary_delta_mean) else [no_prompts("Boundary"), "", ""])
         rows.append([r.label, str(r.seeds), Stat(100 * r.passk1_mean, 100 * r.passk1_sd),
-                     ci(r.passk1_ci_low, r.passk1_ci_high, False), str(r.rank_passk1),
-                     Stat(100 * r.boundary_delta_mean, 100 * r.boundary_delta_sd, sign=True),
-                     ci(r.boundary_delta_ci_low, r.boundary_delta_ci_high, True), str(r.rank_boundary)])
+                     ci(r.passk1_ci_low, r.passk1_ci_high, False), str(r.rank_passk1)] + boundary)
     notes = [f"Sorted by boundary rank. p@1 on {bench_name}; Δp@{k_hi} against the frozen base on the "
              f"diagnostic split's Boundary prompts. Intervals: seed-level 95% Student-t."]
     ranked = view.ranked or list(df["method"])
+    if len(df) and df["boundary_delta_mean"].isna().all():
+        notes.insert(0, f"{no_prompts('Boundary').capitalize()} on the diagnostic split, so no boundary rank "
+                        "(regime_counts says why).")
     return Table("methods_ranking", f"Methods ranked by {bench_name} pass@1 and boundary Δpass@{k_hi} (points)",
                  ["Method", "Seeds", f"{bench_name} p@1", "95% CI", "Rank", f"Boundary Δp@{k_hi}", "95% CI", "Rank"],
                  rows, df, _missing_note(ranked, set(df["method"]), view) + notes)
