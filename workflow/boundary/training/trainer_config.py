@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
-from boundary.core.config import batch_split_error, schema_defaults, schema_keys
+from boundary.core.config import REPLACED_TRAIN_KEYS, batch_split_error, schema_defaults, schema_keys
 from boundary.core.errors import BoundaryError
 from boundary.training import objectives
 from boundary.training.anchors import ANCHORS, ESTIMATORS
+from boundary.training.rollout_engine import ENGINES, engine_args
 from boundary.training.sharding import SHARDINGS, config_args
 
 MASKED_ACTIONS = ("anchor", "drop")
@@ -56,6 +57,16 @@ class PBAConfig(GRPOConfig):
     cov_bounds: tuple = field(default=tuple(METHOD["cov_bounds"]), metadata={"help": "Clip-Cov covariance band (lb, ub)"})
     cov_kl_coef: float = field(default=METHOD["cov_kl_coef"], metadata={"help": "KL-Cov penalty coefficient"})
     sharding: str = field(default=TRAIN["sharding"], metadata={"help": "ddp | fsdp (training/sharding.py)"})
+    # The rollout engine (rollout_engine.py); TRL's own vllm_* fields carry the rest.
+    rollout_engine: str = field(default=TRAIN["rollout_engine"], metadata={"help": "generate | vllm"})
+    vllm_max_num_batched_tokens: int = field(default=TRAIN["vllm_max_num_batched_tokens"], metadata={
+        "help": "tokens in one engine forward (TRL 1.16.0 fixes 4096)"})
+    vllm_sync_bucket_mib: int = field(default=TRAIN["vllm_sync_bucket_mib"], metadata={
+        "help": "weights move to the engine in buckets of this many MiB"})
+    vllm_check_every: int = field(default=TRAIN["vllm_check_every"], metadata={
+        "help": "every N weight syncs, compare the engine's log-probs with the policy's (0: never)"})
+    vllm_load_format: str = field(default="dummy", metadata={
+        "help": "how the colocated engine starts: dummy (random weights; the first sync fills them)"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -82,6 +93,8 @@ class PBAConfig(GRPOConfig):
         # One generation batch per optimizer step, so a batch's refresh epoch is its step's.
         if self.num_iterations != 1 or self.steps_per_generation != self.gradient_accumulation_steps:
             raise BoundaryError("num_iterations must be 1 and steps_per_generation = gradient_accumulation_steps")
+        if self.rollout_engine not in ENGINES:
+            raise BoundaryError(f"rollout_engine: {self.rollout_engine!r} is not one of {', '.join(ENGINES)}")
         if self.sharding not in SHARDINGS:
             raise BoundaryError(f"sharding: {self.sharding!r} is not one of {', '.join(SHARDINGS)}")
 
@@ -94,8 +107,8 @@ class PBAConfig(GRPOConfig):
 
 # Settings the pipeline derives for training from other sections (gate, verify).
 DERIVED_KEYS = {"refresh_steps", "extractor", "verify_timeout"}
-# TRL's own vLLM settings, passed through under their GRPOConfig names.
-VLLM_KEYS = {k for k in schema_keys("train") if k.startswith(("use_vllm", "vllm_"))}
+# The vllm engine's settings (rollout_engine.py reads them; TRL's under their GRPOConfig names).
+VLLM_KEYS = {k for k in schema_keys("train") if k.startswith("vllm_")}
 # Settings that schedule or launch runs rather than shape one (training ignores them).
 PIPELINE_KEYS = {"seeds", "gpus", "label"}
 KEYS = schema_keys("train") | schema_keys("methods") | DERIVED_KEYS
@@ -105,6 +118,8 @@ REQUIRED = ("steps", "lr", "num_generations", "prompts_per_step")
 
 def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
     """A run's PBAConfig from its settings; an unset key takes the schema's default."""
+    for key in set(settings) & set(REPLACED_TRAIN_KEYS):
+        raise BoundaryError(f"train settings: {key}: {REPLACED_TRAIN_KEYS[key]}")
     unknown = set(settings) - KEYS - PIPELINE_KEYS
     if unknown:
         raise BoundaryError(f"train settings: unknown key(s) {', '.join(sorted(unknown))}")
@@ -156,7 +171,8 @@ def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         remove_unused_columns=False, dataloader_num_workers=0,
         use_cpu=not torch.cuda.is_available(),  # several CPU processes then meet over gloo
         sharding=s["sharding"],
-        **{k: s[k] for k in VLLM_KEYS if s.get(k) is not None},
+        rollout_engine=s["rollout_engine"],
+        **(engine_args(s) if s["rollout_engine"] == "vllm" else {}),
     )
 
 
