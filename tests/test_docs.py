@@ -88,3 +88,9 @@ def test_every_page_is_listed_in_the_docs_index():
                for p in sorted((ROOT / "docs" / kind).glob("*.md"))
                if f"({p.relative_to(ROOT / 'docs')})" not in index]
     assert not missing, missing
+
+
+def test_every_config_has_its_line_in_config_readme():
+    listed = (ROOT / "config" / "README.md").read_text()
+    missing = [p.name for p in sorted((ROOT / "config").glob("*.yaml")) if f"]({p.name})" not in listed]
+    assert not missing, missing

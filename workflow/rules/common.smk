@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.training.anchors import BASE_SAMPLED
 from boundary.core.names import BASE, DIAGNOSTIC, NAME_PATTERN
-from boundary.core.config import check_data_files, dumps, load_yaml, method_settings, validate_config
+from boundary.core.config import check_data_files, dumps, load_yaml, method_settings, schema_defaults, validate_config
 from boundary.core.errors import BoundaryError
 from boundary.analysis.report_settings import figure_names, load_settings, table_names
 from boundary.cli import COMMANDS
@@ -190,8 +190,23 @@ def policy_dir(method, seed):
     return f"{OUT}/train/{spec['checkpoint_of'] or method}/seed{seed}/final"
 
 
+BASE_SEEDS = config["evaluate"].get("base_seeds", schema_defaults("evaluate")["base_seeds"])
+BASE_SEED_STRIDE = 104729  # a prime: base draw i samples at evaluate.seed + i * it, apart from shard offsets
+
+
+def evaluate_settings(method, seed):
+    """The evaluate stage's settings of one (method, seed): the base's i-th draw samples at its
+    own seed; every policy at evaluate.seed (common random numbers across policies). base_seeds
+    itself is left out, so adding it reruns no finished evaluation."""
+    ev = {k: v for k, v in config["evaluate"].items() if k != "base_seeds"}
+    if method == BASE and seed:
+        ev["seed"] += BASE_SEED_STRIDE * seed
+    return {"evaluate": ev}
+
+
 def eval_targets(bench):
-    yield f"{OUT}/eval/{bench}/{BASE}/seed0/counts.parquet"
+    for seed in range(BASE_SEEDS):
+        yield f"{OUT}/eval/{bench}/{BASE}/seed{seed}/counts.parquet"
     for method in config["methods"]:
         for seed in seeds_of(method):
             yield f"{OUT}/eval/{bench}/{method}/seed{seed}/counts.parquet"
