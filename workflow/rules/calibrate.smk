@@ -13,9 +13,7 @@ rule calibrate_base:
     wildcard_constraints:
         part="|_train",
     params:
-        settings=lambda wc: dumps(
-            {"calibration": config["calibration"], **sampling_settings(CALIBRATION_SPLIT[wc.part])}
-        ),
+        settings=lambda wc: dumps(calibration_settings(CALIBRATION_SPLIT[wc.part])),
     threads: job_threads("sample")
     resources:
         **job_resources("sample", SAMPLE_GPUS),

@@ -212,6 +212,19 @@ def eval_targets(bench):
             yield f"{OUT}/eval/{bench}/{method}/seed{seed}/counts.parquet"
 
 
+def calibration_settings(split):
+    """The calibration section; adaptive runs add the regimes' cuts (the stopping rule reads
+    them), full runs drop the adaptive keys, so they rerun nothing while adaptive is off."""
+    cal = dict(config["calibration"])
+    extra = {}
+    if cal["adaptive"]:
+        extra["regimes"] = config["regimes"]
+    else:
+        for key in ("adaptive", "rounds", "delta"):
+            cal.pop(key, None)
+    return {"calibration": cal, **extra, **sampling_settings(split)}
+
+
 def gate_draw_settings():
     """One cache for every gate mask: the largest G0 any of them reads, every epoch."""
     sizes = [mask_settings(m)["G0"] for m, s in config["masks"].items()
