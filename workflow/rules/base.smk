@@ -8,9 +8,7 @@ if TESTBED:
         input:
             code=code("pretrain"),
         params:
-            settings=as_param(
-                {k: config["testbed"][k] for k in ("task", "model", "pretrain")}
-            ),
+            settings=as_param(settings.pretrain_key(config)),
         threads: job_threads("base")
         resources:
             **job_resources("base"),

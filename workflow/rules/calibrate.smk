@@ -13,8 +13,8 @@ rule calibrate_base:
     wildcard_constraints:
         part="|_train",
     params:
-        settings=lambda wc: dumps(
-            {"calibration": config["calibration"], **sampling_settings(CALIBRATION_SPLIT[wc.part])}
+        settings=lambda wc: settings.text(
+            settings.calibrate_key(config, CALIBRATION_SPLIT[wc.part])
         ),
     threads: job_threads("sample")
     resources:
@@ -38,7 +38,7 @@ rule gate_draws:
         split=f"{OUT}/splits/train.parquet",
         code=code("gate-draws"),
     params:
-        settings=as_param(gate_draw_settings()),
+        settings=as_param(settings.gate_draws_key(config)),
     threads: job_threads("sample")
     resources:
         **job_resources("sample", SAMPLE_GPUS),

@@ -1,6 +1,5 @@
-# Config validation and the helpers that every rules file shares: result paths, per-stage
-# settings (only the values that affect a stage, serialised with sorted keys), code inputs.
-import math
+# Config validation and the helpers that every rules file shares: result paths, resources,
+# code inputs. Each stage's settings are the settings layer's (core/settings.py): one call.
 import os
 import sys
 from pathlib import Path
@@ -9,9 +8,10 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.training.anchors import BASE_SAMPLED
 from boundary.core.names import BASE, DIAGNOSTIC, NAME_PATTERN
-from boundary.core.config import dumps, load_yaml, method_settings, validate_config
+from boundary.core.config import load_yaml, validate_config
 from boundary.core.errors import BoundaryError
-from boundary.analysis.report_settings import figure_names, load_settings, table_names
+from boundary.core import settings
+from boundary.analysis.report_settings import figure_names, table_names
 from boundary.cli import COMMANDS
 from boundary.tasks.arithmetic import levels_text
 from boundary.core import digests, sources
@@ -61,12 +61,12 @@ def job_threads(kind):
     return config["resources"][kind]["cpus"]
 
 
-def as_param(settings):
+def as_param(value):
     """Stage settings for params: sorted-key JSON, so equal settings print equally.
 
     Wrapped in a function so Snakemake does not read braces in the JSON as wildcards.
     """
-    text = dumps(settings)
+    text = settings.text(value)
     return lambda wildcards: text
 
 
@@ -90,6 +90,10 @@ def content(path_of):
     return param
 
 
+def seeds_of(method):
+    return settings.seeds_of(config, method)
+
+
 def base_model():
     """The base model folder every stage loads: pretrained (testbed) or imported here."""
     return f"{OUT}/models/base"
@@ -103,63 +107,8 @@ def arithmetic_files():
 
 def generated_data(split):
     """A split's data file when a rule of this run writes it (the split's job waits for it)."""
-    path = dataset_spec(split)["path"]
+    path = settings.dataset_spec(config, split)["path"]
     return [path] if path in arithmetic_files() else []
-
-
-def extractor_of(split):
-    """The answer extractor for a split ("train", "diagnostic" or a benchmark name): the
-    dataset's own `extractor`, else verify.extractor."""
-    if TESTBED:
-        return config["verify"]["extractor"]
-    spec = dataset_spec(split if split in ("train", "diagnostic") else f"bench_{split}")
-    return spec["extractor"] or config["verify"]["extractor"]
-
-
-def dataset_spec(split):
-    """The `data:` entry a real-data split ("train", "diagnostic", "bench_<name>") is read from."""
-    data = config["data"]
-    return data[split] if split in ("train", "diagnostic") else data["benchmarks"][split[len("bench_"):]]
-
-
-def split_data(split):
-    """The data stage's `data` settings for one split: that dataset alone."""
-    if split in ("train", "diagnostic"):
-        return {split: dataset_spec(split)}
-    return {"benchmarks": {split[len("bench_"):]: dataset_spec(split)}}
-
-
-def seeds_of(method):
-    spec = config["methods"][method]
-    source = spec["checkpoint_of"] or method
-    return spec.get("seeds") or config["methods"][source].get("seeds") or config["train"]["seeds"]
-
-
-def sampling_settings(split):
-    """Sampling and verification settings of a stage that samples `split`."""
-    return {"sampling": config["sampling"],
-            "verify": {**config["verify"], "extractor": extractor_of(split)}}
-
-
-def refresh_epochs():
-    return math.ceil(config["train"]["steps"] / config["gate"]["refresh_steps"])
-
-
-def mask_settings(mask):
-    """A mask's own parameters; gate-kind masks inherit G0 and tau from the gate section."""
-    spec = dict(config["masks"][mask])
-    if spec["kind"] in ("gate", "soft", "solved"):
-        spec.setdefault("G0", config["gate"]["G0"])
-        spec.setdefault("tau", config["gate"]["tau"])
-    spec["epochs"] = refresh_epochs()
-    return spec
-
-
-def train_settings(method):
-    spec = method_settings(config["methods"][method])
-    return {**config["train"], "refresh_steps": config["gate"]["refresh_steps"],
-            "extractor": extractor_of("train"),
-            "verify_timeout": config["verify"]["timeout"], **spec}
 
 
 def base_rollout_files(method, seed):
@@ -187,15 +136,6 @@ def eval_targets(bench):
             yield f"{OUT}/eval/{bench}/{method}/seed{seed}/counts.parquet"
 
 
-def gate_draw_settings():
-    """One cache for every gate mask: the largest G0 any of them reads, every epoch."""
-    sizes = [mask_settings(m)["G0"] for m, s in config["masks"].items()
-             if s["kind"] in ("gate", "soft", "solved")]
-    gate = {k: config["gate"][k] for k in ("seed", "temperature", "top_p")}
-    return {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": refresh_epochs()},
-            **sampling_settings("train")}
-
-
 def eval_split(wc):
     if wc.bench == DIAGNOSTIC:
         return f"{OUT}/splits/diagnostic.parquet"
@@ -205,37 +145,6 @@ def eval_split(wc):
 def train_outputs(method):
     steps = [s for s in config["train"]["checkpoints"] if s < config["train"]["steps"]]
     return [directory(f"{OUT}/train/{method}/seed{{seed}}/step{s}") for s in steps]
-
-
-def report_settings():
-    """Report settings derived from the config; the config's `report:` section overrides."""
-    methods = config["methods"]
-    ablation_masks = {m for m, s in config["masks"].items() if s["kind"] in ("gate", "soft")}
-    pba_mask = methods.get("pba", {}).get("mask")
-    derived = {
-        "labels": {m: s.get("label", m) for m, s in methods.items()},
-        "benchmarks": {b: b for b in BENCHMARKS},
-        "ks": config["evaluate"]["ks"],
-        "controls": [
-            {"method": m, "label": s.get("label", m), "setting": s["setting"]}
-            for m, s in methods.items()
-            if "setting" in s
-        ],
-        "ablations": [
-            {"method": m, "mask": s["mask"], "G0": mask_settings(s["mask"])["G0"],
-             "tau": mask_settings(s["mask"])["tau"], "kind": config["masks"][s["mask"]]["kind"]}
-            for m, s in methods.items()
-            if s["mask"] in ablation_masks and s["masked_action"] == "anchor"
-            and (m == "pba" or s["mask"] != pba_mask)
-        ],
-        "ranked": list(methods),
-        "group_size": config["train"]["num_generations"],
-        "gate_G0": config["gate"]["G0"],
-    }
-    return {**derived, **config["report"]}
-
-
-
 
 
 def report_outputs():
@@ -280,9 +189,9 @@ def run_artifacts():
 
 
 try:
-    REPORT = load_settings(dumps(report_settings()))
+    REPORT = settings.report_key(config)
 except BoundaryError as err:  # the config's report: section
-    raise WorkflowError(f"config: {err}")
+    raise WorkflowError(str(err))
 
 
 def edited_artifacts():

@@ -41,9 +41,7 @@ if TESTBED:
         input:
             code=code("data"),
         params:
-            settings=as_param(
-                {"testbed": config["testbed"], "data": config["data"], "prompt": config["prompt"]}
-            ),
+            settings=as_param(settings.data_key(config)),
             out_dir=lambda wc, output: Path(output.train).parent,
         threads: job_threads("cpu")
         resources:
@@ -70,10 +68,10 @@ else:
         wildcard_constraints:
             split="|".join(["train", "diagnostic"] + [f"bench_{b}" for b in BENCHMARKS]),
         params:
-            settings=lambda wc: dumps({"data": split_data(wc.split), "prompt": config["prompt"]}),
+            settings=lambda wc: settings.text(settings.data_key(config, wc.split)),
             # A file a rule of this run writes is an input instead (its digest is unknown
             # until that rule has run).
-            data=content(lambda wc: None if generated_data(wc.split) else dataset_spec(wc.split)["path"]),
+            data=content(lambda wc: None if generated_data(wc.split) else settings.dataset_spec(config, wc.split)["path"]),
             out_dir=lambda wc, output: Path(output[0]).parent,
             model_arg=lambda wc, input: f"--model {input.model}" if input.model else "",
         threads: job_threads("cpu")

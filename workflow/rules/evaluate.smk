@@ -11,7 +11,7 @@ if config["sampling"]["shards"] == 1:
             split=eval_split,
             code=code("evaluate"),
         params:
-            settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
+            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench)),
         threads: job_threads("sample")
         resources:
             **job_resources("sample", SAMPLE_GPUS),
@@ -36,7 +36,7 @@ else:
             split=eval_split,
             code=code("evaluate"),
         params:
-            settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
+            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench)),
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
         threads: job_threads("sample")
         resources:
@@ -62,7 +62,7 @@ else:
             ),
             code=code("evaluate"),
         params:
-            settings=lambda wc: dumps({"evaluate": config["evaluate"], **sampling_settings(wc.bench)}),
+            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench)),
         threads: job_threads("cpu")
         resources:
             **job_resources("cpu"),

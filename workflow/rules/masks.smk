@@ -12,7 +12,7 @@ rule mask:
         code=code("masks"),
     params:
         kind=lambda wc: config["masks"][wc.mask]["kind"],
-        settings=lambda wc: dumps(mask_settings(wc.mask)),
+        settings=lambda wc: settings.text(settings.mask_key(config, wc.mask)),
         regimes_arg=lambda wc, input: (
             f"--train-regimes {input.train_regimes}" if input.train_regimes else ""
         ),

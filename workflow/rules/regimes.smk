@@ -7,7 +7,7 @@ rule regimes:
     wildcard_constraints:
         prefix="|train_",
     params:
-        settings=as_param(config["regimes"]),
+        settings=as_param(settings.regimes_key(config)),
     threads: job_threads("cpu")
     resources:
         **job_resources("cpu"),

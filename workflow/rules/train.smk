@@ -13,7 +13,7 @@ if PRE_DRAWN:
         wildcard_constraints:
             method="|".join(PRE_DRAWN),
         params:
-            settings=lambda wc: dumps(train_settings(wc.method)),
+            settings=lambda wc: settings.text(settings.train_key(config, wc.method)),
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
             backend=config["sampling"]["backend"],
         threads: job_threads("sample")
@@ -57,7 +57,7 @@ for _method in TRAINED:
             base_rollouts=lambda wc, _m=_method: base_rollout_files(_m, wc.seed),
             code=code("train"),
         params:
-            settings=as_param(train_settings(_method)),
+            settings=as_param(settings.train_key(config, _method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
             rollouts_arg=lambda wc, input: (
                 f"--base-rollouts {input.base_rollouts}" if input.base_rollouts else ""

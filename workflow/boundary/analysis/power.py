@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from boundary.analysis.regimes import Thresholds, counts_from_calibration, coverage, label, load_settings
+from boundary.analysis.regimes import Thresholds, counts_from_calibration, coverage, label
 from boundary.analysis.stats import bootstrap_means, nested_over_seeds, percentile_interval, seed_weights
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
@@ -115,7 +115,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     frame = read_table(args.calibration, nonempty=True)
     counts = frame if {"n", "c"} <= set(frame.columns) else counts_from_calibration(frame)
-    th = load_settings(args.settings)
+    from boundary.core import settings
+
+    th = Thresholds.from_dict(settings.load("regimes", args.settings))
     table = power_table(counts, th, prompts=args.prompts, seeds=args.seeds, effect=args.effect,
                         n_eval=args.eval_n, k=args.k, sims=args.sims, resamples=args.resamples,
                         level=args.level)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from boundary.core import settings as stage_settings
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.options import ArgumentParser
 from boundary.sampling import end_to_end
@@ -26,10 +27,8 @@ def _common_args(parser):
 
 
 def main_calibrate(argv=None):
-    from boundary.core.config import load_stage_settings
-
     args = _common_args(ArgumentParser(prog="boundary calibrate")).parse_args(argv)
-    s = load_stage_settings(args.settings)
+    s = stage_settings.load("calibrate", args.settings)
     cal = s["calibration"]
     split = read_table(args.split, ["prompt_id", "answer"])
     with verifier_for(s) as verifier:
@@ -42,10 +41,8 @@ def main_calibrate(argv=None):
 
 
 def main_gate_draws(argv=None):
-    from boundary.core.config import load_stage_settings
-
     args = _common_args(ArgumentParser(prog="boundary gate-draws")).parse_args(argv)
-    s = load_stage_settings(args.settings)
+    s = stage_settings.load("gate-draws", args.settings)
     gate = s["gate"]
     split = read_table(args.split, ["prompt_id", "answer"])
     epochs = []

@@ -96,14 +96,14 @@ def build_splits(settings: dict, model: str | None = None) -> dict[str, pd.DataF
 
 
 def main(argv=None):
-    from boundary.core.config import load_stage_settings
+    from boundary.core import settings as stage_settings
 
     parser = ArgumentParser(prog="boundary data", description=__doc__.splitlines()[0])
     parser.add_argument("--settings", required=True)
     parser.add_argument("--out-dir", required=True, help="splits/ folder")
     parser.add_argument("--model", help="base model folder (its chat template, with prompt.chat)")
     args = parser.parse_args(argv)
-    splits = build_splits(load_stage_settings(args.settings), args.model)
+    splits = build_splits(stage_settings.load("data", args.settings), args.model)
     for name, df in splits.items():
         write_table(df, Path(args.out_dir) / f"{name}.parquet")
         print(f"{name}: {len(df)} prompts")

@@ -29,7 +29,7 @@ def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
 
 
 def main(argv=None):
-    from boundary.core.config import load_stage_settings
+    from boundary.core import settings as stage_settings
 
     parser = ArgumentParser(prog="boundary evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="policy folder (save_pretrained)")
@@ -41,7 +41,7 @@ def main(argv=None):
     parser.add_argument("--samples", required=True, help="samples.parquet to write")
     parser.add_argument("--counts", help="counts.parquet to write (not with --shard)")
     args = parser.parse_args(argv)
-    s = load_stage_settings(args.settings)
+    s = stage_settings.load("evaluate", args.settings)
     ev = s["evaluate"]
     if args.gather:
         samples = pd.concat([read_table(p, SCORED_COLUMNS) for p in args.gather], ignore_index=True)

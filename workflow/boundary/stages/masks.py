@@ -8,7 +8,9 @@ from boundary.training.gate import KINDS, build_mask, summary
 
 
 def main(argv=None):
+    from boundary.core import settings as stage_settings
     from boundary.core.config import load_stage_settings
+    from boundary.core.errors import BoundaryError
 
     parser = ArgumentParser(prog="boundary masks", description=__doc__.splitlines()[0])
     parser.add_argument("--kind", required=True, choices=KINDS)
@@ -18,7 +20,10 @@ def main(argv=None):
     parser.add_argument("--settings", required=True, help="JSON string or file")
     parser.add_argument("--out", required=True, help="masks/{mask}.parquet")
     args = parser.parse_args(argv)
-    settings = load_stage_settings(args.settings)
+    given = load_stage_settings(args.settings)
+    if given.get("kind", args.kind) != args.kind:
+        raise BoundaryError(f"--settings: kind {given['kind']!r} is not --kind {args.kind!r}")
+    settings = stage_settings.resolve("masks", {**given, "kind": args.kind})
     split = read_table(args.train_split, ["prompt_id"])
     draws = (read_table(args.gate_draws, ["prompt_id", "epoch", "draw_idx", "correct"])
              if args.gate_draws else None)

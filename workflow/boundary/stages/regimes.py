@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from boundary.analysis.regimes import REGIMES, counts_from_calibration, label_counts, load_settings
+from boundary.analysis.regimes import REGIMES, Thresholds, counts_from_calibration, label_counts
+from boundary.core import settings as stage_settings
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.options import ArgumentParser
 
@@ -13,7 +14,7 @@ def main(argv=None) -> None:
     ap.add_argument("--settings", required=True, help="JSON: easy, boundary, coverage_k, coverage_min")
     ap.add_argument("--out", required=True, help="regimes/regimes.parquet")
     args = ap.parse_args(argv)
-    th = load_settings(args.settings)
+    th = Thresholds(**stage_settings.load("regimes", args.settings))
     samples = read_table(args.calibration, ["prompt_id", "correct"])
     table = label_counts(counts_from_calibration(samples), th)
     write_table(table, args.out)
