@@ -131,6 +131,7 @@ def build_random(shape: str, tok, max_len: int):
 def main():
     from datasets import Dataset
 
+    from boundary.core.settings import resolve
     from boundary.training.launch import die_with_launcher, leave, stacks_on_sigusr1, stop_processes
     from boundary.training.trainer import PBATrainer
     from boundary.training.trainer_config import make_config
@@ -181,7 +182,7 @@ def main():
         data = Dataset.from_dict({"prompt": text, "answer": ["0"] * n, "prompt_id": [f"p{i}" for i in range(n)]})
         anchored = (rng.random(n) < args.anchored).astype(float)[None] if args.method != "grpo" else None
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = make_config(settings, seed=0, checkpoint_dir=tmp)
+            cfg = make_config(resolve("train", settings), seed=0, checkpoint_dir=tmp)
             cfg.generation_kwargs = {"suppress_tokens": stop_ids(model, tok)}  # full-length rollouts
             cfg.save_strategy = "no"
             say(rank, f"model built ({time.perf_counter() - t0:.0f} s)")

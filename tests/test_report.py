@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from boundary.analysis import report_settings
+from boundary.core import settings
 from boundary.core.errors import BoundaryError
 from boundary.core.passk import add_pass_at_k
 from boundary.stages import report
@@ -42,12 +43,14 @@ def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1)
     w[:20] = 0
     cal = pd.DataFrame([(pid, j, bool(rng.random() < wi)) for pid, wi in zip(ids, w) for j in range(64)],
                        columns=["prompt_id", "sample_idx", "correct"])
-    from boundary.analysis.regimes import Thresholds, counts_from_calibration, label_counts
+    from dataclasses import replace
+
+    from boundary.analysis.regimes import PAPER, counts_from_calibration, label_counts
     (root / "regimes").mkdir(parents=True)
     (root / "splits").mkdir(parents=True)
     pd.DataFrame({"prompt_id": ids, "problem": "12+34=", "answer": "1234", "source": "testbed"}).to_parquet(
         root / "splits" / "diagnostic.parquet")
-    label_counts(counts_from_calibration(cal), Thresholds(coverage_k=64)).to_parquet(root / "regimes/regimes.parquet")
+    label_counts(counts_from_calibration(cal), replace(PAPER, coverage_k=64)).to_parquet(root / "regimes/regimes.parquet")
     for split in ("diagnostic",) + tuple(benches):
         sids = ids if split == "diagnostic" else [f"{split}{i}" for i in range(60)]
         sw = w if split == "diagnostic" else rng.beta(0.5, 1.0, 60)
@@ -99,7 +102,7 @@ def built(tmp_path_factory):
 
 
 def test_every_declared_output_exists(built):
-    s = report_settings.load_settings(json.dumps(SETTINGS))
+    s = settings.load("report", json.dumps(SETTINGS))
     for name in report_settings.table_names(s):
         for ext in ("tex", "md", "csv"):
             assert (built / "tables" / f"{name}.{ext}").exists(), name

@@ -125,3 +125,102 @@ def test_a_stage_command_refuses_a_bad_settings_in_one_line(command, given, says
     code = cli.main([command, "--settings", given, *paths[command]])
     err = capsys.readouterr().err.strip()
     assert code == 1 and says in err and len(err.splitlines()) == 1, err
+
+
+# ---- every default written once ----------------------------------------------------------------
+# The rule, checked on the package's source (workflow/boundary) by name: a name that is a config
+# key with a schema default (`default:` or `x-default:`, any section: schema_defaults.json) is
+# never given a literal value
+#   (a) as the fallback of `.get(name, X)`, `.setdefault(name, X)` or `.pop(name, X)`;
+#   (b) as a dataclass field's default (`name: T = X`, `field(default=X)`);
+#   (c) as the default of an option `--name` (`add_argument("--name", default=X)`, dashes read
+#       as underscores).
+# The value is read from the settings layer instead (`defaults(section)`, or the complete
+# settings a stage resolves). None and empty containers are exempt: they say "unset", not a
+# value. Out of reach, so not checked: a default under another name, and keyword defaults of
+# library functions (a statistic's `level=0.95`, a generator's `seed=0`): those names are too
+# generic to tie to one config key, and every stage passes its settings' value.
+PACKAGE = ROOT / "workflow" / "boundary"
+
+
+def _config_keys() -> set[str]:
+    return {key for section in json.loads(settings.DEFAULTS_PATH.read_text()).values() for key in section}
+
+
+def _literal(node) -> bool:
+    import ast
+
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return value is not None and value not in ([], {}, (), "")
+
+
+def written_defaults(source: str, keys: set[str]) -> list[tuple[int, str]]:
+    """(line, code) of every default the rule above forbids in `source`."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "setdefault", "pop") and len(node.args) == 2
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys
+                and _literal(node.args[1])):
+            found.append((node.lineno, ast.unparse(node)))
+        if isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+            for field in node.body:
+                if not (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
+                        and field.target.id in keys and field.value is not None):
+                    continue
+                value = field.value
+                if isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field"):
+                    value = next((kw.value for kw in value.keywords if kw.arg == "default"), None)
+                if value is not None and _literal(value):
+                    found.append((field.lineno, f"{node.name}: {ast.unparse(field)}"))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            options = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+            default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
+            if options and default is not None and _literal(default) and options[0][2:].replace("-", "_") in keys:
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_rule_sees_each_kind_of_written_default():
+    keys = {"kl_estimator", "timeout", "confidence"}
+    source = '''
+from dataclasses import dataclass, field
+@dataclass
+class C:
+    kl_estimator: str = "k1"
+    timeout: int = field(default=5)
+    confidence: float = DEFAULTS["confidence"]
+s.get("confidence", 0.9)
+s.get("confidence", DEFAULTS["confidence"])
+s.get("confidence")
+s.get("other", 1)
+p.add_argument("--kl-estimator", default="k1")
+p.add_argument("--timeout", default=None)
+'''
+    assert [line for line, _ in written_defaults(source, keys)] == [5, 6, 8, 12]
+
+
+def test_no_default_is_written_outside_the_schema():
+    keys = _config_keys()
+    found = [f"{path.relative_to(ROOT)}:{line}: {code}" for path in sorted(PACKAGE.rglob("*.py"))
+             for line, code in written_defaults(path.read_text(), keys)]
+    assert found == []
+
+
+def test_schema_defaults_json_is_the_schema_s():
+    """schema_defaults.json is the schema's defaults rendered (`settings.write_defaults()`
+    after an edit of the schema): the yaml-free copy diagnose reads, never edited by hand."""
+    assert settings.DEFAULTS_PATH.read_text() == settings.rendered_defaults()
+
+
+def test_every_allowed_value_is_the_schema_s():
+    from boundary.sampling import BACKENDS
+    from boundary.training.anchors import ANCHORS, ESTIMATORS
+
+    assert ESTIMATORS == settings.allowed("methods", "kl_estimator")
+    assert ANCHORS == settings.allowed("methods", "anchor") and BACKENDS == ("hf", "vllm")

@@ -29,6 +29,7 @@ import pandas as pd
 
 from boundary.analysis.regimes import Thresholds, counts_from_calibration, coverage, label
 from boundary.analysis.stats import bootstrap_means, nested_over_seeds, percentile_interval, seed_weights
+from boundary.core import settings
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
 from boundary.core.options import KS, LEVEL, POSITIVE, ArgumentParser
@@ -110,13 +111,11 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=KS, default=[1, 3], help="training seed counts")
     parser.add_argument("--sims", type=POSITIVE, default=200, help="simulated studies per design")
     parser.add_argument("--resamples", type=POSITIVE, default=2000)
-    parser.add_argument("--level", type=LEVEL, default=0.95)
+    parser.add_argument("--level", type=LEVEL, default=settings.defaults("report")["level"])
     parser.add_argument("--out", help="power table parquet")
     args = parser.parse_args(argv)
     frame = read_table(args.calibration, nonempty=True)
     counts = frame if {"n", "c"} <= set(frame.columns) else counts_from_calibration(frame)
-    from boundary.core import settings
-
     th = Thresholds.from_dict(settings.load("regimes", args.settings))
     table = power_table(counts, th, prompts=args.prompts, seeds=args.seeds, effect=args.effect,
                         n_eval=args.eval_n, k=args.k, sims=args.sims, resamples=args.resamples,

@@ -241,7 +241,9 @@ def main(argv=None) -> None:
     ap = ArgumentParser(prog="boundary seeds", description=__doc__.splitlines()[0])
     ap.add_argument("file", help="long table: method, metric, seed, value [, benchmark, regime, k]")
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired differences A - B")
-    ap.add_argument("--level", type=LEVEL, default=0.95)
+    from boundary.core.settings import defaults
+
+    ap.add_argument("--level", type=LEVEL, default=defaults("report")["level"])
     ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
     args = ap.parse_args(argv)
     out = output_folder(args.out, OWNER)

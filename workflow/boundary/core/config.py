@@ -158,9 +158,9 @@ def _check_references(config: dict) -> None:
     if any(step > config["train"]["steps"] for step in config["train"].get("checkpoints", [])):
         raise BoundaryError("config: train.checkpoints: every step must be <= train.steps")
     regimes = config["regimes"]
-    if regimes.get("boundary", 0) > regimes.get("easy", 1):
+    if regimes["boundary"] > regimes["easy"]:  # filled: every regimes key has a default
         raise BoundaryError("config: regimes: boundary must be <= easy")
-    if regimes.get("coverage_min", 0) >= 1:
+    if regimes["coverage_min"] >= 1:
         raise BoundaryError("config: regimes.coverage_min: must be < 1")
     if "{problem}" not in config["prompt"]["template"]:
         raise BoundaryError("config: prompt.template: must contain {problem}")
@@ -188,7 +188,7 @@ METHOD_KNOBS = {
     "cov_kl_coef": (lambda m: m.get("cov_select") == "kl", "cov_select: kl"),
     "beta_a": (lambda m: m.get("anchor") is not None, "an anchor"),
     "masked_action": (lambda m: m.get("mask") is not None, "a mask"),
-    "kl_estimator": (lambda m: m.get("anchor") == "policy" or m.get("beta_kl", 0) > 0,
+    "kl_estimator": (lambda m: m.get("anchor") == "policy" or m["beta_kl"] > 0,
                      "anchor: policy or beta_kl > 0"),
 }
 # What a checkpoint_of method reads: it evaluates another method's policy, trains nothing.
@@ -367,9 +367,12 @@ def schema_defaults(section: str) -> dict:
     """The defaults the schema gives a section's keys (`methods` means one method entry):
     `default:` values, which validation fills into the config, and `x-default:` values, which
     it leaves unset so a method's settings (and its training key) don't change when another
-    method gains a knob. Code reads them through core.settings.defaults (rendered as JSON)."""
+    method gains a knob. Code reads them through core.settings.defaults (rendered as JSON).
+    A dotted section is a nested one ("testbed.task")."""
     schema = _schema()
-    node = _resolve(schema["properties"][section], schema)
+    node = schema
+    for key in section.split("."):
+        node = _resolve(node["properties"][key], schema)
     if section in ("methods", "masks"):
         node = node["additionalProperties"]
     out = {}

@@ -295,6 +295,7 @@ def rendered_defaults() -> str:
 
     root = _schema()
     sections = [k for k, v in root["properties"].items() if "properties" in v or k in ("methods", "masks")]
+    sections += [f"testbed.{k}" for k in ("task", "model", "pretrain")]
     lines = [f"{json.dumps(s)}: {json.dumps(schema_defaults(s), sort_keys=True)}" for s in sorted(sections)]
     return "{\n" + ",\n".join(lines) + "\n}\n"
 

@@ -41,14 +41,14 @@ class Completion(NamedTuple):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """One sampling call. Temperature 1 and top-p 1 are the model's own distribution; the
-    rest defaults to the config's `sampling:` section (the schema's)."""
+    """One sampling call: a stage's n, temperature, top_p and seed, and the config's `sampling:`
+    section (unset: the schema's defaults)."""
 
     n: int
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float
+    top_p: float
+    seed: int
     max_new_tokens: int = SAMPLING["max_new_tokens"]
-    seed: int = 0
     batch_size: int | str = SAMPLING["batch_size"]  # completions in flight (hf); "auto": what fits the device
     vllm_max_num_seqs: int = SAMPLING["vllm_max_num_seqs"]  # sequences in flight on one GPU (vllm)
     backend: str = SAMPLING["backend"]

@@ -103,7 +103,7 @@ def main(argv=None):
                             "its error is above in this log")
 
 
-def make_reward(extractor: str, timeout: int, workers: int = 2):
+def make_reward(extractor: str, timeout: int, workers: int):
     from boundary.tasks.verify import Verifier, extract_answer
 
     verifier = Verifier(timeout=timeout, workers=workers)  # one pool per process
