@@ -30,14 +30,13 @@ os.environ[digests.ENV] = str(Path(".snakemake", "boundary-digests").absolute())
 RUN = config["run"]
 OUT = f"results/{RUN}"
 TESTBED = config["testbed"] is not None
-BENCHMARKS = (
-    ["testbed"] if TESTBED else sorted(config["data"]["benchmarks"])
-)
+BENCHMARKS = ["testbed"] if TESTBED else sorted(config["data"]["benchmarks"])
 TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
 SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
 # Methods whose anchored prompts train on frozen-base rollouts, drawn ahead by base_rollouts.
-PRE_DRAWN = [m for m, s in TRAINED.items()
-             if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in BASE_SAMPLED]
+PRE_DRAWN = [
+    m for m, s in TRAINED.items() if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in BASE_SAMPLED
+]
 
 
 def job_resources(kind, gpus=None):
@@ -115,8 +114,7 @@ def base_rollout_files(method, seed):
     """The base_rollouts stage's shard files a training run reads (none if it draws none)."""
     if method not in PRE_DRAWN:
         return []
-    return [f"{OUT}/base_rollouts/{method}/seed{seed}/{i}.parquet"
-            for i in range(config["sampling"]["shards"])]
+    return [f"{OUT}/base_rollouts/{method}/seed{seed}/{i}.parquet" for i in range(config["sampling"]["shards"])]
 
 
 def policy_dir(method, seed):
@@ -168,10 +166,16 @@ def run_artifacts():
     be done" beside a report whose inputs are gone. Now it is made again, with all downstream."""
     masks = mask_files()
     kinds = {config["masks"][Path(m).stem]["kind"] for m in masks}
-    files = [f"{OUT}/splits/train.parquet", f"{OUT}/splits/diagnostic.parquet",
-             *[f"{OUT}/splits/bench_{b}.parquet" for b in BENCHMARKS],
-             f"{OUT}/rollouts/base_calibration.parquet", f"{OUT}/regimes/regimes.parquet", *masks,
-             base_model(), *arithmetic_files()]
+    files = [
+        f"{OUT}/splits/train.parquet",
+        f"{OUT}/splits/diagnostic.parquet",
+        *[f"{OUT}/splits/bench_{b}.parquet" for b in BENCHMARKS],
+        f"{OUT}/rollouts/base_calibration.parquet",
+        f"{OUT}/regimes/regimes.parquet",
+        *masks,
+        base_model(),
+        *arithmetic_files(),
+    ]
     if masks:
         files.append(f"{OUT}/rollouts/base_gate.parquet")
     if "oracle" in kinds:
@@ -205,11 +209,20 @@ def edited_artifacts():
 # in silence: name it before anything runs. Jobs that Snakemake starts for itself skip this,
 # and so do the commands that run no job but clear the way (the Snakefile is read before
 # Snakemake acts on them, and a user needs --unlock after a kill whatever else is wrong).
-HOUSEKEEPING = {"--unlock", "--touch", "-t", "--delete-all-output", "--delete-temp-output",
-                "--cleanup-metadata", "--cm"}
+HOUSEKEEPING = {
+    "--unlock",
+    "--touch",
+    "-t",
+    "--delete-all-output",
+    "--delete-temp-output",
+    "--cleanup-metadata",
+    "--cm",
+}
 if not (workflow.remote_exec or workflow.subprocess_exec or HOUSEKEEPING & set(sys.argv)):
     _edited = edited_artifacts()
     if _edited:
         _more = f" (and {len(_edited) - 1} more)" if len(_edited) > 1 else ""
-        raise WorkflowError(f"{_edited[0]}{_more}: changed since the pipeline wrote it; delete it "
-                            "to have it made again (with what depends on it), or move it elsewhere to keep it")
+        raise WorkflowError(
+            f"{_edited[0]}{_more}: changed since the pipeline wrote it; delete it "
+            "to have it made again (with what depends on it), or move it elsewhere to keep it"
+        )
