@@ -212,10 +212,10 @@ def test_controls_list_each_method_once_and_soft_gates_by_kind():
     summary = pd.DataFrame([{"method": m, "metric": "passk", "regime": "all", "k": k, "mean": 0.3, "sd": 0.01}
                             for m in ("grpo", "pba", "pba_soft") for k in (1, 256)])
     diag = SimpleNamespace(summary=summary, ks=[1, 256])
-    view = tables.View.from_settings({
+    view = tables.View.from_settings(settings.resolve("report", {
         **SETTINGS, "controls": [{"method": "grpo", "label": "GRPO", "setting": "no KL"},
                                  {"method": "pba", "label": "GRPO+PBA", "setting": "G0=8"}],
-        "ablations": [{"method": "pba_soft", "mask": "soft", "G0": 8, "tau": 0.1, "kind": "soft"}]})
+        "ablations": [{"method": "pba_soft", "mask": "soft", "G0": 8, "tau": 0.1, "kind": "soft"}]}))
     rows = tables.controls(diag, view).rows
     assert [r[:2] for r in rows] == [["GRPO", "no KL"], ["GRPO+PBA", "G0=8"]]  # no default duplicates
     masks = pd.DataFrame([{"mask": "soft", "epoch": np.nan, "metric": m, "value": v}

@@ -86,7 +86,7 @@ def test_sharded_evaluation_gathers_every_prompt(tiny_model_dir, tmp_path):
 
 def test_missing_split_is_one_line(tiny_model_dir, tmp_path):
     run = subprocess.run(["boundary", "evaluate", "--model", str(tiny_model_dir), "--split",
-                          str(tmp_path / "nope.parquet"), "--settings", '{"evaluate": {}}', "--samples", "x",
+                          str(tmp_path / "nope.parquet"), "--settings", '{"evaluate": {"n": 4, "seed": 0}}', "--samples", "x",
                           "--counts", "y"], capture_output=True, text=True)
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [
