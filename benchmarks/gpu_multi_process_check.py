@@ -26,7 +26,7 @@ What must agree with the 1-process run, and how:
   after K against the uninterrupted run (reported: exact, or the largest difference).
 Resuming with another process count is not done: the process count is part of a run's key,
 so a job with another count starts afresh rather than resume a run whose random streams were
-laid out for another number of processes (docs/training.md says what transformers would do).
+laid out for another number of processes (docs/how-to/gpus_and_sharding.md says what transformers would do).
 
 Each job's exit is timed from the moment its outputs appear (log.parquet, written last by its
 main process): "exited N s after its outputs", or, at the deadline, "killed ... N s after

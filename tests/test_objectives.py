@@ -255,7 +255,7 @@ def test_clip_cov_stops_its_tokens_in_trls_loss(model_dir, split, tmp_path):
 
 def test_on_policy_kl_cov_and_clip_higher_train_exactly_as_grpo(model_dir, split, tmp_path, monkeypatch):
     """One optimizer step per generation batch: KL-Cov's |log pi - log pi_old| and the PPO clip
-    never act, so two steps give GRPO's weights to the bit (docs/training.md)."""
+    never act, so two steps give GRPO's weights to the bit (docs/reference/methods.md)."""
     import test_train
 
     # A reward the random tiny model earns sometimes, so GRPO's advantages are not all zero.

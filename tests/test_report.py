@@ -255,15 +255,17 @@ def test_methods_ranking_matches_the_counts(built):
     assert "Base" in md and "95% CI" in md
 
 
-@pytest.mark.parametrize("study, tables", [("smollm2_arith", 11), ("smollm2_arith_easy", 12),
-                                           ("smollm2_arith_add", 12), ("smollm2_arith_add15", 12)])
+@pytest.mark.parametrize("study, tables", [("2026-11-27-smollm2-arith", 11), ("2026-11-27-smollm2-arith-easy", 12),
+                                           ("2026-11-27-smollm2-arith-add", 12),
+                                           ("2026-11-27-smollm2-arith-add15", 12)])
 def test_the_published_arithmetic_studies_rebuild_table_for_table(tmp_path, study, tables):
-    """docs/<study>/ holds a real study's report and its inputs; the report code must still
-    turn those inputs into the published tables, so the docs stay true."""
+    """docs/results/<study>/ holds a real study's report and its inputs (beside its page,
+    <study>.md); the report code must still turn those inputs into the published tables, so
+    the docs stay true."""
     import shutil
     from pathlib import Path
 
-    docs = Path(__file__).resolve().parents[1] / "docs" / study
+    docs = Path(__file__).resolve().parents[1] / "docs" / "results" / study
     root = tmp_path / study
     shutil.copytree(docs / "results", root)
     report.main(["--results", str(root), "--settings", (docs / "report_settings.json").read_text(),

@@ -1,4 +1,4 @@
-"""The worked example of docs/diagnostics.md in miniature: a pipeline run's samples exported
+"""The worked example of docs/tutorials/diagnose_other_runs.md in miniature: a pipeline run's samples exported
 to every supported format (docs/examples/export_formats.py) give the same diagnosis as the
 pipeline's own counts files, with the tools' verdicts and re-graded against the gold file."""
 

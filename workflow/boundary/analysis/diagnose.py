@@ -3,7 +3,7 @@
 Everything the paper reports about a trained policy comes from per-prompt counts files
 (prompt_id, n, c [, entropy, answers | unique_positives, modal_answer, modal_share]) of the base
 and of each trained (method, seed), plus regime labels from an independent base calibration.
-All metrics are defined in docs/diagnostics.md; in short, per (method, seed, regime):
+All metrics are defined in docs/reference/metrics.md; in short, per (method, seed, regime):
 
     passk@k          mean over prompts of the unbiased per-prompt pass@k
     delta_passk@k    mean over prompts of (trained - base) pass@k, same prompts
@@ -489,7 +489,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=NONNEGATIVE, default=REPORT["bootstrap"]["seed"], help="bootstrap seed")
     ap.add_argument("--no-figures", action="store_true", help="skip figures and the HTML page (faster)")
     ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
-    tools = ap.add_argument_group("inputs from other tools (docs/diagnostics.md, Inputs)")
+    tools = ap.add_argument_group("inputs from other tools (docs/how-to/other_tools_formats.md)")
     tools.add_argument("--format", default="auto", choices=("auto",) + readers.FORMATS,
                        help="format of every input file (default: detected per file)")
     tools.add_argument("--gold", help="gold answers (prompt_id and/or problem, answer): key prompts by it "

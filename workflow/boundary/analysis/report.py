@@ -7,7 +7,7 @@ plus what only the pipeline has: several benchmarks, the controls and gate-ablat
 CLI:
     boundary report --results results/{run} --settings SETTINGS [--out-dir results/{run}]
 
-SETTINGS is a JSON file or string (see docs/diagnostics.md for every key):
+SETTINGS is a JSON file or string (see docs/reference/report_settings.md for every key):
     baseline, method      the GRPO baseline and PBA method names      ("grpo", "pba")
     main                  methods of the seed-resolved tables         ([baseline, method])
     labels                display name per method                     ({"pba": "GRPO+PBA"})

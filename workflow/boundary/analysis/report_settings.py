@@ -1,6 +1,6 @@
 """The names of what the report writes: light enough for the Snakefile, which lists the
 report's outputs at parse time (no pandas, no scipy). The report's settings are the settings
-layer's (core/settings.py: `report_key`, `load("report", ...)`); docs/diagnostics.md says what
+layer's (core/settings.py: `report_key`, `load("report", ...)`); docs/reference/report_settings.md says what
 each key does.
 """
 

