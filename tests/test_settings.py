@@ -22,13 +22,11 @@ SNAPSHOT = ROOT / "tests" / "fixtures" / "stage_keys.json"
 
 def stage_keys(config: dict) -> dict[str, str]:
     """Every key a run of `config` hashes, by stage (and split, mask, method or benchmark)."""
-    keys = {}
+    keys, benchmarks = {}, settings.benchmarks(config)
     if config["testbed"] is not None:
         keys["pretrain"] = settings.text(settings.pretrain_key(config))
         keys["data"] = settings.text(settings.data_key(config))
-        benchmarks = ["testbed"]
     else:
-        benchmarks = sorted(config["data"]["benchmarks"])
         for split in ["train", "diagnostic"] + [f"bench_{b}" for b in benchmarks]:
             keys[f"data/{split}"] = settings.text(settings.data_key(config, split))
     for part, split in {"": "diagnostic", "_train": "train"}.items():

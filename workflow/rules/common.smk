@@ -30,7 +30,7 @@ os.environ[digests.ENV] = str(Path(".snakemake", "boundary-digests").absolute())
 RUN = config["run"]
 OUT = f"results/{RUN}"
 TESTBED = config["testbed"] is not None
-BENCHMARKS = ["testbed"] if TESTBED else sorted(config["data"]["benchmarks"])
+BENCHMARKS = settings.benchmarks(config)
 TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
 SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
 # Methods whose anchored prompts train on frozen-base rollouts, drawn ahead by base_rollouts.

@@ -62,6 +62,11 @@ def extractor_of(config: dict, split: str) -> str:
     return spec["extractor"] or config["verify"]["extractor"]
 
 
+def benchmarks(config: dict) -> list[str]:
+    """The run's benchmark names: the testbed's one, or the `data.benchmarks` entries, sorted."""
+    return ["testbed"] if config["testbed"] is not None else sorted(config["data"]["benchmarks"])
+
+
 def seeds_of(config: dict, method: str) -> list[int]:
     """A method's seeds: its own, else those of the method it takes a checkpoint of, else train.seeds."""
     spec = config["methods"][method]
@@ -139,10 +144,9 @@ def report_key(config: dict) -> dict:
     methods, masks = config["methods"], config["masks"]
     ablation_masks = {m for m, s in masks.items() if s["kind"] in ("gate", "soft")}
     pba_mask = methods.get("pba", {}).get("mask")
-    benchmarks = ["testbed"] if config["testbed"] is not None else sorted(config["data"]["benchmarks"])
     derived = {
         "labels": {m: s.get("label", m) for m, s in methods.items()},
-        "benchmarks": {b: b for b in benchmarks},
+        "benchmarks": {b: b for b in benchmarks(config)},
         "ks": config["evaluate"]["ks"],
         "controls": [{"method": m, "label": s.get("label", m), "setting": s["setting"]}
                      for m, s in methods.items() if "setting" in s],
@@ -198,17 +202,14 @@ def stage_schema(stage: str) -> dict:
         data.pop("required")  # a real split's job gets its own dataset alone
         node = _object({"testbed": _section("testbed"), "data": data, "prompt": _section("prompt")},
                        ["prompt"])
-    elif stage in ("calibrate", "evaluate"):
-        node = _object({stage if stage == "evaluate" else "calibration":
-                        _section("calibration" if stage == "calibrate" else "evaluate"),
-                        "sampling": _section("sampling"), "verify": _section("verify")},
-                       ["calibration" if stage == "calibrate" else "evaluate"])
+    elif stage in ("calibrate", "evaluate"):  # a stage that samples: its section, sampling, verify
+        own = "calibration" if stage == "calibrate" else "evaluate"
+        node = _object({own: _section(own), "sampling": _section("sampling"), "verify": _section("verify")}, [own])
     elif stage == "gate-draws":
         gate = _section("gate")
         gate["properties"]["epochs"] = {"$ref": "#/definitions/posint"}
         gate["required"] = ["epochs"]
-        node = _object({"gate": gate, "sampling": _section("sampling"), "verify": _section("verify")},
-                       ["gate"])
+        node = _object({"gate": gate, "sampling": _section("sampling"), "verify": _section("verify")}, ["gate"])
     elif stage == "regimes":
         node = _section("regimes")
     elif stage == "masks":
