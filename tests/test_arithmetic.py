@@ -78,12 +78,12 @@ def test_operations_stay_in_range_and_in_the_level():
 
 def test_the_command_writes_jsonl_the_data_stage_reads(tmp_path):
     out = tmp_path / "arith"
-    assert main(["arithmetic", "--out-dir", str(out), "--split", "train=40", "--split",
+    assert main(["arithmetic", "--out", str(out), "--split", "train=40", "--split",
                  "diagnostic=12", "--seed", "0", "--levels", "1:10:+-,3:50:+-*/"]) == 0
     first = (out / "train.jsonl").read_text()
     assert main(["arithmetic", "--out-dir", str(out), "--split", "train=40", "--split",
                  "diagnostic=12", "--seed", "0", "--levels", "1:10:+-,3:50:+-*/"]) == 0
-    assert (out / "train.jsonl").read_text() == first  # same seed, same bytes
+    assert (out / "train.jsonl").read_text() == first  # same seed, same bytes (--out-dir: the alias)
 
     def spec(split):
         return {"path": str(out / f"{split}.jsonl"), "problem_field": "question",
@@ -135,7 +135,7 @@ def test_the_answer_guard_holds_on_every_prefix_of_every_split():
 
 
 def test_the_command_reports_each_splits_modal_answer_and_warns_over_five_percent(tmp_path, capsys):
-    args = ["arithmetic", "--out-dir", str(tmp_path), "--split", "train=200", "--split", "test=40",
+    args = ["arithmetic", "--out", str(tmp_path), "--split", "train=200", "--split", "test=40",
             "--seed", "1", "--levels", "1:10:+-,1:10:+-,1:20:+-,1:10:+-*/"]
     assert main(args) == 0
     out, err = capsys.readouterr()
@@ -165,7 +165,7 @@ def test_the_command_reports_each_splits_modal_answer_and_warns_over_five_percen
      "--max-answer-share: level '1-step, operands to 5, +- only' gave no problem whose answer stays within 0.05"),
 ])
 def test_bad_options_are_one_line(tmp_path, capsys, args, message):
-    assert main(["arithmetic", "--out-dir", str(tmp_path / "o"), *args]) == 1
+    assert main(["arithmetic", "--out", str(tmp_path / "o"), *args]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not (tmp_path / "o").exists()
@@ -196,7 +196,7 @@ def test_the_default_mix_draws_the_pre_registered_studys_problems(tmp_path):
     ran: these files, byte for byte, as the first generator wrote them."""
     import hashlib
 
-    assert main(["arithmetic", "--out-dir", str(tmp_path), "--split", "diagnostic=1024", "--split",
+    assert main(["arithmetic", "--out", str(tmp_path), "--split", "diagnostic=1024", "--split",
                  "test=64", "--split", "train=512", "--seed", "0"]) == 0
     digests = {s: hashlib.sha256((tmp_path / f"{s}.jsonl").read_bytes()).hexdigest()[:16]
                for s in ("diagnostic", "test", "train")}
@@ -219,7 +219,7 @@ def test_a_pre_registered_study_draws_its_committed_problems(tmp_path, name, wan
 
     section = load_config(ROOT / "config" / f"{name}.yaml")["arithmetic"]
     splits = [x for name, n in section["splits"].items() for x in ("--split", f"{name}={n}")]
-    assert main(["arithmetic", "--out-dir", str(tmp_path), *splits, "--seed", str(section["seed"]),
+    assert main(["arithmetic", "--out", str(tmp_path), *splits, "--seed", str(section["seed"]),
                  "--levels", levels_text(section["levels"]),
                  "--max-answer-share", str(section["max_answer_share"])]) == 0
     digests = {s: hashlib.sha256((tmp_path / f"{s}.jsonl").read_bytes()).hexdigest()[:16] for s in section["splits"]}

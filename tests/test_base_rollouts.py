@@ -185,9 +185,18 @@ def test_with_vllm_rollouts_every_row_goes_to_trl_and_base_rows_keep_their_draws
 
 
 def test_a_trainer_without_files_draws_the_stage_blocks_in_place(model_dir, split, stage_inputs, tmp_path):
-    """The same blocks, token for token and bit for bit in the log-probs."""
+    """The same blocks, token for token and bit for bit in the log-probs.
+
+    Bit for bit only as `boundary train` holds its base: loaded from the files like the stage's
+    (stages/train.py), not a copy of the policy. The same weights at other addresses are not the
+    same computation: MKL's sgemm promises equal bits for equal shapes, thread counts and
+    memory alignment only, and a copy is 64-byte aligned where the loaded (memory-mapped)
+    weights are not; on an AMD EPYC the copy's 4-row blocks differed in the last bit."""
+    from boundary.sampling.models import from_pretrained
+
     table = run_stage(model_dir, stage_inputs, stage_inputs / "all.parquet").set_index(["step", "position"])
-    trainer = make_trainer(model_dir, split, tmp_path, alternate(split), **SUPPORT)
+    trainer = make_trainer(model_dir, split, tmp_path, alternate(split), base_model=from_pretrained(model_dir),
+                           **SUPPORT)
     trainer._get_train_sampler()
     drawn = {}
     for step in range(0, SETTINGS["steps"], SETTINGS["refresh_steps"]):

@@ -59,7 +59,7 @@ def test_chat_template_with_a_system_prompt(tmp_path, tiny_model_dir):
 ])
 def test_a_bad_data_file_is_one_line_naming_it(tmp_path, rows, spec, message):
     settings = _settings(tmp_path, rows, **spec)
-    run = subprocess.run(["boundary", "data", "--settings", dumps(settings), "--out-dir", str(tmp_path / "splits")],
+    run = subprocess.run(["boundary", "data", "--settings", dumps(settings), "--out", str(tmp_path / "splits")],
                          capture_output=True, text=True)
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [f"boundary data: error: {tmp_path / 'd.jsonl'}: {message}"]

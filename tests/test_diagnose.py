@@ -142,7 +142,7 @@ def test_cli_end_to_end(data, tmp_path, capsys):
     dg.main(args + ["--ks", "1,4,32", "--coverage-k", "32", "--resamples", "200", "--pair", "pba", "grpo",
                     "--labels", "pba=GRPO+PBA", "--out", str(tmp_path / "out")])
     out = tmp_path / "out"
-    assert list(pd.read_csv(out / "regimes.csv").columns) == ["prompt_id", "p_base", "regime"]
+    assert list(pd.read_csv(out / "regimes.csv").columns) == ["prompt_id", "p_base", "regime", "problem"]
     assert list(pd.read_csv(out / "passk.csv").columns) == ["method", "seed", "regime", "k", "value"]
     assert list(pd.read_csv(out / "transitions.csv").columns) == ["method", "seed", "regime", "base_solved",
                                                                  "trained_solved", "count"]
@@ -211,3 +211,71 @@ def test_bootstrap_deltas_are_paired(data):
     assert len(delta) == 2 * 5 and (delta["boot_low"] == 0).all() and (delta["boot_high"] == 0).all()
     pk = b[(b["method"] == "copy") & (b["metric"] == "passk")]
     assert (pk["boot_low"] < pk["boot_high"]).any()
+
+
+def test_a_regime_the_calibration_n_cannot_populate_is_named_with_the_n_it_needs():
+    from boundary.analysis.regimes import REGIMES, label, unpopulated
+
+    th = PAPER
+    (line,) = unpopulated([8], th)
+    assert line == ("Boundary cannot hold any prompt at n=8 (p_base = c/n; Boundary: p_base < 0.1 with "
+                    "coverage@256 > 0.4): needs n >= 11")
+    # The rule, by brute force over every c of every n: Boundary is reachable from n = 11 on.
+    reach = {n: set(label(np.arange(n + 1) / n, th)) for n in range(1, 600)}
+    assert [n for n in reach if "Boundary" not in reach[n]] == list(range(1, 11))
+    assert unpopulated([11], th) == [] and unpopulated([8, 16], th) == []  # some prompt can be Boundary
+    assert unpopulated([8, 9, 10], th)[0].startswith("Boundary cannot hold any prompt at n=8 to 10")
+    assert [x.split()[0] for x in unpopulated([1], th)] == ["Reachable", "Boundary"]
+    assert set(REGIMES) == reach[64]
+
+
+def test_diagnose_with_an_empty_boundary_says_so(data, tmp_path, capsys):
+    """A calibration of 8 samples a prompt: one warning with the n Boundary needs, the regime
+    table repeats it, and the tables print "no Boundary prompts" for methods that ran."""
+    base, runs, regimes = data
+    rng = np.random.default_rng(0)
+    cal = regimes[["prompt_id"]].assign(n=8, c=rng.binomial(8, 0.3, len(regimes)))
+    args = ["--base", write(base, tmp_path / "base.parquet"), "--calibration", write(cal, tmp_path / "cal8.csv"),
+            "--ks", "1,4,32", "--resamples", "50", "--no-figures", "--pair", "pba", "grpo", "--out", str(tmp_path / "o")]
+    for (m, s), r in runs.items():
+        args += ["--trained", f"{m}:{s}=" + write(r, tmp_path / f"{m}{s}.parquet")]
+    dg.main(args)
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1
+    assert f"warning: {tmp_path / 'cal8.csv'}: Boundary cannot hold any prompt at n=8 (" in err and "needs n >= 11" in err
+    tables = tmp_path / "o" / "tables"
+    assert "Boundary cannot hold any prompt at n=8" in (tables / "regime_counts.md").read_text()
+    headline = (tables / "headline_intervals.md").read_text()
+    assert "| grpo boundary lost prompts | no Boundary prompts | no Boundary prompts |" in headline
+    assert "not run" not in headline.lower()
+    assert "no Boundary prompts" in (tables / "boundary_seeds.md").read_text()
+
+
+def test_per_prompt_outputs_and_error_lines_carry_the_problem(tmp_path):
+    """Prompts keyed by their text get opaque ids (h + 12 hex digits); prompts.csv and
+    regimes.csv carry the problem beside them, and an error line naming a prompt quotes it."""
+    long = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May."
+    texts = ["What is 2 + 3?", long]
+    rows = lambda ts: pd.DataFrame([{"prompt": t, "completion": "x", "correct": j < 2} for t in ts for j in range(4)])
+    base = write(rows(texts), tmp_path / "base.jsonl")
+    dg.main(["--base", base, "--trained", f"g:0={base}", "--ks", "1,4", "--coverage-k", "4", "--resamples", "20",
+             "--no-figures", "--out", str(tmp_path / "o")])
+    for name in ("prompts", "regimes"):
+        table = pd.read_csv(tmp_path / "o" / f"{name}.csv")
+        assert table.columns[-1] == "problem" and table["prompt_id"].str.fullmatch(r"h[0-9a-f]{12}").all()
+        assert set(table["problem"]) == {"What is 2 + 3?", long[:59].rstrip() + "…"}
+    short = write(rows(texts[:1]), tmp_path / "short.jsonl")
+    with pytest.raises(BoundaryError, match=r"short.jsonl: 1 base prompt_id\(s\) missing \(e.g. h[0-9a-f]{12} "
+                                            r"\('Natalia sold clips .*…'\)\)$"):
+        dg.main(["--base", base, "--trained", f"g:0={short}", "--out", str(tmp_path / "o2")])
+
+
+def test_regimes_from_the_base_itself_are_not_captioned_a_calibration(data, tmp_path):
+    base, runs, _ = data
+    b = write(base, tmp_path / "base.parquet")
+    dg.main(["--base", b, "--trained", f"grpo:0={write(runs[('grpo', 0)], tmp_path / 'g.parquet')}", "--ks", "1,32",
+             "--resamples", "50", "--out", str(tmp_path / "o")])
+    caption = (tmp_path / "o" / "tables" / "regime_counts.md").read_text().splitlines()[0]
+    assert caption == ("**Regimes of the diagnostic split (base evaluation base.parquet, not independent "
+                       "(no --calibration))**")
+    assert (tmp_path / "o" / "figures" / "transitions.png").exists()

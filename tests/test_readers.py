@@ -286,16 +286,18 @@ def test_pairing_refusals_are_one_line(tmp_path):
         readers.pair([verl_run, readers.read(twice)], ["dumps", str(twice)])
 
 
-def test_extractor_that_finds_nothing_warns(tmp_path, capsys):
-    """GSM8K-style completions (#### 5) graded with the boxed extractor: one warning naming the
-    file and the extractor (the pipeline's own warning)."""
+def test_extractor_that_finds_nothing_is_refused(tmp_path):
+    """GSM8K-style completions (#### 5) graded with the boxed extractor: refused in one line
+    naming the file, the extractor and the others (no verdicts in the file: no --keep-scores)."""
     df = pd.read_parquet(FIX / "verl_generation.parquet")
     df["responses"] = [[f"so the answer is\n#### {i}" for i in range(4)] for _ in range(len(df))]
     df.to_parquet(tmp_path / "gsm8k_gen.parquet")
-    run = readers.read(tmp_path / "gsm8k_gen.parquet", options=readers.Options(verify_workers=1))
-    assert run.counts["c"].sum() == 0
-    err = capsys.readouterr().err
-    assert f"warning: {tmp_path / 'gsm8k_gen.parquet'}: extractor 'boxed' found no answer in 100% of 12 completions" in err
+    with pytest.raises(BoundaryError) as err:
+        readers.read(tmp_path / "gsm8k_gen.parquet", options=readers.Options(verify_workers=1))
+    line = str(err.value)
+    assert line.startswith(f"{tmp_path / 'gsm8k_gen.parquet'}: extractor 'boxed' found no answer in 100% of 12 "
+                           "completions (one ends 'so the answer is #### 0')") and "\n" not in line
+    assert "--extractor last_number or --extractor boxed_or_last_number" in line and "--keep-scores" not in line
 
 
 def test_problem_matching():
@@ -472,3 +474,72 @@ def test_bad_uncertainty_and_verifier_options_are_one_line(tmp_path):
     with pytest.raises(BoundaryError, match="--extractor"):
         dg.main(args + ["--gold", str(FIX / "gold.jsonl"), "--extractor", "first_word"])
     assert not (tmp_path / "o").exists()
+
+
+def last_number_run(tmp_path, wrong_rewards=False):
+    """A newcomer's files (issue 37): ten prompts of eight samples whose answers are last
+    numbers, with the tool's own reward (right, or flipped on every sample), and a gold file."""
+    rows = [{"prompt": f"What is {i} + {i}?", "completion": f"Adding them gives {2 * i + (j % 2)}",
+             "reward": float((j % 2 == 0) != wrong_rewards)} for i in range(10) for j in range(8)]
+    pd.DataFrame(rows).to_json(tmp_path / "run.jsonl", orient="records", lines=True)
+    pd.DataFrame({"problem": [f"What is {i} + {i}?" for i in range(10)], "answer": [str(2 * i) for i in range(10)]}
+                 ).to_json(tmp_path / "gold.jsonl", orient="records", lines=True)
+    return str(tmp_path / "run.jsonl"), str(tmp_path / "gold.jsonl")
+
+
+def test_diagnose_refuses_answers_the_extractor_cannot_read(tmp_path, capsys):
+    """--gold with the default boxed extractor on last-number answers: one line naming the
+    file and the options that fix it, nothing written; each of those options then works."""
+    from boundary.analysis import diagnose as dg
+
+    run, gold = last_number_run(tmp_path)
+    args = ["--base", run, "--trained", f"grpo:0={run}", "--gold", gold, "--verify-workers", "1", "--ks", "1,8",
+            "--resamples", "20", "--no-figures"]
+    with pytest.raises(BoundaryError) as err:
+        dg.main(args + ["--out", str(tmp_path / "o")])
+    line = str(err.value)
+    assert line.startswith(f"{run}: extractor 'boxed' found no answer in 100% of 80 completions") and "\n" not in line
+    assert "--extractor last_number" in line and "--keep-scores" in line
+    assert not (tmp_path / "o").exists()
+    for fix in (["--extractor", "last_number"], ["--keep-scores"]):
+        out = tmp_path / fix[0].strip("-")
+        dg.main(args + fix + ["--out", str(out)])
+        prompts = pd.read_csv(out / "prompts.csv")
+        assert (prompts["c"] == 4).all()  # the even samples are right, by either grade
+
+
+def test_regrading_that_overrules_most_verdicts_is_warned(tmp_path, capsys):
+    run, gold = last_number_run(tmp_path, wrong_rewards=True)
+    g = readers.Grader(gold, "last_number", workers=1)
+    try:
+        counts = readers.read(run, options=readers.Options(grader=g)).counts
+    finally:
+        g.close()
+    assert (counts["c"] == 4).all()  # the re-grade counts
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1
+    assert (f"warning: {run}: re-grading against {gold} disagrees with the file's own verdicts on 100% of 80 "
+            "samples (50% correct re-graded, 50% by the file)") in err and "--keep-scores" in err
+
+
+def test_mixed_n_per_prompt_is_one_line_per_file(tmp_path, capsys):
+    rows = [{"prompt_id": p, "completion": "x", "correct": j == 0} for p, n in (("a", 4), ("b", 6), ("c", 6))
+            for j in range(n)]
+    pd.DataFrame(rows).to_json(tmp_path / "mixed.jsonl", orient="records", lines=True)
+    counts = readers.read(tmp_path / "mixed.jsonl").counts
+    assert sorted(counts["n"]) == [4, 6, 6]
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and (f"{tmp_path / 'mixed.jsonl'}: n per prompt ranges from 4 to 6 (2 values "
+                                           "over 3 prompts)") in err
+    readers.read(FIX / "samples.jsonl")  # one n: no line
+    assert "n per prompt" not in capsys.readouterr().err
+
+
+def test_a_counts_file_with_problem_text_names_it_beside_the_id(tmp_path):
+    pd.DataFrame({"prompt_id": ["a", "b"], "n": 4, "c": [1, 3], "problem": ["What is 2 + 3?", "Compute 7 times 6."]}
+                 ).to_csv(tmp_path / "c.csv", index=False)
+    assert readers.read(tmp_path / "c.csv").problems == {"a": "What is 2 + 3?", "b": "Compute 7 times 6."}
+    pd.DataFrame({"prompt_id": ["a", "b"], "n": 4, "c": [1, 5], "problem": ["What is 2 + 3?", "Compute 7 times 6."]}
+                 ).to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(BoundaryError, match=r"bad.csv: c > n for prompt_id b \('Compute 7 times 6.'\)$"):
+        readers.read(tmp_path / "bad.csv")

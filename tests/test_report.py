@@ -276,3 +276,68 @@ def test_the_published_arithmetic_studies_rebuild_table_for_table(tmp_path, stud
     assert len(published) == tables
     for table in published:
         assert (root / "tables" / table.name).read_text() == table.read_text(), table.name
+
+
+def test_per_prompt_files_carry_the_problem_beside_the_id(built):
+    """The diagnostic split's problem text beside each prompt_id (none for a split without a
+    splits/ file): eval_counts.parquet and the audit tables."""
+    ec = pd.read_parquet(built / "eval_counts.parquet")
+    on_split = ec["benchmark"] == "diagnostic"
+    assert (ec.loc[on_split, "problem"] == "12+34=").all() and (ec.loc[~on_split, "problem"] == "").all()
+    for name in ("prompts", "regimes"):
+        table = pd.read_csv(built / "diagnostics" / "diagnostic" / f"{name}.csv")
+        assert table.columns[-1] == "problem" and (table["problem"] == "12+34=").all()
+
+
+def test_a_report_whose_calibration_cannot_hold_boundary_prompts_says_so(tmp_path, capsys):
+    """Regimes labelled from 8 samples a prompt: the Boundary rows of every table say "no
+    Boundary prompts" for the methods that ran, not "not run", and the ranking says why."""
+    from boundary.analysis.regimes import Thresholds, label_counts
+
+    make_tree(tmp_path)
+    regimes = pd.read_parquet(tmp_path / "regimes" / "regimes.parquet")
+    eight = regimes[["prompt_id"]].assign(n=8, c=np.minimum(8, (regimes["p_base"] * 8).round()).astype(int))
+    label_counts(eight, Thresholds(coverage_k=64), "cal8").to_parquet(tmp_path / "regimes" / "regimes.parquet")
+    assert "cal8: Boundary cannot hold any prompt at n=8" in capsys.readouterr().err
+    report.main(["--results", str(tmp_path), "--settings", json.dumps(SETTINGS)])
+    tables = tmp_path / "tables"
+    assert "Boundary cannot hold any prompt at n=8" in (tables / "regime_counts.md").read_text()
+    for name in ("headline_intervals", "mechanism_summary", "methods_ranking"):
+        text = (tables / f"{name}.md").read_text()
+        assert "no Boundary prompts" in text and "not run" not in text.replace("Not run: Entropy bonus.", ""), name
+    ranking = pd.read_csv(tables / "methods_ranking.csv")
+    assert set(ranking["method"]) == {"grpo", "pba", "global_kl", "pba_g4"} and ranking["boundary_delta_mean"].isna().all()
+
+
+def test_the_landing_page_shows_the_headline_and_links_every_table_and_figure(built):
+    """results/{run}/report.html: the headline table and the regime pass@k figure inline, and a
+    link that resolves to a file for every table and figure of the run."""
+    import re
+
+    html = (built / "report.html").read_text()
+    assert "<h2>Headline (diagnostic split)</h2><table>" in html and "GRPO+PBA" in html
+    assert "Seed-level two-sided 95% Student-t intervals" in html
+    assert html.count("<img") == 1 and 'alt="pass@k per regime' in html
+    links = re.findall(r'href="([^"]+)"', html)
+    assert links and all((built / link).is_file() for link in links), [x for x in links if not (built / x).is_file()]
+    s = report_settings.load_settings(json.dumps(SETTINGS))
+    for name in report_settings.table_names(s):
+        assert {f"tables/{name}.{ext}" for ext in ("md", "csv", "tex")} <= set(links), name
+    for name in report_settings.figure_names(s):
+        assert {f"figures/{name}.{ext}" for ext in ("png", "pdf")} <= set(links), name
+    assert "eval_counts.parquet" in links and "diagnostics/diagnostic/summary.csv" in links
+
+
+def test_tables_the_config_cannot_fill_say_why_in_one_line(built, tmp_path):
+    """No controls and no gate configured: the two tables say so, with no empty cells."""
+    settings = {k: v for k, v in SETTINGS.items() if k not in ("controls", "ablations")}
+    report.main(["--results", str(built), "--settings", json.dumps(settings), "--out", str(tmp_path),
+                 "--masks"])
+    controls = (tmp_path / "tables" / "controls.md").read_text()
+    assert "No controls in this config" in controls and "GRPO+PBA" in controls
+    gate = (tmp_path / "tables" / "gate_ablation.md").read_text()
+    assert "No gate in this config" in gate and "|  |" not in gate and "| |" not in gate
+    masks = (tmp_path / "tables" / "masks.md").read_text()
+    assert "No masks in this config" in masks
+    html = (tmp_path / "report.html").read_text()
+    assert "No gate in this config" in html and "No controls in this config" in html

@@ -91,6 +91,25 @@ def test_smoke_run_writes_every_artifact(smoke_run):
     assert (out / "train/grpo/seed0/final/config.json").exists()
 
 
+def landing_page_links(out: Path) -> list[str]:
+    """The links of a run's landing page (results/{run}/report.html), each checked to resolve
+    to a file of the run, after its headline table and regime pass@k figure are found."""
+    html = (out / "report.html").read_text()
+    assert "<h2>Headline (diagnostic split)</h2><table>" in html and 'alt="pass@k per regime' in html
+    links = re.findall(r'href="([^"]+)"', html)
+    assert links and all((out / link).is_file() for link in links), [x for x in links if not (out / x).is_file()]
+    return links
+
+
+def test_the_run_ends_with_a_landing_page_linking_every_table_and_figure(smoke_run):
+    workdir, _ = smoke_run
+    out = workdir / "results" / "smoke"
+    links = set(landing_page_links(out))
+    tables = {p.relative_to(out).as_posix() for p in (out / "tables").iterdir() if not p.name.startswith(".")}
+    figures = {p.relative_to(out).as_posix() for p in (out / "figures").iterdir() if not p.name.startswith(".")}
+    assert tables | figures <= links, sorted((tables | figures) - links)
+
+
 def test_html_report_holds_the_figures(smoke_run):
     workdir, config = smoke_run
     snakemake("--cores", "1", "--configfile", str(config), "--report", "report.html", cwd=workdir)
@@ -221,6 +240,26 @@ def test_a_duplicate_config_key_stops_snakemake_with_one_line(tmp_path):
     assert run.returncode != 0
     line = len(text.splitlines()) + 1
     assert f"{config}: line {line}: duplicate key 'gate'" in run.stdout.splitlines()
+
+
+def test_a_config_error_stops_snakemake_with_one_line_naming_the_file(tmp_path):
+    config = tmp_path / "typo.yaml"
+    config.write_text((ROOT / "config" / "smoke.yaml").read_text() + "trian: {}\n")
+    run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
+    assert run.returncode == 1 and run.stdout.splitlines() == [f"{config}: config: unknown key 'trian'"]
+
+
+def test_a_missing_data_file_stops_snakemake_before_any_job_with_one_line(tmp_path):
+    """Not "At least one job did not complete successfully" from the splits job's log: the
+    config key and the path, as the workflow starts. Files a rule of the run writes (the
+    generated arithmetic splits) are not missing."""
+    config = tmp_path / "real.yaml"
+    shutil.copy(ROOT / "config" / "smollm2_smoke.yaml", config)
+    path = yaml.safe_load(config.read_text())["data"]["train"]["path"]
+    run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
+    assert run.returncode == 1 and len(run.stdout.splitlines()) == 1, run.stdout
+    assert run.stdout.startswith(f"{config}: data.train.path: {path}: file not found"), run.stdout
+    snakemake("-n", "--cores", "1", "--configfile", str(ROOT / "config" / "smollm2_arith_smoke.yaml"), cwd=tmp_path)
 
 
 def test_kill_9_of_the_controller_then_the_readme_steps(tmp_path):

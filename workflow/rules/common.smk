@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.training.anchors import BASE_SAMPLED
 from boundary.core.names import BASE, DIAGNOSTIC, NAME_PATTERN
-from boundary.core.config import load_yaml, validate_config
+from boundary.core.config import check_data_files, load_yaml, validate_config
 from boundary.core.errors import BoundaryError
 from boundary.core import settings
 from boundary.analysis.report_settings import figure_names, table_names
@@ -16,12 +16,23 @@ from boundary.cli import COMMANDS
 from boundary.tasks.arithmetic import levels_text
 from boundary.core import digests, sources
 
+
+def stop(line):
+    """A user error found while the workflow starts: one line on stderr and exit 1, before any
+    job runs (a WorkflowError would add Snakemake's file, line and traceback lines)."""
+    print(line, file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 try:
     for _configfile in workflow.configfiles:  # Snakemake's loader keeps the last of a duplicate key
         load_yaml(_configfile)
+except BoundaryError as err:  # names the file
+    stop(str(err))
+try:
     config = validate_config(config)
 except BoundaryError as err:
-    raise WorkflowError(str(err))
+    stop(f"{', '.join(map(str, workflow.configfiles)) or 'config'}: {err}")
 
 # The digest store (core/digests.py), for this process and the jobs it starts: their writers
 # record what they write.
@@ -151,7 +162,7 @@ def report_outputs():
     figures = [f"{OUT}/figures/{f}.pdf" for f in figure_names(REPORT)]
     pngs = [report(f"{OUT}/figures/{f}.png", category="Figures") for f in figure_names(REPORT)]
     audit = [directory(f"{OUT}/diagnostics"), f"{OUT}/release/diagnostic_split.jsonl"]
-    return [f"{OUT}/eval_counts.parquet"] + audit + tables + csvs + figures + pngs
+    return [f"{OUT}/report.html", f"{OUT}/eval_counts.parquet"] + audit + tables + csvs + figures + pngs
 
 
 def mask_files():
@@ -195,7 +206,7 @@ def run_artifacts():
 try:
     REPORT = settings.report_key(config)
 except BoundaryError as err:  # the config's report: section
-    raise WorkflowError(str(err))
+    stop(f"{', '.join(map(str, workflow.configfiles)) or 'config'}: {err}")
 
 
 def edited_artifacts():
@@ -219,6 +230,10 @@ HOUSEKEEPING = {
     "--cm",
 }
 if not (workflow.remote_exec or workflow.subprocess_exec or HOUSEKEEPING & set(sys.argv)):
+    try:  # a missing data file: named now, not in a failed job's log ("At least one job did not complete")
+        check_data_files(config, arithmetic_files())
+    except BoundaryError as err:
+        stop(f"{', '.join(map(str, workflow.configfiles)) or 'config'}: {err}")
     _edited = edited_artifacts()
     if _edited:
         _more = f" (and {len(_edited) - 1} more)" if len(_edited) > 1 else ""

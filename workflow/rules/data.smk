@@ -27,7 +27,7 @@ if config["arithmetic"]:
                 else ""
             ),
         shell:
-            "boundary arithmetic --out-dir {params.out_dir} {params.splits} --seed {params.seed} "
+            "boundary arithmetic --out {params.out_dir} {params.splits} --seed {params.seed} "
             "--levels {params.levels:q} {params.share} > {log} 2>&1"
 
 
@@ -56,7 +56,7 @@ if TESTBED:
             settings=as_param(settings.data_key(config)),
             out_dir=lambda wc, output: Path(output.train).parent,
         shell:
-            "boundary data --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"
+            "boundary data --settings {params.settings:q} --out {params.out_dir} > {log} 2>&1"
 
 else:
 
@@ -89,4 +89,4 @@ else:
             out_dir=lambda wc, output: Path(output[0]).parent,
             model_arg=lambda wc, input: f"--model {input.model}" if input.model else "",
         shell:
-            "boundary data --settings {params.settings:q} --out-dir {params.out_dir} " "{params.model_arg} > {log} 2>&1"
+            "boundary data --settings {params.settings:q} --out {params.out_dir} " "{params.model_arg} > {log} 2>&1"

@@ -42,6 +42,7 @@ CLI:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -66,6 +67,7 @@ from boundary.core.artifacts import atomic_dir, output_folder, write_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.names import BASE
 from boundary.core.passk import DEFAULT_KS, modal_answers, pass_at_k, pass_at_k_column, usable_ks
+from boundary.readers.problems import named, snippet
 from boundary.training.gate import read_mask
 
 # The report's and the verifier's defaults (the schema's), for the options they share.
@@ -92,12 +94,13 @@ def parse_run(spec: str) -> tuple[str, int, str]:
 # ----------------------------------------------------------------------------- per prompt
 
 def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
-                 ks, bins=rg.DEFAULT_BINS, names: dict | None = None) -> pd.DataFrame:
+                 ks, bins=rg.DEFAULT_BINS, names: dict | None = None, problems: dict | None = None) -> pd.DataFrame:
     """One row per (method, seed, prompt): counts, pass@k, and the base's values beside them.
 
     `runs` maps (method, seed) -> counts frame; the base enters as method 'base', seed 0.
     Every run must cover exactly the base's prompts (a transition needs both sides).
-    `names` maps (method, seed) -> file name for error messages.
+    `names` maps (method, seed) -> file name for error messages, `problems` prompt_id ->
+    problem text (named beside an id in them).
     """
     names = names or {}
     base_ids = set(base["prompt_id"])
@@ -107,8 +110,8 @@ def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
         where = names.get((method, seed), f"{method}:{seed}")
         if ids != base_ids:
             extra, missing = sorted(ids - base_ids), sorted(base_ids - ids)
-            what = (f"{len(extra)} prompt_id(s) not in the base file (e.g. {extra[0]})" if extra
-                    else f"{len(missing)} base prompt_id(s) missing (e.g. {missing[0]})")
+            what = (f"{len(extra)} prompt_id(s) not in the base file (e.g. {named(extra[0], problems)})" if extra
+                    else f"{len(missing)} base prompt_id(s) missing (e.g. {named(missing[0], problems)})")
             raise BoundaryError(f"{where}: {what}")
         optional = {c: np.nan for c in ("entropy", "unique_positives", "modal_share") if c not in counts}  # library callers
         if "modal_answer" not in counts:
@@ -129,10 +132,11 @@ def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
     return f
 
 
-def check_regimes(base: pd.DataFrame, regimes: pd.DataFrame, where: str) -> None:
+def check_regimes(base: pd.DataFrame, regimes: pd.DataFrame, where: str, problems: dict | None = None) -> None:
     missing = sorted(set(base["prompt_id"]) - set(regimes["prompt_id"].astype(str)))
     if missing:
-        raise BoundaryError(f"{where}: no calibration for {len(missing)} prompt_id(s) of the base file (e.g. {missing[0]})")
+        raise BoundaryError(f"{where}: no calibration for {len(missing)} prompt_id(s) of the base file "
+                            f"(e.g. {named(missing[0], problems)})")
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -174,13 +178,21 @@ def add_evidence(frame: pd.DataFrame, level: float = 0.95, prior: str = "fit") -
 
 
 PROMPT_COLUMNS = ["method", "seed", "prompt_id", "regime", "n", "c", "p_low", "p_high", "prior_a", "prior_b",
-                  "base_n", "base_c", "cell", "lost_p", "lost_significant"]
+                  "base_n", "base_c", "cell", "lost_p", "lost_significant", "problem"]
 
 
-def prompt_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """[prompts.csv] one row per (method, seed, prompt) with its evidence columns."""
+def with_problems(table: pd.DataFrame, problems: dict | None) -> pd.DataFrame:
+    """A per-prompt table with `problem` (the problem's text, cut by `snippet`; "" where the
+    inputs carry none) beside its opaque prompt_id, as its last column."""
+    problems = problems or {}
+    text = {p: snippet(problems.get(p)) for p in table["prompt_id"].unique()}
+    return table.assign(problem=table["prompt_id"].map(text).fillna(""))
+
+
+def prompt_table(frame: pd.DataFrame, problems: dict | None = None) -> pd.DataFrame:
+    """[prompts.csv] one row per (method, seed, prompt) with its evidence columns and problem."""
     f = frame.assign(cell=np.where(frame["method"] == BASE, pd.NA, cells(frame["base_c"], frame["c"])))
-    return f[PROMPT_COLUMNS].reset_index(drop=True)
+    return with_problems(f, problems)[PROMPT_COLUMNS].reset_index(drop=True)
 
 
 def _with_all(frame: pd.DataFrame, group: str) -> pd.DataFrame:
@@ -388,6 +400,9 @@ class Diagnosis:
     level: float = REPORT["level"]
     thresholds: rg.Thresholds | None = None
     bins: tuple = rg.DEFAULT_BINS
+    problems: dict | None = None             # prompt_id -> problem text, where the inputs carry it
+    regime_source: str = "frozen-base calibration"  # what the regime labels were computed from
+    regime_notes: list | None = None         # regimes the calibration's n cannot populate (regimes.unpopulated)
 
     @property
     def passk(self) -> pd.DataFrame:
@@ -402,7 +417,7 @@ class Diagnosis:
         out = {"passk": self.passk, "metrics": self.metrics, "summary": self.summary,
                "transitions": self.transitions, "bootstrap": self.bootstrap}
         if self.regimes is not None:
-            out["regimes"] = self.regimes[["prompt_id", "p_base", "regime"]]
+            out["regimes"] = with_problems(self.regimes[["prompt_id", "p_base", "regime"]], self.problems)
         for name in ("strata", "sensitivity", "pairs", "masks", "attribution", "crossover", "curves",
                      "prompts"):
             if getattr(self, name) is not None:
@@ -413,9 +428,11 @@ class Diagnosis:
 def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None, ks=DEFAULT_KS,
             resamples: int = REPORT["bootstrap"]["resamples"], boot_seed: int = REPORT["bootstrap"]["seed"],
             pairs=(), bins=rg.DEFAULT_BINS, masks: dict | None = None, names: dict | None = None,
-            level: float = REPORT["level"],
-            prior: str = "fit", attribution: bool = True) -> Diagnosis:
-    """Diagnose trained runs against the base on one split (regimes None: no regime split)."""
+            level: float = REPORT["level"], prior: str = "fit", attribution: bool = True,
+            problems: dict | None = None, regime_source: str = "frozen-base calibration") -> Diagnosis:
+    """Diagnose trained runs against the base on one split (regimes None: no regime split).
+    `problems` (prompt_id -> text) puts each prompt's problem beside its id in the per-prompt
+    tables and error lines; `regime_source` says where the regime labels came from."""
     if not 0 < level < 1:
         raise BoundaryError(f"--level {level}: must be between 0 and 1 (e.g. 0.95)")
     all_n = np.concatenate([base["n"].to_numpy()] + [r["n"].to_numpy() for r in runs.values()])
@@ -427,12 +444,14 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
     if regimes is not None:  # a calibration may cover more prompts than were evaluated
         regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
         regimes = regimes[regimes["prompt_id"].isin(set(base["prompt_id"]))].reset_index(drop=True)
-    frame = add_evidence(prompt_frame(base, runs, regimes, ks_ok, bins, names), level, prior)
+    frame = add_evidence(prompt_frame(base, runs, regimes, ks_ok, bins, names, problems), level, prior)
     metrics = run_metrics(frame, ks_ok)
     summary = summarize(metrics, ["method", "metric", "regime", "k"], level=level)
     strata = sens = th = None
+    notes = []
     if regimes is not None:
         th = rg.thresholds_of(regimes)
+        notes = rg.unpopulated(regimes["n"], th) if "n" in regimes else []
         by_stratum = run_metrics(frame, ks_ok, group="stratum")
         strata = summarize(by_stratum, ["method", "metric", "stratum", "k"], level=level)
         sens = sensitivity(frame, ks_ok, rg.sensitivity_grid(th), level)
@@ -458,30 +477,43 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
         transitions=transitions(frame), bootstrap=_bootstrap_rows(wide, groups, draws[0], level, "regime"),
         strata=strata, sensitivity=sens, pairs=pair_df,
         masks=mask_metrics(masks) if masks else None, attribution=attr_table, crossover=cross, curves=curves,
-        prompts=prompt_table(frame), level=level, thresholds=th, bins=tuple(bins))
+        prompts=prompt_table(frame, problems), level=level, thresholds=th, bins=tuple(bins), problems=problems,
+        regime_source=regime_source, regime_notes=notes)
 
 
 # ----------------------------------------------------------------------------- output
 
-def main(argv=None) -> None:
-    from boundary.analysis import figures, page, tables  # matplotlib only when the CLI draws
-    from boundary.core.options import EDGES, FINITE, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser
+DIAGNOSE_EXAMPLE = """examples:
+  boundary diagnose --base base_counts.parquet --trained grpo:0=grpo_counts.parquet --out diag
+  boundary diagnose --base val/0.jsonl --trained grpo:0=val/500.jsonl --calibration cal.jsonl \\
+                    --gold gold.jsonl --extractor last_number --out diag"""
 
-    ap = ArgumentParser(prog="boundary diagnose", description=__doc__.splitlines()[0])
+
+def make_parser():
+    from boundary.core.options import EDGES, FINITE, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser, description
+
+    ap = ArgumentParser(prog="boundary diagnose", description=description(__doc__), epilog=DIAGNOSE_EXAMPLE)
     ap.add_argument("--base", required=True, help="base counts or samples, any --format (parquet, csv or jsonl); "
                                                   "a verl dump folder's step as DIR@step=N")
-    ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH")
-    ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels")
+    ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH",
+                    help="a trained policy's counts or samples, as method:seed=path (repeat for every "
+                         "method and seed)")
+    ap.add_argument("--calibration", help="independent base counts or per-sample calibration for regime labels "
+                                          "(default: the labels come from --base itself)")
     ap.add_argument("--mask", action="append", default=[], metavar="NAME=PATH", help="a PBA-style mask parquet")
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired gains A - B (e.g. pba grpo)")
     ap.add_argument("--labels", action="append", default=[], metavar="NAME=LABEL",
                     help="display name of a method in tables and figures")
-    ap.add_argument("--ks", type=KS, default=",".join(map(str, DEFAULT_KS)))
+    ap.add_argument("--ks", type=KS, default=",".join(map(str, DEFAULT_KS)),
+                    help="the ks of pass@k; a k above a file's n is dropped, with a warning")
     th0 = rg.PAPER
-    ap.add_argument("--easy", type=FRACTION, default=th0.easy)
-    ap.add_argument("--boundary", type=FRACTION, default=th0.boundary)
-    ap.add_argument("--coverage-k", type=POSITIVE, default=th0.coverage_k)
-    ap.add_argument("--coverage-min", type=FRACTION, default=th0.coverage_min)
+    ap.add_argument("--easy", type=FRACTION, default=th0.easy, help="SolvedEasy: p_base above this")
+    ap.add_argument("--boundary", type=FRACTION, default=th0.boundary,
+                    help="Boundary: p_base below this, coverage above --coverage-min")
+    ap.add_argument("--coverage-k", type=POSITIVE, default=th0.coverage_k,
+                    help="coverage = 1 - (1 - p_base)^coverage_k")
+    ap.add_argument("--coverage-min", type=FRACTION, default=th0.coverage_min,
+                    help="OutOfReach: coverage at most this")
     ap.add_argument("--bins", type=EDGES, default=",".join(f"{b:g}" for b in rg.DEFAULT_BINS),
                     help="p_base strata edges")
     ap.add_argument("--resamples", type=POSITIVE, default=REPORT["bootstrap"]["resamples"],
@@ -508,6 +540,13 @@ def main(argv=None) -> None:
     ev.add_argument("--level", type=FRACTION, default=REPORT["level"], help="level of every interval and of the lost test")
     ev.add_argument("--prior", default="fit", choices=PRIORS,
                     help="per-prompt p intervals: Beta-Binomial prior fitted per run, or Jeffreys'")
+    return ap
+
+
+def main(argv=None) -> None:
+    from boundary.analysis import figures, page, tables  # matplotlib only when the CLI draws
+
+    ap = make_parser()
     args = ap.parse_args(argv)
 
     out = output_folder(args.out, OWNER)  # before the analysis: a bad --out fails at once
@@ -537,14 +576,17 @@ def main(argv=None) -> None:
     names.pop(CALIBRATION, None)
     runs = {key: d.counts for key, d in data.items() if key != (BASE, 0)}
     base = data[(BASE, 0)].counts
+    problems = {p: t for d in data.values() for p, t in d.problems.items()}
     if args.calibration:
-        check_regimes(base, cal, args.calibration)
+        check_regimes(base, cal, args.calibration, problems)
         cal = cal[cal["prompt_id"].isin(set(base["prompt_id"]))]
+        source = f"calibration {Path(args.calibration).name}"
     else:
         warn(f"no --calibration: regimes are labelled from {args.base}, the same samples that measure "
              "base pass@k, so they are not independent (boundary prompts get base pass@256 = 1)")
         cal = base
-    regimes = rg.label_counts(cal, th)
+        source = f"base evaluation {Path(readers.input_path(args.base)[0]).name}, not independent (no --calibration)"
+    regimes = rg.label_counts(cal, th, args.calibration or args.base)
     masks = {}
     for spec in args.mask:
         name, sep, path = spec.partition("=")
@@ -567,7 +609,7 @@ def main(argv=None) -> None:
                 raise BoundaryError(f"--pair {m}: not among the --trained names ({', '.join(methods)})")
         pairs = [tuple(args.pair)]
     diag = analyse(base, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names, args.level,
-                   args.prior)
+                   args.prior, problems=problems, regime_source=source)
 
     with atomic_dir(out, OWNER) as tmp:  # --out holds exactly this run's files
         for name, table in diag.csv_tables().items():
@@ -578,6 +620,5 @@ def main(argv=None) -> None:
         if not args.no_figures:
             figures.write_diagnose_figures(diag, view, tmp / "figures")
             page.write_page(diag, view, tmp / "figures", tmp / "report.html",
-                            {key: d.samples for key, d in data.items() if d.samples is not None},
-                            {p: t for d in data.values() for p, t in d.problems.items()})
+                            {key: d.samples for key, d in data.items() if d.samples is not None}, problems)
     print(f"diagnose: {len(runs)} run(s), {len(base)} prompts -> {out}")

@@ -137,13 +137,20 @@ def _legend_below(fig, ax, height: float) -> None:
 
 
 def regime_passk(diag, view, folder: Path, name: str = "regime_passk") -> list[Path]:
-    """pass@k curves per regime, base vs trained methods."""
-    regimes = [r for r in REGIMES if r in set(diag.summary["regime"])]
+    """pass@k curves per regime, base vs trained methods; a regime without prompts keeps its
+    panel, which says so."""
+    regimes = list(REGIMES) if diag.regimes is not None else []
     fig, axes = plt.subplots(1, max(len(regimes), 1), figsize=(2.3 * max(len(regimes), 1), 2.4), sharey=True)
     axes = np.atleast_1d(axes)
     for _i, (ax, r) in enumerate(zip(axes, regimes)):
-        _passk_axes(ax, diag, view, r, legend=False)
-        n = diag.regimes["regime"].eq(r).sum() if diag.regimes is not None else 0
+        n = diag.regimes["regime"].eq(r).sum()
+        if n:
+            _passk_axes(ax, diag, view, r, legend=False)
+        else:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(diag.ks, [str(k) for k in diag.ks])
+            ax.set_xlabel("k samples")
+            _not_run(ax, f"no {r} prompts")
         ax.set_title(f"{r} (n={n})")
     axes[0].set_ylabel("pass@k (%)")
     if not regimes:
@@ -153,26 +160,32 @@ def regime_passk(diag, view, folder: Path, name: str = "regime_passk") -> list[P
 
 
 def transition_heatmaps(diag, view, folder: Path, name: str = "transitions") -> list[Path]:
-    """Seed-mean base/trained solved matrices, one 2x2 panel per method and regime."""
+    """Seed-mean base/trained solved matrices, one 2x2 panel per method and regime, on one
+    colour scale (a colour bar beside them): a cell's colour compares across panels."""
     t = diag.transitions
     methods = [m for m in view.main if m in set(t["method"])] or ["(none)"]
     regimes = ["all"] + [r for r in REGIMES if r in set(t["regime"])]
-    fig, axes = plt.subplots(len(methods), len(regimes), figsize=(1.7 * len(regimes), 1.7 * len(methods) + 0.3),
-                             squeeze=False)
-    for i, m in enumerate(methods):
-        for j, r in enumerate(regimes):
-            ax = axes[i, j]
+    grids = {}
+    for m in methods:
+        for r in regimes:
             sub = t[(t["method"] == m) & (t["regime"] == r)]
             grid = np.zeros((2, 2))
             for a, bs in enumerate((True, False)):
                 for b, ts in enumerate((True, False)):
                     grid[a, b] = sub[(sub["base_solved"] == bs) & (sub["trained_solved"] == ts)]["count"].mean()
-            grid = np.nan_to_num(grid)
-            ax.imshow(grid, cmap="Purples", vmin=0, vmax=max(grid.max(), 1))
+            grids[m, r] = np.nan_to_num(grid)
+    top = max(max(g.max() for g in grids.values()), 1)
+    fig, axes = plt.subplots(len(methods), len(regimes), figsize=(1.7 * len(regimes) + 0.6, 1.7 * len(methods) + 0.3),
+                             squeeze=False)
+    image = None
+    for i, m in enumerate(methods):
+        for j, r in enumerate(regimes):
+            ax, grid = axes[i, j], grids[m, r]
+            image = ax.imshow(grid, cmap="Purples", vmin=0, vmax=top)
             for a in range(2):
                 for b in range(2):
                     ax.text(b, a, f"{grid[a, b]:.0f}", ha="center", va="center",
-                            color="white" if grid[a, b] > 0.6 * grid.max() else "black", fontsize=8)
+                            color="white" if grid[a, b] > 0.6 * top else "black", fontsize=8)
             ax.set_xticks([0, 1], ["solved", "unsolved"] if i == len(methods) - 1 else ["", ""])
             ax.set_yticks([0, 1], ["solved", "unsolved"] if j == 0 else ["", ""])
             if i == 0:
@@ -187,6 +200,7 @@ def transition_heatmaps(diag, view, folder: Path, name: str = "transitions") -> 
         _not_run(axes[0, 0])
     fig.suptitle("Base → trained transitions (seed mean, prompts)", fontsize=9)
     fig.tight_layout()
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, pad=0.03, label="prompts (seed mean)")
     return save(fig, folder, name)
 
 
@@ -216,7 +230,7 @@ def p_base_histogram(diag, folder: Path, name: str = "p_base_hist") -> list[Path
                      (p_cov, f"coverage cut {p_cov:.3g}")):
         ax.axvline(np.log10(xv), color="0.2", ls="--", lw=0.7)
         ax.text(np.log10(xv), top * 0.98, text + " ", rotation=90, va="top", ha="right", fontsize=6)
-    ax.set_xlabel("p_base (frozen-base calibration, log scale; p_base = 0 at left)")
+    ax.set_xlabel(f"p_base ({diag.regime_source}; log scale, p_base = 0 at left)")
     ax.set_ylabel("prompts")
     ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title("Base success rate and regime thresholds")
@@ -295,6 +309,8 @@ def methods_ranking(ranked, base_passk1, view, bench_label: str, k_hi: int, fold
              ha="right", va="bottom", color=GRAY, fontsize=6)
     if not len(ranked):
         _not_run(axes[0], "no method evaluated")
+    elif ranked["boundary_delta_mean"].isna().all():
+        _not_run(axes[1], "no Boundary prompts")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return save(fig, folder, name)
 

@@ -5,6 +5,11 @@ Sections: the headline per method (pass@k, Δpass@k, crossover k*, area over log
 its detection floor), the figures `figures.write_diagnose_figures` drew, the attribution of
 Δpass@k at the largest k by regime and transition cell, and the worst lost prompts with their
 problem text and a few sampled answers where the inputs were samples.
+
+`write_run_page` is a pipeline run's landing page (results/{run}/report.html, written by the
+report): the same headline and the regime pass@k figure inline, then every table of the run
+(each with its files, and why where the config could not fill it) and links to every figure
+and audit file, relative to the page, so the run's folder can be moved or shared whole.
 """
 
 from __future__ import annotations
@@ -192,35 +197,109 @@ def worst_lost(diag, view, samples: dict, problems: dict) -> str:
     return note + "".join(parts)
 
 
+def _intro(diag, methods) -> str:
+    n_prompts = int(diag.prompts[diag.prompts["method"] == "base"].shape[0])
+    runs = diag.prompts[diag.prompts["method"] != "base"][["method", "seed"]].drop_duplicates()
+    regimes = (diag.regimes["regime"].value_counts().to_dict() if diag.regimes is not None else {})
+    return (f"<p>{n_prompts} prompts; base and {len(runs)} trained run(s) of {len(methods)} method(s); regimes: "
+            + (", ".join(f"{esc(k)} {v}" for k, v in regimes.items()) or "none") +
+            f". Intervals: {100 * diag.level:g}% paired prompt bootstrap, nested over seeds.</p>")
+
+
+HEADLINE_NOTE = ("<p class='note'>k*: smallest k where trained pass@k falls below base. Area: ∫ Δpass@k d(ln k) "
+                 "from 1 to K; ÷ ln K is the log-k average. Lost if unchanged: the lost count that n fresh samples "
+                 "of the base itself would show (Beta-Binomial predictive). 0/n floor: a prompt with 0 of n correct "
+                 "is consistent with any p up to this.</p>")
+
+
 def write_page(diag, view, figures_dir: Path, path: Path, samples: dict | None = None,
                problems: dict | None = None) -> Path:
     """Write the page; `samples` maps (method, seed) to sample rows, `problems` prompt_id to text."""
     samples, problems = samples or {}, problems or {}
     methods = [m for m in view.main if m in set(diag.summary["method"])]
-    n_prompts = int(diag.prompts[diag.prompts["method"] == "base"].shape[0])
-    runs = diag.prompts[diag.prompts["method"] != "base"][["method", "seed"]].drop_duplicates()
-    regimes = (diag.regimes["regime"].value_counts().to_dict() if diag.regimes is not None else {})
     figs = "".join(figure(Path(figures_dir) / f"{name}.png", caption) for name, caption in FIGURES
                    if (Path(figures_dir) / f"{name}.png").exists())
     sections = [
-        f"<h1>pass@k diagnosis</h1><p>{n_prompts} prompts; base and {len(runs)} trained run(s) of "
-        f"{len(methods)} method(s); regimes: "
-        + (", ".join(f"{esc(k)} {v}" for k, v in regimes.items()) or "none") +
-        f". Intervals: {100 * diag.level:g}% paired prompt bootstrap, nested over seeds.</p>",
+        "<h1>pass@k diagnosis</h1>" + _intro(diag, methods),
         "<h2>Headline</h2>" + (headline(diag, view, methods) if diag.attribution is not None else "<p>n/a</p>"),
-        "<p class='note'>k*: smallest k where trained pass@k falls below base. Area: ∫ Δpass@k d(ln k) "
-        "from 1 to K; ÷ ln K is the log-k average. Lost if unchanged: the lost count that n fresh samples "
-        "of the base itself would show (Beta-Binomial predictive). 0/n floor: a prompt with 0 of n correct is consistent with any p up to this.</p>",
+        HEADLINE_NOTE,
         "<h2>Figures</h2>" + figs,
         f"<h2>Attribution of Δpass@{max(diag.ks)} (points, seed mean, interval below)</h2>"
         + (attribution_table(diag, view, methods) if diag.attribution is not None else "<p>n/a</p>"),
         "<h2>Worst lost prompts</h2>" + worst_lost(diag, view, samples, problems),
     ]
+    write_text(_document("pass@k diagnosis", sections, figs.count("<figure>")), path)
+    return Path(path)
+
+
+def _document(title: str, sections: list[str], n_figures: int) -> str:
     # Counts decoded figures once loaded, so a check (or a reader) can see they all rendered.
     script = ("<script>addEventListener('load',function(){var n=0;for(var i of document.images)"
               "{if(i.complete&&i.naturalWidth>0)n++}document.body.setAttribute('data-figures-rendered',n)})</script>")
-    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>pass@k diagnosis</title>"
-            f"<style>{STYLE}</style></head><body data-figures=\"{figs.count('<figure>')}\">"
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
+            f"<style>{STYLE}</style></head><body data-figures=\"{n_figures}\">"
             + "".join(sections) + script + "</body></html>\n")
-    write_text(page, path)
-    return Path(path)
+
+
+# ----------------------------------------------------------------------------- a run's landing page
+
+def link(path: Path, page_dir: Path, text: str) -> str:
+    return f'<a href="{esc(Path(path).relative_to(page_dir).as_posix())}">{esc(text)}</a>'
+
+
+def html_table(t) -> str:
+    """A report table (tables.Table) as HTML: its cells as the Markdown file shows them."""
+    cell = lambda c: esc(c.md() if hasattr(c, "md") else c)
+    return table(t.columns, [[cell(c) for c in row] for row in t.rows])
+
+
+def _files(page_dir: Path, stem: Path, exts) -> str:
+    found = [link(stem.with_suffix(f".{ext}"), page_dir, ext) for ext in exts
+             if stem.with_suffix(f".{ext}").exists()]
+    return " · ".join(found)
+
+
+def write_run_page(diag, view, run_tables: list, figures: list[tuple[str, str]], out: Path,
+                   run: str, headline_table=None) -> Path:
+    """results/{run}/report.html: the landing page of a pipeline run, written into `out` (the
+    folder holding tables/, figures/, diagnostics/). `run_tables` are the report's tables (as
+    written under tables/); `figures` (name, caption) those written under figures/, the first
+    of which (the regime pass@k figure) is shown inline; `headline_table`, shown under the
+    headline, is the run's seed-level intervals."""
+    out = Path(out)
+    methods = [m for m in view.main if m in set(diag.summary["method"])]
+    fdir, tdir = out / "figures", out / "tables"
+    lead = [(n, c) for n, c in figures if (fdir / f"{n}.png").exists()][:1]
+    sections = [f"<h1>Run {esc(run)}: pass@k report</h1>" + _intro(diag, methods)
+                + "<p class='note'>Regimes and the headline are on the diagnostic split; every table below "
+                  "links its Markdown, CSV and LaTeX files.</p>",
+                "<h2>Headline (diagnostic split)</h2>"
+                + (headline(diag, view, methods) if diag.attribution is not None else "<p>n/a</p>"), HEADLINE_NOTE]
+    if headline_table is not None:
+        sections.append(f"<h3>{esc(headline_table.caption)}</h3>" + _table_body(headline_table))
+    sections.append("<h2>pass@k per regime</h2>"
+                    + "".join(figure(fdir / f"{n}.png", c) for n, c in lead))
+    items = []
+    for t in run_tables:
+        files = _files(out, tdir / t.name, ("md", "csv", "tex"))
+        why = f" <span class='bad'>{esc(t.rows[0][0])}</span>" if t.columns == ["Note"] else ""  # tables.unfilled
+        items.append(f"<details><summary><b>{esc(t.caption)}</b>{why} <span class='note'>{esc(t.name)}: {files}"
+                     f"</span></summary>{_table_body(t)}</details>")
+    sections.append("<h2>Tables</h2>" + "".join(items))
+    rows = [[esc(c), _files(out, fdir / n, ("png", "pdf"))] for n, c in figures
+            if (fdir / f"{n}.png").exists() or (fdir / f"{n}.pdf").exists()]
+    sections.append("<h2>Figures</h2>" + table(["Figure", "Files"], rows))
+    audit = [link(p, out, p.relative_to(out).as_posix()) for p in sorted(out.glob("diagnostics/*/*.csv"))]
+    data = [link(p, out, p.relative_to(out).as_posix())
+            for p in [out / "eval_counts.parquet", *sorted(out.glob("release/*"))] if p.exists()]
+    sections.append("<h2>Data and audit files</h2><p>" + " · ".join(data) + "</p><p class='note'>"
+                    + " · ".join(audit) + "</p>")
+    path = out / "report.html"
+    write_text(_document(f"Run {run}: pass@k report", sections, len(lead)), path)
+    return path
+
+
+def _table_body(t) -> str:
+    """A table's cells and notes; a table the run could not fill is its one line of why."""
+    notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in t.notes)
+    return (html_table(t) if t.rows else "") + notes

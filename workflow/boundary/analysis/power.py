@@ -32,7 +32,7 @@ from boundary.analysis.stats import bootstrap_means, nested_over_seeds, percenti
 from boundary.core import settings
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
-from boundary.core.options import KS, LEVEL, POSITIVE, ArgumentParser
+from boundary.core.options import KS, LEVEL, POSITIVE, ArgumentParser, description
 from boundary.core.passk import pass_at_k
 
 COLUMNS = ["prompts", "seeds", "boundary_prompts", "effect", "power", "false_positive", "mean_width"]
@@ -100,20 +100,28 @@ def power_table(counts: pd.DataFrame, th: Thresholds, *, prompts, seeds, effect:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def main(argv=None) -> None:
-    parser = ArgumentParser(prog="boundary power", description=__doc__.split("\n\n")[0])
+def make_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="boundary power", description=description(__doc__),
+                            epilog="example:\n  boundary power --calibration results/testbed/rollouts/"
+                                   "base_calibration.parquet \\\n      --settings '{\"easy\": 0.6, \"boundary\": 0.1, "
+                                   "\"coverage_k\": 256, \"coverage_min\": 0.4}' --prompts 100,200 --seeds 1,3")
     parser.add_argument("--calibration", required=True, help="the base's calibration samples (or counts) parquet")
     parser.add_argument("--settings", required=True, help="the regimes thresholds (JSON file or string)")
     parser.add_argument("--eval-n", type=POSITIVE, default=256, help="evaluation samples per prompt")
-    parser.add_argument("--k", type=POSITIVE, default=256)
+    parser.add_argument("--k", type=POSITIVE, default=256, help="the k of Boundary pass@k")
     parser.add_argument("--effect", type=LEVEL, default=0.05, help="drop in Boundary pass@k to resolve")
     parser.add_argument("--prompts", type=KS, default=[100, 200, 400], help="diagnostic prompt counts")
     parser.add_argument("--seeds", type=KS, default=[1, 3], help="training seed counts")
     parser.add_argument("--sims", type=POSITIVE, default=200, help="simulated studies per design")
-    parser.add_argument("--resamples", type=POSITIVE, default=2000)
-    parser.add_argument("--level", type=LEVEL, default=settings.defaults("report")["level"])
-    parser.add_argument("--out", help="power table parquet")
-    args = parser.parse_args(argv)
+    parser.add_argument("--resamples", type=POSITIVE, default=2000, help="bootstrap resamples per simulated study")
+    parser.add_argument("--level", type=LEVEL, default=settings.defaults("report")["level"],
+                        help="level of the bootstrap interval")
+    parser.add_argument("--out", help="power table parquet to write (default: printed only)")
+    return parser
+
+
+def main(argv=None) -> None:
+    args = make_parser().parse_args(argv)
     frame = read_table(args.calibration, nonempty=True)
     counts = frame if {"n", "c"} <= set(frame.columns) else counts_from_calibration(frame)
     th = Thresholds.from_dict(settings.load("regimes", args.settings))

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from boundary.core import settings
-from boundary.core.errors import BoundaryError
+from boundary.core.errors import BoundaryError, warn
 from boundary.core.passk import counts_of
 
 REGIMES = ("SolvedEasy", "Reachable", "Boundary", "OutOfReach")
@@ -69,6 +69,41 @@ def label(p_base, th: Thresholds = PAPER) -> np.ndarray:
         ["OutOfReach", "SolvedEasy", "Reachable"], default="Boundary").astype(object)
 
 
+RULES = {"OutOfReach": "coverage@{coverage_k} <= {coverage_min:g}", "SolvedEasy": "p_base > {easy:g}",
+         "Reachable": "{boundary:g} <= p_base <= {easy:g}",
+         "Boundary": "p_base < {boundary:g} with coverage@{coverage_k} > {coverage_min:g}"}
+
+
+def reachable_at(n: int, th: Thresholds = PAPER) -> set[str]:
+    """The regimes a prompt sampled n times can land in: p_base = c / n takes n + 1 values."""
+    return set(label(np.arange(n + 1) / n, th))
+
+
+def unpopulated(ns, th: Thresholds = PAPER) -> list[str]:
+    """One line per regime that no prompt can hold at the calibration's n (every n present),
+    with the n it needs: the smallest N from which every n up to max(1024, 2 x the largest n
+    present) can hold one. With 8 samples a prompt the smallest nonzero p_base is 0.125, above
+    the Boundary cut 0.10, so Boundary is empty by construction (it needs n >= 11)."""
+    ns = sorted({int(n) for n in ns if int(n) >= 1})
+    if not ns:
+        return []
+    possible = set().union(*(reachable_at(n, th) for n in ns))
+    missing = [r for r in REGIMES if r not in possible]
+    if not missing:
+        return []
+    top = max(1024, 2 * ns[-1])
+    at = [reachable_at(n, th) for n in range(1, top + 1)]
+    at_n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]} to {ns[-1]}"
+    lines = []
+    for r in missing:
+        ok = np.array([r in a for a in at])
+        bad = np.flatnonzero(~ok)
+        need = f"needs n >= {bad[-1] + 2}" if ok[-1] else f"no n up to {top} can hold one"  # bad: n - 1
+        rule = RULES[r].format(**asdict(th))
+        lines.append(f"{r} cannot hold any prompt at {at_n} (p_base = c/n; {r}: {rule}): {need}")
+    return lines
+
+
 def counts_from_calibration(samples: pd.DataFrame) -> pd.DataFrame:
     """Per-sample calibration rows -> per-prompt n, c, p_base."""
     out = counts_of(samples[["prompt_id", "correct"]])[["prompt_id", "n", "c"]]
@@ -76,8 +111,11 @@ def counts_from_calibration(samples: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def label_counts(counts: pd.DataFrame, th: Thresholds = PAPER) -> pd.DataFrame:
-    """Per-prompt (prompt_id, n, c) -> the regimes.parquet table, thresholds as columns."""
+def label_counts(counts: pd.DataFrame, th: Thresholds = PAPER, source="calibration") -> pd.DataFrame:
+    """Per-prompt (prompt_id, n, c) -> the regimes.parquet table, thresholds as columns; one
+    warning naming `source` per regime its n cannot populate."""
+    for line in unpopulated(counts["n"], th):
+        warn(f"{source}: {line}")
     out = counts[["prompt_id", "n", "c"]].copy()
     out["p_base"] = out["c"] / out["n"]
     out["coverage"] = coverage(out["p_base"], th.coverage_k)

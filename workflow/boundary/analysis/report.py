@@ -5,7 +5,7 @@ plus what only the pipeline has: several benchmarks, the controls and gate-ablat
 (which need masks and the run settings), and training logs.
 
 CLI:
-    boundary report --results results/{run} --settings SETTINGS [--out-dir results/{run}]
+    boundary report --results results/{run} --settings SETTINGS [--out results/{run}]
 
 SETTINGS is a JSON file or string (see docs/reference/report_settings.md for every key):
     baseline, method      the GRPO baseline and PBA method names      ("grpo", "pba")
@@ -25,7 +25,7 @@ SETTINGS is a JSON file or string (see docs/reference/report_settings.md for eve
 
 Reads (under --results): regimes/regimes.parquet, splits/{diagnostic}.parquet,
 eval/*/*/seed*/counts.parquet, masks/*.parquet (optional), train/*/seed*/log.parquet (optional).
-Writes (under --out-dir): eval_counts.parquet (every counts row with benchmark, method, seed,
+Writes (under --out): report.html (the run's landing page: page.write_run_page); eval_counts.parquet (every counts row with benchmark, method, seed,
 and p_base/regime on the diagnostic split); release/{diagnostic}_split.jsonl (the split with
 its regime labels, as in the paper's release manifest); tables/{name}.{tex,md,csv} for names in
 `table_names(settings)`; figures/{name}.{pdf,png} for `figure_names(settings)`;
@@ -42,13 +42,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from boundary.analysis import tables
+from boundary.analysis import page, tables
 from boundary.analysis.diagnose import analyse, check_regimes, load_mask, mask_metrics
 from boundary.analysis.regimes import strata_order
+from boundary.analysis.report_settings import figure_names
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.names import BASE
 from boundary.readers.counts import load_counts
+from boundary.readers.problems import snippet
 
 SEED_DIR = re.compile(r"seed(-?\d+)$")
 
@@ -98,8 +100,30 @@ def merged_counts(found: dict) -> pd.DataFrame:
     return df[first + [c for c in df.columns if c not in first]]
 
 
-def _placeholder_table(name: str, caption: str, note: str) -> tables.Table:
-    return tables.Table(name, caption, ["Note"], [[note]], pd.DataFrame({"note": [note]}), [note])
+def split_problems(results: Path, split: str) -> dict:
+    """prompt_id -> problem text of splits/{split}.parquet ({} where there is no such split)."""
+    path = results / "splits" / f"{split}.parquet"
+    if not path.is_file():
+        return {}
+    table = read_table(path, ["prompt_id"])
+    column = next((c for c in ("problem", "prompt") if c in table.columns), None)
+    return dict(zip(table["prompt_id"].astype(str), table[column])) if column else {}
+
+
+def figure_captions(settings: dict) -> list[tuple[str, str]]:
+    """(name, caption) of every figure the report draws; the regime pass@k figure first (the
+    landing page shows it)."""
+    fixed = {"regime_passk": "pass@k per regime, base and trained (diagnostic split)",
+             "transitions": "Base → trained solved/unsolved transitions per regime (diagnostic split)",
+             "p_base_hist": "Base success rate p_base and the regime thresholds",
+             "strata_delta": "Δpass@k by p_base stratum (diagnostic split)",
+             "training": "Training curves: reward, entropy, KL, protected fraction (seed mean)",
+             "methods_ranking": "Methods ranked by benchmark pass@1 and Boundary Δpass@K"}
+    for b, label in settings["benchmarks"].items():
+        fixed[f"passk_{b}"] = f"pass@k curves on {label}"
+        fixed[f"paired_gain_{b}"] = f"Seed-paired gain on {label}"
+    names = figure_names(settings)
+    return [(n, fixed[n]) for n in ["regime_passk"] + [n for n in names if n != "regime_passk"]]
 
 
 def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) -> None:
@@ -120,12 +144,13 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
 
     def run(split, regimes_or_none):
         base, runs, names = load_split(split, found[split])
+        problems = split_problems(results, split)
         if regimes_or_none is not None:
-            check_regimes(base, regimes_or_none, str(results / "regimes" / "regimes.parquet"))
+            check_regimes(base, regimes_or_none, str(results / "regimes" / "regimes.parquet"), problems)
         have = {m for m, _ in runs}
         pr = [p for p in pairs if set(p) <= have]
         return analyse(base, runs, regimes_or_none, ks, int(boot["resamples"]), int(boot["seed"]),
-                       pr, bins, masks if split == diag_split else None, names, level)
+                       pr, bins, masks if split == diag_split else None, names, level, problems=problems)
 
     diag = run(diag_split, regimes.assign(prompt_id=regimes["prompt_id"].astype(str)))
     benches = {b: run(b, None) for b in settings["benchmarks"] if b in found}
@@ -145,6 +170,8 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
                                                               benchmark=diag_split)
     counts = counts.assign(prompt_id=counts["prompt_id"].astype(str)).merge(labels, on=["benchmark", "prompt_id"],
                                                                            how="left")
+    text = {(b, p): snippet(t) for b, d in [(diag_split, diag), *benches.items()] for p, t in (d.problems or {}).items()}
+    counts["problem"] = [text.get(key, "") for key in zip(counts["benchmark"], counts["prompt_id"])]
     write_table(counts, out / "eval_counts.parquet")
     split = read_table(results / "splits" / f"{diag_split}.parquet", ["prompt_id"])
     split = split.assign(prompt_id=split["prompt_id"].astype(str)).merge(
@@ -159,7 +186,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
         warn("headline benchmark not evaluated: the mechanism and headline tables use the diagnostic split")
         headline = diag
     curves = (tables.benchmark_curves(benches, view) if benches else
-              _placeholder_table("benchmark_curves", "Full benchmark pass@k curves", "No benchmark was evaluated."))
+              tables.unfilled("benchmark_curves", "Full benchmark pass@k curves", "No benchmark was evaluated."))
     for b, label in settings["benchmarks"].items():
         if b not in benches and benches:
             curves.rows.append([label, tables.NOT_RUN] + [""] * (len(curves.columns) - 2))
@@ -170,7 +197,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
           tables.masks_table(mask_table), tables.methods_ranking(headline, diag, view, headline_label)]
     for b, label in settings["benchmarks"].items():
         ts.append(tables.seed_curves(b, benches[b], view) if b in benches else
-                  _placeholder_table(f"seeds_{b}", f"Seed-resolved {label} pass@k results", f"{label}: not run."))
+                  tables.unfilled(f"seeds_{b}", f"Seed-resolved {label} pass@k results", f"{label}: not run."))
     ts += tables.diagnostic_tables(diag, view, strata_order(bins))
     for t in ts:
         t.write(tdir)
@@ -200,3 +227,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
             logs.append(pd.read_parquet(path).assign(method=path.parts[-3], seed=int(m.group(1))))
     logs_df = pd.concat(logs, ignore_index=True) if logs else pd.DataFrame(columns=["method", "seed", "step"])
     figures.training_curves(logs_df[logs_df["method"].isin(view.main)] if logs else logs_df, view, fdir)
+
+    # The landing page: headline, regime pass@k, every table and figure above.
+    headline_table = next(t for t in ts if t.name == "headline_intervals")
+    page.write_run_page(diag, view, ts, figure_captions(settings), out, results.resolve().name, headline_table)

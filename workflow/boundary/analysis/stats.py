@@ -235,17 +235,23 @@ def seed_keys(df: pd.DataFrame) -> list[str]:
     return ["method", "metric"] + [k for k in OPTIONAL_KEYS if k in df.columns]
 
 
-def main(argv=None) -> None:
-    from boundary.core.options import LEVEL, ArgumentParser
-
-    ap = ArgumentParser(prog="boundary seeds", description=__doc__.splitlines()[0])
-    ap.add_argument("file", help="long table: method, metric, seed, value [, benchmark, regime, k]")
-    ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired differences A - B")
+def make_parser():
+    from boundary.core.options import LEVEL, ArgumentParser, description
     from boundary.core.settings import defaults
 
-    ap.add_argument("--level", type=LEVEL, default=defaults("report")["level"])
+    ap = ArgumentParser(prog="boundary seeds", description=description(__doc__),
+                        epilog="example:\n  boundary seeds results/testbed/diagnostics/diagnostic/metrics.csv "
+                               "--pair pba grpo --out seeds")
+    ap.add_argument("file", help="long table (CSV, parquet or JSONL): method, metric, seed, value "
+                                 "[, benchmark, regime, k]")
+    ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired differences A - B (pairs.csv)")
+    ap.add_argument("--level", type=LEVEL, default=defaults("report")["level"], help="level of the t intervals")
     ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> None:
+    args = make_parser().parse_args(argv)
     out = output_folder(args.out, OWNER)
     # names as written, never blank (a null would drop out of every groupby without a word)
     df = read_table(args.file, ["method", "metric", "seed", "value"], ids=("method", "metric", "benchmark", "regime"))

@@ -4,7 +4,8 @@ A table is built from `Diagnosis` objects (diagnose.py) and a `View` (which meth
 GRPO baseline, which is PBA, display labels, controls, gate ablations). Cells are `Stat`s:
 seed mean +- sample SD where several seeds exist, a bare value for one seed or the fixed base.
 pass@k quantities print in points (x100). A method that was not run prints "not run" and the
-table's note names it: never a silent blank. The CSV holds the numbers behind the cells.
+table's note names it; a method that ran on a split whose regime holds no prompt prints "no
+Boundary prompts" (per regime): never a silent blank. The CSV holds the numbers behind the cells.
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ from boundary.core.names import BASE
 REPORT = settings.defaults("report")
 
 NOT_RUN = "not run"
+
+
+def no_prompts(regime: str) -> str:
+    """The cell of a method that ran where `regime` holds no prompt (e.g. Boundary at n = 8)."""
+    return f"no {regime} prompts"
+
+
+def absent(summary, method, regime="all") -> str:
+    """Why a summary has no row: the method was not run, or it ran and the regime is empty."""
+    ran = summary["method"] == method
+    if regime != "all" and ran.any() and not (ran & (summary["regime"] == regime)).any():
+        return no_prompts(regime)
+    return NOT_RUN
 
 
 # ----------------------------------------------------------------------------- view
@@ -115,7 +129,7 @@ def tex_escape(text: str) -> str:
 
 
 def _numeric(cell) -> bool:
-    if isinstance(cell, Stat) or cell in (NOT_RUN, "n/a", "--", ""):
+    if isinstance(cell, Stat) or cell in (NOT_RUN, "n/a", "--", "") or str(cell) in map(no_prompts, REGIMES):
         return True
     try:
         float(str(cell).strip("[]%").split(",")[0].split("–")[0])
@@ -163,6 +177,11 @@ class Table:
         return paths
 
 
+def unfilled(name: str, caption: str, why: str) -> Table:
+    """A table the run cannot fill: its caption and one line saying why, never empty cells."""
+    return Table(name, caption, ["Note"], [[why]], pd.DataFrame({"note": [why]}))
+
+
 # ----------------------------------------------------------------------------- lookups
 
 def _rows(summary: pd.DataFrame, method, metric, regime="all", k=None) -> pd.DataFrame:
@@ -171,10 +190,11 @@ def _rows(summary: pd.DataFrame, method, metric, regime="all", k=None) -> pd.Dat
 
 
 def stat(summary, method, metric, regime="all", k=None, scale=1.0, **fmt) -> Stat | str:
-    """One summary row as a cell; NOT_RUN when the method has no row."""
+    """One summary row as a cell; NOT_RUN when the method has no row, "no {regime} prompts"
+    when it ran and the regime is empty."""
     r = _rows(summary, method, metric, regime, k)
     if r.empty:
-        return NOT_RUN
+        return absent(summary, method, regime)
     r = r.iloc[0]
     return Stat(r["mean"] * scale, r["sd"] * scale, **fmt)
 
@@ -254,9 +274,9 @@ def headline_intervals(bench, diag, view: View) -> Table:
     a, b, k_hi = view.method, view.baseline, max(diag.ks)
     rows, data = [], []
 
-    def add(quantity, s: pd.DataFrame, scale, digits, sign=True):
+    def add(quantity, s: pd.DataFrame, scale, digits, sign=True, missing=NOT_RUN):
         if s is None or s.empty or not np.isfinite(s.iloc[0]["mean"]):
-            rows.append([quantity, NOT_RUN, NOT_RUN, NOT_RUN])
+            rows.append([quantity, missing, missing, missing])
             return
         r = s.iloc[0]
         f = "+" if sign else ""
@@ -272,9 +292,11 @@ def headline_intervals(bench, diag, view: View) -> Table:
                   & (gains["regime"] == "all") & (gains["k"] == k)]
         add(f"{view.label(a)}−{view.label(b)} gain at p@{k}", g, 100, 2)
     for m in (b, a):
-        add(f"{view.label(m)} boundary Δp@{k_hi}", _rows(diag.summary, m, "delta_passk", "Boundary", k_hi), 100, 1)
+        add(f"{view.label(m)} boundary Δp@{k_hi}", _rows(diag.summary, m, "delta_passk", "Boundary", k_hi), 100, 1,
+            missing=absent(diag.summary, m, "Boundary"))
     for m in (b, a):
-        add(f"{view.label(m)} boundary lost prompts", _rows(diag.summary, m, "lost", "Boundary"), 1, 0, False)
+        add(f"{view.label(m)} boundary lost prompts", _rows(diag.summary, m, "lost", "Boundary"), 1, 0, False,
+            missing=absent(diag.summary, m, "Boundary"))
     present = set(bench.summary["method"]) & set(diag.summary["method"])
     return Table("headline_intervals", "Seed-level two-sided 95% Student-t intervals (df = seeds − 1)",
                  ["Quantity", "Mean", "Seed SD", "95% CI"], rows, _concat(data),
@@ -298,9 +320,12 @@ def controls(diag, view: View) -> Table:
     methods = [e["method"] for e in entries]
     data = _concat([_data(diag.summary, methods, ["passk"]),
                     _data(diag.summary, methods, ["delta_passk"], ("Boundary",))])
+    why = [] if view.controls else [
+        "No controls in this config: only the baseline and the method are shown (a method with a "
+        "`setting:` is a control row; config/study.yaml runs the paper's)."]
     return Table("controls", "Diagnostic controls and exact hyperparameters (diagnostic split)",
                  ["Control", "Exact setting", "p@1", f"p@{k_hi}", f"Boundary Δp@{k_hi}"], rows, data,
-                 _missing_note(methods, set(diag.summary["method"]), view))
+                 why + _missing_note(methods, set(diag.summary["method"]), view))
 
 
 def required_successes(G0: int, tau: float) -> int:
@@ -314,7 +339,14 @@ def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
     G0 and the required successes come from the mask itself where it was built (the gate as
     it acted), else from the settings' G0 and tau; a disagreement is noted under the table."""
     k_hi = max(diag.ks)
-    rows, data, notes = [], [], []
+    caption = "Gate ablations with effective thresholds (diagnostic split)"
+    if not view.ablations:
+        return unfilled("gate_ablation", caption, "No gate in this config: a row is a method anchored on a gate or "
+                                                  "soft mask (config/study.yaml runs the paper's ablations).")
+    rows, data = [], []
+    notes = ([] if any(e["method"] != view.method for e in view.ablations) else [
+        "Only the method's own gate in this config: the other rows are methods anchored on other gate or "
+        "soft masks (config/study.yaml runs the paper's ablations)."])
     for e in view.ablations:
         G0, tau = int(e["G0"]), float(e["tau"])
         req = required_successes(G0, tau)
@@ -342,7 +374,7 @@ def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
             G0=G0, tau=tau, **extra,
             protected=protected.mean / 100 if isinstance(protected, Stat) else np.nan))
     methods = [e["method"] for e in view.ablations]
-    return Table("gate_ablation", "Gate ablations with effective thresholds (diagnostic split)",
+    return Table("gate_ablation", caption,
                  ["G0", "Rule", "Req. succ.", "Eff. ŵ", "Protected", "p@1", f"p@{k_hi}"], rows, _concat(data),
                  _missing_note(methods, set(diag.summary["method"]), view) + notes)
 
@@ -491,9 +523,10 @@ def regime_counts(diag, view: View) -> Table:
     th = diag.thresholds
     notes = [f"Thresholds: easy {th.easy:g}, boundary {th.boundary:g}, coverage_k {th.coverage_k}, "
              f"coverage_min {th.coverage_min:g}."] if th else []
+    notes += [line + "." for line in diag.regime_notes or []]
     data = reg.groupby("regime").agg(prompts=("prompt_id", "size"), p_min=("p_base", "min"),
                                      p_max=("p_base", "max")).reset_index()
-    return Table("regime_counts", "Regimes of the diagnostic split (frozen-base calibration)",
+    return Table("regime_counts", f"Regimes of the diagnostic split ({diag.regime_source})",
                  ["Regime", "Prompts", "Share", "p_base range", "Base p@1", f"Base p@{k_hi}"], rows, data, notes)
 
 
@@ -582,14 +615,16 @@ def strata_table(diag, view: View, order) -> Table:
 def ranked_methods(bench, diag, view: View) -> pd.DataFrame:
     """Every ranked method's benchmark pass@1 and boundary Delta pass@K (seed mean, SD and
     Student-t interval from the seed summary), with its rank by each (1 = highest), sorted by
-    the boundary rank. Methods not evaluated are left out (the table notes them)."""
+    the boundary rank. Methods not evaluated are left out (the table notes them); where the
+    split has no Boundary prompt, the boundary columns are NaN and unranked."""
     k_hi = max(diag.ks)
     rows = []
     for m in view.ranked or [m for m in dict.fromkeys(diag.summary["method"]) if m != BASE]:
         p1, d = _rows(bench.summary, m, "passk", k=1), _rows(diag.summary, m, "delta_passk", "Boundary", k_hi)
-        if p1.empty or d.empty:
+        if p1.empty or (d.empty and absent(diag.summary, m, "Boundary") == NOT_RUN):
             continue
-        p1, d = p1.iloc[0], d.iloc[0]
+        p1 = p1.iloc[0]
+        d = d.iloc[0] if len(d) else dict.fromkeys(("mean", "sd", "ci_low", "ci_high"), np.nan)
         rows.append({"method": m, "label": view.label(m), "seeds": int(p1["n_seeds"]),
                      **{f"passk1_{c}": p1[c] for c in ("mean", "sd", "ci_low", "ci_high")},
                      **{f"boundary_delta_{c}": d[c] for c in ("mean", "sd", "ci_low", "ci_high")}})
@@ -613,13 +648,17 @@ def methods_ranking(bench, diag, view: View, bench_name: str) -> Table:
     base = _rows(bench.summary, BASE, "passk", k=1)
     rows = [["Base", "fixed", Stat(100 * base.iloc[0]["mean"]) if len(base) else NOT_RUN, "", "", "0", "", ""]]
     for r in df.itertuples():
+        boundary = ([Stat(100 * r.boundary_delta_mean, 100 * r.boundary_delta_sd, sign=True),
+                     ci(r.boundary_delta_ci_low, r.boundary_delta_ci_high, True), str(r.rank_boundary)]
+                    if np.isfinite(r.boundary_delta_mean) else [no_prompts("Boundary"), "", ""])
         rows.append([r.label, str(r.seeds), Stat(100 * r.passk1_mean, 100 * r.passk1_sd),
-                     ci(r.passk1_ci_low, r.passk1_ci_high, False), str(r.rank_passk1),
-                     Stat(100 * r.boundary_delta_mean, 100 * r.boundary_delta_sd, sign=True),
-                     ci(r.boundary_delta_ci_low, r.boundary_delta_ci_high, True), str(r.rank_boundary)])
+                     ci(r.passk1_ci_low, r.passk1_ci_high, False), str(r.rank_passk1)] + boundary)
     notes = [f"Sorted by boundary rank. p@1 on {bench_name}; Δp@{k_hi} against the frozen base on the "
              f"diagnostic split's Boundary prompts. Intervals: seed-level 95% Student-t."]
     ranked = view.ranked or list(df["method"])
+    if len(df) and df["boundary_delta_mean"].isna().all():
+        notes.insert(0, f"{no_prompts('Boundary').capitalize()} on the diagnostic split, so no boundary rank "
+                        "(regime_counts says why).")
     return Table("methods_ranking", f"Methods ranked by {bench_name} pass@1 and boundary Δpass@{k_hi} (points)",
                  ["Method", "Seeds", f"{bench_name} p@1", "95% CI", "Rank", f"Boundary Δp@{k_hi}", "95% CI", "Rank"],
                  rows, df, _missing_note(ranked, set(df["method"]), view) + notes)
@@ -629,7 +668,7 @@ def masks_table(mask_metrics: pd.DataFrame | None) -> Table:
     """Gate behaviour per mask, pooled over refresh epochs (the run card's mask statistics)."""
     cols = ["Mask", "Protected", "Anchor", "Drop", "Mean weight", "Flips", "Flip rate", "Prompts"]
     if mask_metrics is None or mask_metrics.empty:
-        return Table("masks", "Protection masks", cols, [], pd.DataFrame(), ["No masks were built."])
+        return unfilled("masks", "Protection masks", "No masks in this config: no method is anchored on a mask.")
     pooled = mask_metrics[mask_metrics["epoch"].isna()].pivot(index="mask", columns="metric", values="value")
     rows = []
     for name, r in pooled.iterrows():

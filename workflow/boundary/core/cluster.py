@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boundary.core.errors import BoundaryError
-from boundary.core.options import ArgumentParser
+from boundary.core.options import ArgumentParser, description
 
 SNAKEFILE = Path(__file__).resolve().parents[3] / "Snakefile"
 UNLIMITED = float("inf")
@@ -243,14 +243,21 @@ def _run(command: list[str]) -> str:
     return done.stdout
 
 
-def main(argv=None):
-    parser = ArgumentParser(prog="boundary cluster-check", description=__doc__.splitlines()[0])
+def make_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="boundary cluster-check", description=description(__doc__),
+                            usage="%(prog)s --profile PROFILE [--configfile FILE] [--all] [snakemake arguments]",
+                            epilog="example:\n  boundary cluster-check --profile config/profiles/slurm "
+                                   "--configfile config/paper.yaml")
     parser.add_argument("--profile", required=True, help="the SLURM profile, e.g. config/profiles/slurm")
     parser.add_argument("--configfile", help="the workflow config (default: the embedded one)")
-    parser.add_argument("--snakefile", default=str(SNAKEFILE))
+    parser.add_argument("--snakefile", default=str(SNAKEFILE), help="the workflow's Snakefile")
     parser.add_argument("--all", action="store_true",
                         help="every job of the workflow, not only those a run would start now")
-    args, rest = parser.parse_known_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args, rest = make_parser().parse_known_args(argv)
     if not Path(args.profile).is_dir():
         raise BoundaryError(f"--profile: {args.profile}: no such profile folder")
     command = [sys.executable, "-m", "snakemake", "--snakefile", args.snakefile, "--profile",

@@ -302,6 +302,23 @@ def load_yaml(path: str | Path) -> dict:
     return raw
 
 
+def data_files(config: dict) -> list[tuple[str, str]]:
+    """(config key, path) of every data file a validated config reads."""
+    data = config.get("data") or {}
+    found = [(f"data.{split}.path", data[split]["path"]) for split in ("train", "diagnostic") if data.get(split)]
+    return found + [(f"data.benchmarks.{name}.path", spec["path"])
+                    for name, spec in (data.get("benchmarks") or {}).items()]
+
+
+def check_data_files(config: dict, generated=()) -> None:
+    """Every data file the run reads exists (those a rule of the run writes, `generated`,
+    aside): checked when the workflow starts, before any job, one line naming the key."""
+    for key, path in data_files(config):
+        if path not in set(map(str, generated)) and not Path(path).exists():
+            raise BoundaryError(f"{key}: {path}: file not found (a relative path is read from "
+                                f"the folder Snakemake runs in, {Path.cwd()})")
+
+
 def load_config(path: str | Path) -> dict:
     return validate_config(load_yaml(path))
 
@@ -314,15 +331,23 @@ def _merged(base: dict, update: dict) -> dict:
     return out
 
 
+def make_parser_check_config():
+    from boundary.core.options import ArgumentParser
+
+    parser = ArgumentParser(prog="boundary check-config",
+                            description="Check config files as the workflow would (their --configfile "
+                                        "values, merged in order): one line naming the file and the key "
+                                        "at fault, or 'valid'.",
+                            epilog="example:\n  boundary check-config config/smollm2.yaml")
+    parser.add_argument("configfile", nargs="+", help="config files, merged in order as --configfile merges them")
+    return parser
+
+
 def main_check_config(argv=None) -> None:
     """`boundary check-config FILE...`: the --configfile values, checked as the workflow would
     check them. Snakemake reads --configfile itself before the workflow starts, and names no
     file for a missing, binary or tab-indented one; run.sh calls this first."""
-    from boundary.core.options import ArgumentParser
-
-    parser = ArgumentParser(prog="boundary check-config", description=main_check_config.__doc__.splitlines()[0])
-    parser.add_argument("configfile", nargs="+", help="config files, merged in order as --configfile merges them")
-    args = parser.parse_args(argv)
+    args = make_parser_check_config().parse_args(argv)
     merged: dict = {}
     for path in args.configfile:
         merged = _merged(merged, load_yaml(path))

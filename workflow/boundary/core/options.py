@@ -1,5 +1,6 @@
 """Command-line options shared by the dispatcher and every stage: the parser that turns a bad
-option into the one-line `BoundaryError`, and the checked option types.
+option into the one-line `BoundaryError` and shows every option's default, and the checked
+option types.
 
 Lives in core so stages never import the dispatcher (cli.py), which loads them.
 """
@@ -12,12 +13,39 @@ import math
 from boundary.core.errors import BoundaryError
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's help ends with its default, where it has one (required options, flags and
+    options that are off unless given show none); the epilog's example keeps its lines."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if ("%(default)" in text or "default:" in text or action.required
+                or default is None or default is False or default is argparse.SUPPRESS):
+            return text
+        if isinstance(default, (list, tuple)):
+            if not default:
+                return text
+            default = ",".join(map(str, default))  # as it is typed: 100,200,400
+        return f"{text} (default: {str(default).replace('%', '%%')})"
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse for subcommands: a bad or missing option is a BoundaryError, so the CLI prints
-    it as the same one line as every other user error."""
+    it as the same one line as every other user error; help shows defaults (HelpFormatter)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise BoundaryError(message)
+
+
+def description(doc: str) -> str:
+    """A command's description: the first paragraph of its module's docstring, whole (its first
+    line alone can stop mid-sentence)."""
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 def _typed(convert, check, wanted):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from boundary.core.errors import BoundaryError
+from boundary.core.errors import BoundaryError, warn
 from boundary.readers import counts as counts_format
 from boundary.readers import lighteval, openrlhf, verl
 from boundary.readers import samples as samples_format
@@ -122,10 +122,11 @@ def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:
     if fmt != "counts" and not path.is_dir():  # counts: load_counts warns
         warn_biased(columns_of(path), path)
     if fmt == "counts":
-        counts = counts_format.load_counts(path)
         problems = {}
+        counts = counts_format.load_counts(path, problems)
         if options.grader is not None:
-            problems = {p: options.grader.problems.get(p) for p in counts["prompt_id"] if p in options.grader.problems}
+            problems.update({p: options.grader.problems[p] for p in counts["prompt_id"] if p in options.grader.problems})
+        warn_mixed_n(counts, path)
         return RunData(counts, fmt, None, problems)
     grader, own_gold, tool_counts = options.grader, False, None
     if fmt == "samples":
@@ -146,7 +147,7 @@ def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:
     try:
         samples = keyed(samples)
         if grader is not None and (grader.regrade or own_gold):
-            samples, tool_counts = grader.grade(samples, path), None
+            samples, tool_counts = grader.grade(samples, path, scored=fmt == "lighteval"), None
         if tool_counts is not None:  # lighteval, not re-graded: n and c from the documents' metrics
             pooled = keyed(tool_counts).groupby("prompt_id", sort=True)[["n", "c"]].sum().reset_index()  # a query twice: pooled
             counts = counts_format.counts_frame(pooled, path)
@@ -158,4 +159,14 @@ def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:
     problems = problems_of(samples)
     if keyed_by == "gold":  # the gold file's problem text rather than the templated prompt
         problems.update({p: grader.problems[p] for p in counts["prompt_id"] if p in grader.problems})
+    warn_mixed_n(counts, path)
     return RunData(counts, fmt, samples, problems, keyed_by)
+
+
+def warn_mixed_n(counts: pd.DataFrame, path) -> None:
+    """One line per file whose prompts were sampled different numbers of times: each prompt's
+    pass@k is estimated at its own n, and only the ks up to the smallest n are reported."""
+    n = counts["n"]
+    if len(n) and n.nunique() > 1:
+        warn(f"{path}: n per prompt ranges from {int(n.min())} to {int(n.max())} ({n.nunique()} values over "
+             f"{len(n)} prompts): pass@k uses each prompt's own n, and only ks up to {int(n.min())} are reported")

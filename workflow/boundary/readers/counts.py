@@ -22,6 +22,7 @@ import pandas as pd
 from boundary.core.artifacts import read_table
 from boundary.core.errors import BoundaryError
 from boundary.readers.common import warn_biased
+from boundary.readers.problems import named
 
 
 def looks_like(names) -> bool:
@@ -42,10 +43,13 @@ def _unique_positives(answers, path) -> float:
     return float(len({str(a) for a in answers if str(a) != ""}))
 
 
-def load_counts(path) -> pd.DataFrame:
-    """Read and validate one per-prompt counts file; a bad file is one BoundaryError line."""
-    df = read_table(path, ["prompt_id", "n", "c"], text=["modal_answer"])
+def load_counts(path, problems: dict | None = None) -> pd.DataFrame:
+    """Read and validate one per-prompt counts file; a bad file is one BoundaryError line.
+    `problems`, a dict, receives the file's problem texts where it carries them."""
+    df = read_table(path, ["prompt_id", "n", "c"], text=["modal_answer", "problem", "prompt"])
     warn_biased(df.columns, path)
+    if problems is not None:
+        problems.update(problems_in(df))
     return counts_frame(df, path)
 
 
@@ -56,21 +60,23 @@ def counts_frame(df: pd.DataFrame, path) -> pd.DataFrame:
     if df.empty:
         raise BoundaryError(f"{path}: no rows")
     out = pd.DataFrame({"prompt_id": df["prompt_id"].astype(str)})
+    texts = problems_in(df)
+    name = lambda rows: named(out.loc[rows, "prompt_id"].iloc[0], texts)  # the first such prompt, with its text
     for col in ("n", "c"):
         v = pd.to_numeric(df[col], errors="coerce")
         if v.isna().any() or (v != np.round(v)).any():
             raise BoundaryError(f"{path}: column {col} must hold whole numbers")
         out[col] = v.astype(np.int64).to_numpy()
     if (out["n"] < 1).any():
-        raise BoundaryError(f"{path}: n < 1 for prompt_id {out.loc[out['n'] < 1, 'prompt_id'].iloc[0]}")
+        raise BoundaryError(f"{path}: n < 1 for prompt_id {name(out['n'] < 1)}")
     if (out["c"] < 0).any():
-        raise BoundaryError(f"{path}: c < 0 for prompt_id {out.loc[out['c'] < 0, 'prompt_id'].iloc[0]}")
+        raise BoundaryError(f"{path}: c < 0 for prompt_id {name(out['c'] < 0)}")
     bad = out["c"] > out["n"]
     if bad.any():
-        raise BoundaryError(f"{path}: c > n for prompt_id {out.loc[bad, 'prompt_id'].iloc[0]}")
+        raise BoundaryError(f"{path}: c > n for prompt_id {name(bad)}")
     dup = out["prompt_id"].duplicated()
     if dup.any():
-        raise BoundaryError(f"{path}: duplicate prompt_id {out.loc[dup, 'prompt_id'].iloc[0]}")
+        raise BoundaryError(f"{path}: duplicate prompt_id {name(dup)}")
     out["entropy"] = _optional_numbers(df, "entropy", path)
     if "answers" in df:
         out["unique_positives"] = [_unique_positives(a, path) for a in df["answers"]]
@@ -82,8 +88,14 @@ def counts_frame(df: pd.DataFrame, path) -> pd.DataFrame:
     bad = ~out["modal_share"].isna() & ~out["modal_share"].between(0, 1)
     if bad.any():
         raise BoundaryError(f"{path}: column modal_share must lie in [0, 1] "
-                            f"(prompt_id {out.loc[bad, 'prompt_id'].iloc[0]})")
+                            f"(prompt_id {name(bad)})")
     return out
+
+
+def problems_in(df: pd.DataFrame) -> dict:
+    """prompt_id -> problem text of a counts file that carries one (`problem` or `prompt`)."""
+    column = next((c for c in ("problem", "prompt") if c in df.columns), None)
+    return dict(zip(df["prompt_id"].astype(str), df[column])) if column else {}
 
 
 def _optional_numbers(df: pd.DataFrame, col: str, path):

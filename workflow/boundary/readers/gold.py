@@ -116,10 +116,14 @@ class Grader:
                                     f"{self.problems[pid][:50]!r} under that id; the ids number different "
                                     f"problems: drop the id column or fix the gold file")
 
-    def grade(self, samples: pd.DataFrame, path) -> pd.DataFrame:
-        """Extract each completion's answer and verify it against the gold answer; a warning
-        naming the file when the extractor found no answer in most completions."""
-        from boundary.tasks.verify import Verifier, score_samples, unextracted_warning
+    def grade(self, samples: pd.DataFrame, path, scored: bool = False) -> pd.DataFrame:
+        """Extract each completion's answer and verify it against the gold answer. Refused in
+        one line naming the file and the options that fix it when the extractor found no
+        answer in most completions (every count would read 0); one warning when the file's
+        own verdicts disagree with the re-grade on most samples. `scored`: the file carries
+        verdicts the samples do not (lighteval's per-document metrics), so --keep-scores is
+        a way out."""
+        from boundary.tasks.verify import EXTRACTORS, Verifier, score_samples, unextracted_warning
 
         if samples["completion"].isna().any():
             raise BoundaryError(f"{path}: samples without completion text cannot be re-graded")
@@ -128,10 +132,29 @@ class Grader:
         frame = pd.DataFrame({"prompt_id": samples["prompt_id"].to_numpy(),
                               "completion": samples["completion"].astype(str).to_numpy()})
         frame = score_samples(frame, self.answers, self.extractor, self._verifier)
+        own = samples["correct"]
+        has_verdicts = len(own) > 0 and own.notna().all()  # per sample: compared with the re-grade below
         message = unextracted_warning(frame["answer"], self.extractor, path)
         if message:
-            warn(message)
-        return samples.assign(answer=frame["answer"].to_numpy(), correct=np.asarray(frame["correct"], bool))
+            tail = normalise(frame.loc[frame["answer"] == "", "completion"].iloc[0])[-40:]
+            others = " or ".join(f"--extractor {e}" for e in EXTRACTORS if e != self.extractor)
+            keep = (" or keep the file's own verdicts with --keep-scores" if (has_verdicts or scored) and self.regrade
+                    else "")
+            raise BoundaryError(f"{message} (one ends {tail!r}); every answer it could not read would count as "
+                                f"wrong: re-grade with {others}{keep}")
+        correct = np.asarray(frame["correct"], bool)
+        if has_verdicts and self.regrade:
+            # Warned, not refused: re-grading is asked for because a tool's reward may not be
+            # correctness (a format bonus, another threshold); the answers were read (above),
+            # so the user decides which verdicts hold.
+            theirs = own.astype(bool).to_numpy()
+            differ = float((theirs != correct).mean())
+            if differ > 0.5:
+                warn(f"{path}: re-grading against {self.path} disagrees with the file's own verdicts on {differ:.0%} "
+                     f"of {len(correct)} samples ({correct.mean():.0%} correct re-graded, {theirs.mean():.0%} by the "
+                     f"file); the counts use the re-grade: check --extractor {self.extractor} against the answers, "
+                     "or keep the file's verdicts with --keep-scores")
+        return samples.assign(answer=frame["answer"].to_numpy(), correct=correct)
 
     def close(self) -> None:
         if self._verifier is not None:

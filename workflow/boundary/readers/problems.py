@@ -30,6 +30,24 @@ def normalise(text) -> str:
     return _SPACE.sub(" ", unicodedata.normalize("NFKC", str(text))).strip()
 
 
+SNIPPET = 60  # characters of a problem shown beside its id in tables and error lines
+
+
+def snippet(text, width: int = SNIPPET) -> str:
+    """A problem's text on one line, cut to `width` characters ("" for none): what a reader
+    sees beside an opaque id such as h0b9cbf737395."""
+    if text is None or (isinstance(text, float) and np.isnan(text)):
+        return ""
+    t = normalise(text)
+    return t if len(t) <= width else t[:width - 1].rstrip() + "…"
+
+
+def named(prompt_id, problems: dict | None) -> str:
+    """A prompt id for an error line: with its problem's snippet where one is known."""
+    text = snippet((problems or {}).get(prompt_id))
+    return f"{prompt_id} ({text!r})" if text else str(prompt_id)
+
+
 def text_id(text) -> str:
     """A stable prompt key from prompt text: the same (normalised) text gets the same id in every file."""
     return "h" + hashlib.sha1(normalise(text).encode("utf-8")).hexdigest()[:12]

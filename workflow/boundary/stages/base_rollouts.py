@@ -7,7 +7,7 @@ import pandas as pd
 
 from boundary.core import settings as stage_settings
 from boundary.core.errors import BoundaryError
-from boundary.core.options import ArgumentParser
+from boundary.core.options import ArgumentParser, description
 from boundary.training.anchors import BASE_SAMPLED
 from boundary.training.base_rollouts import (
     COLUMNS,
@@ -20,6 +20,20 @@ from boundary.training.base_rollouts import (
 )
 
 
+def make_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="boundary base-rollouts", description=description(__doc__))
+    parser.add_argument("--model", required=True, help="base model folder (save_pretrained)")
+    parser.add_argument("--train-split", required=True, help="splits/train.parquet")
+    parser.add_argument("--mask", required=True, help="masks/{mask}.parquet of the method")
+    parser.add_argument("--settings", required=True, help="JSON string or file: train + method, as `train` takes")
+    parser.add_argument("--seed", type=int, required=True, help="the training run's seed")
+    parser.add_argument("--backend", default=stage_settings.defaults("sampling")["backend"],
+                        choices=stage_settings.allowed("sampling", "backend"), help="sampling backend")
+    parser.add_argument("--shard", help="I/K: draw only blocks I, I+K, ... (cluster scatter; default: all)")
+    parser.add_argument("--out", required=True, help="base_rollouts/{method}/seed{S}/{I}.parquet")
+    return parser
+
+
 def main(argv=None):
     from boundary.core.artifacts import read_table, write_table
     from boundary.sampling.scoring import parse_shard
@@ -27,17 +41,7 @@ def main(argv=None):
     from boundary.training.schedule import action_sampler, anchor_weights_for
     from boundary.training.trainer_config import make_config
 
-    parser = ArgumentParser(prog="boundary base-rollouts", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="base model folder (save_pretrained)")
-    parser.add_argument("--train-split", required=True, help="splits/train.parquet")
-    parser.add_argument("--mask", required=True, help="masks/{mask}.parquet of the method")
-    parser.add_argument("--settings", required=True, help="JSON string or file: train + method, as `train` takes")
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--backend", default=stage_settings.defaults("sampling")["backend"],
-                        choices=stage_settings.allowed("sampling", "backend"), help="sampling backend")
-    parser.add_argument("--shard", help="I/K: draw only blocks I, I+K, ... (cluster scatter)")
-    parser.add_argument("--out", required=True, help="base_rollouts/{method}/seed{S}/{I}.parquet")
-    args = parser.parse_args(argv)
+    args = make_parser().parse_args(argv)
     index, count = parse_shard(args.shard)
     cfg = make_config(stage_settings.load("base-rollouts", args.settings), args.seed, "unused")  # as training reads them
     if cfg.anchor not in BASE_SAMPLED or cfg.masked_action != "anchor":

@@ -18,16 +18,29 @@ from boundary.sampling import end_to_end
 from boundary.sampling.scoring import sampling_params, scored_samples, verifier_for
 
 
-def _common_args(parser):
+def _parser(command: str, what: str, out: str) -> ArgumentParser:
+    parser = ArgumentParser(prog=f"boundary {command}", description=what)
     parser.add_argument("--model", required=True, help="frozen base model folder")
     parser.add_argument("--split", required=True, help="split parquet")
-    parser.add_argument("--settings", required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--settings", required=True, help="JSON string or file: the stage's settings")
+    parser.add_argument("--out", required=True, help=out)
     return parser
 
 
+def make_parser_calibrate() -> ArgumentParser:
+    return _parser("calibrate", "Frozen-base calibration samples: n per diagnostic prompt, with their own "
+                                "seed, so regime labels never share samples with the evaluation.",
+                   "rollouts/base_calibration.parquet to write")
+
+
+def make_parser_gate_draws() -> ArgumentParser:
+    return _parser("gate-draws", "Frozen-base gate draws: G0max samples per train prompt for each refresh "
+                                 "epoch; a mask with a smaller G0 reads the first G0 of each epoch.",
+                   "rollouts/base_gate.parquet to write")
+
+
 def main_calibrate(argv=None):
-    args = _common_args(ArgumentParser(prog="boundary calibrate")).parse_args(argv)
+    args = make_parser_calibrate().parse_args(argv)
     s = stage_settings.load("calibrate", args.settings)
     cal = s["calibration"]
     split = read_table(args.split, ["prompt_id", "answer"])
@@ -41,7 +54,7 @@ def main_calibrate(argv=None):
 
 
 def main_gate_draws(argv=None):
-    args = _common_args(ArgumentParser(prog="boundary gate-draws")).parse_args(argv)
+    args = make_parser_gate_draws().parse_args(argv)
     s = stage_settings.load("gate-draws", args.settings)
     gate = s["gate"]
     split = read_table(args.split, ["prompt_id", "answer"])
@@ -60,4 +73,4 @@ def main_gate_draws(argv=None):
     print(end_to_end("gate draws", draws))
 
 
-main = main_calibrate
+main, make_parser = main_calibrate, make_parser_calibrate

@@ -14,7 +14,7 @@ import pandas as pd
 
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
-from boundary.core.options import ArgumentParser
+from boundary.core.options import ArgumentParser, description
 from boundary.readers.problems import field_texts
 
 SPLIT_COLUMNS = ["prompt_id", "problem", "prompt", "answer", "source"]
@@ -95,15 +95,20 @@ def build_splits(settings: dict, model: str | None = None) -> dict[str, pd.DataF
     return splits
 
 
+def make_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="boundary data", description=description(__doc__))
+    parser.add_argument("--settings", required=True, help="JSON string or file: the stage's settings")
+    parser.add_argument("--out", "--out-dir", dest="out", required=True,
+                        help="splits/ folder (--out-dir: the old spelling)")
+    parser.add_argument("--model", help="base model folder (its chat template, with prompt.chat)")
+    return parser
+
+
 def main(argv=None):
     from boundary.core import settings as stage_settings
 
-    parser = ArgumentParser(prog="boundary data", description=__doc__.splitlines()[0])
-    parser.add_argument("--settings", required=True)
-    parser.add_argument("--out-dir", required=True, help="splits/ folder")
-    parser.add_argument("--model", help="base model folder (its chat template, with prompt.chat)")
-    args = parser.parse_args(argv)
+    args = make_parser().parse_args(argv)
     splits = build_splits(stage_settings.load("data", args.settings), args.model)
     for name, df in splits.items():
-        write_table(df, Path(args.out_dir) / f"{name}.parquet")
+        write_table(df, Path(args.out) / f"{name}.parquet")
         print(f"{name}: {len(df)} prompts")

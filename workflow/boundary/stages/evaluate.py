@@ -12,7 +12,8 @@ from __future__ import annotations
 import pandas as pd
 
 from boundary.core.artifacts import read_table, write_table
-from boundary.core.options import ArgumentParser
+from boundary.core.errors import BoundaryError
+from boundary.core.options import ArgumentParser, description
 from boundary.core.passk import add_pass_at_k, counts_of
 from boundary.sampling import end_to_end
 from boundary.sampling.scoring import sampling_params, scored_samples, shard_of, verifier_for
@@ -28,26 +29,30 @@ def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
     return add_pass_at_k(counts, [k for k in ks if k <= counts["n"].min()])
 
 
-def main(argv=None):
-    from boundary.core import settings as stage_settings
-
-    parser = ArgumentParser(prog="boundary evaluate", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="policy folder (save_pretrained)")
-    parser.add_argument("--split", help="split parquet")
-    parser.add_argument("--settings", required=True)
-    parser.add_argument("--shard", help="I/K: sample only rows I, I+K, ... (cluster scatter)")
+def make_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="boundary evaluate", description=description(__doc__))
+    parser.add_argument("--model", help="policy folder (save_pretrained; not with --gather)")
+    parser.add_argument("--split", help="split parquet (not with --gather)")
+    parser.add_argument("--settings", required=True, help="JSON string or file: the stage's settings")
+    parser.add_argument("--shard", help="I/K: sample only rows I, I+K, ... (cluster scatter; default: all)")
     parser.add_argument("--gather", nargs="+", metavar="SHARD",
                         help="instead of sampling, merge these shard sample files")
     parser.add_argument("--samples", required=True, help="samples.parquet to write")
     parser.add_argument("--counts", help="counts.parquet to write (not with --shard)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    from boundary.core import settings as stage_settings
+
+    args = make_parser().parse_args(argv)
     s = stage_settings.load("evaluate", args.settings)
     ev = s["evaluate"]
     if args.gather:
         samples = pd.concat([read_table(p, SCORED_COLUMNS) for p in args.gather], ignore_index=True)
     else:
         if not (args.model and args.split):
-            parser.error("--model and --split are required unless --gather is given")
+            raise BoundaryError("--model and --split are required unless --gather is given")
         split, offset = shard_of(read_table(args.split, ["prompt_id", "answer"]), args.shard)
         params = sampling_params(ev, s["sampling"], ev["seed"] + offset, ev["n"])
         with verifier_for(s) as verifier:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from boundary.core.options import ArgumentParser
+from boundary.core.options import ArgumentParser, description
 from boundary.sampling.models import import_base
 
 
-def main(argv=None):
-    parser = ArgumentParser(prog="boundary import-base", description=__doc__.splitlines()[0])
+def make_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="boundary import-base", description=description(__doc__),
+                            epilog="example:\n  boundary import-base --source HuggingFaceTB/SmolLM2-135M "
+                                   "--out results/smollm2/models/base")
     parser.add_argument("--source", required=True, help="model folder, hub id or .gguf file")
     parser.add_argument("--out", required=True, help="models/base folder to write")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = make_parser().parse_args(argv)
     import_base(args.source, args.out)

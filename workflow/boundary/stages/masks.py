@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 from boundary.core.artifacts import read_table, write_table
-from boundary.core.options import ArgumentParser
+from boundary.core.options import ArgumentParser, description
 from boundary.training.gate import KINDS, build_mask, summary
+
+
+def make_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="boundary masks", description=description(__doc__))
+    parser.add_argument("--kind", required=True, choices=KINDS, help="the mask's kind")
+    parser.add_argument("--gate-draws", help="rollouts/base_gate.parquet (gate and soft kinds)")
+    parser.add_argument("--train-regimes", help="regimes/train_regimes.parquet (oracle)")
+    parser.add_argument("--train-split", required=True, help="splits/train.parquet")
+    parser.add_argument("--settings", required=True, help="JSON string or file: the mask's settings")
+    parser.add_argument("--out", required=True, help="masks/{mask}.parquet")
+    return parser
 
 
 def main(argv=None):
@@ -12,14 +23,7 @@ def main(argv=None):
     from boundary.core.config import load_stage_settings
     from boundary.core.errors import BoundaryError
 
-    parser = ArgumentParser(prog="boundary masks", description=__doc__.splitlines()[0])
-    parser.add_argument("--kind", required=True, choices=KINDS)
-    parser.add_argument("--gate-draws", help="rollouts/base_gate.parquet")
-    parser.add_argument("--train-regimes", help="regimes/train_regimes.parquet (oracle)")
-    parser.add_argument("--train-split", required=True, help="splits/train.parquet")
-    parser.add_argument("--settings", required=True, help="JSON string or file")
-    parser.add_argument("--out", required=True, help="masks/{mask}.parquet")
-    args = parser.parse_args(argv)
+    args = make_parser().parse_args(argv)
     given = load_stage_settings(args.settings)
     if given.get("kind", args.kind) != args.kind:
         raise BoundaryError(f"--settings: kind {given['kind']!r} is not --kind {args.kind!r}")

@@ -5,16 +5,20 @@ from __future__ import annotations
 from boundary.analysis.regimes import REGIMES, Thresholds, counts_from_calibration, label_counts
 from boundary.core import settings as stage_settings
 from boundary.core.artifacts import read_table, write_table
-from boundary.core.options import ArgumentParser
+from boundary.core.options import ArgumentParser, description
 
 
-def main(argv=None) -> None:
-    ap = ArgumentParser(prog="boundary regimes", description=__doc__.splitlines()[0])
+def make_parser() -> ArgumentParser:
+    ap = ArgumentParser(prog="boundary regimes", description=description(__doc__))
     ap.add_argument("--calibration", required=True, help="rollouts/base_calibration.parquet")
     ap.add_argument("--settings", required=True, help="JSON: easy, boundary, coverage_k, coverage_min")
     ap.add_argument("--out", required=True, help="regimes/regimes.parquet")
-    args = ap.parse_args(argv)
-    th = Thresholds(**stage_settings.load("regimes", args.settings))
+    return ap
+
+
+def main(argv=None) -> None:
+    args = make_parser().parse_args(argv)
+    th = Thresholds.from_dict(stage_settings.load("regimes", args.settings))
     samples = read_table(args.calibration, ["prompt_id", "correct"])
     table = label_counts(counts_from_calibration(samples), th)
     write_table(table, args.out)

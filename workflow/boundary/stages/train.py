@@ -20,15 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
-from transformers import TrainerCallback
 
 from boundary.core import settings as stage_settings
 from boundary.core import sources
 from boundary.core.config import batch_split_error
 from boundary.core.errors import BoundaryError
 from boundary.core.gpus import visible
-from boundary.core.options import ArgumentParser
+from boundary.core.options import ArgumentParser, description
 from boundary.training import sharding
 from boundary.training.launch import (
     ERRORS_ENV,
@@ -42,9 +40,9 @@ from boundary.training.launch import (
     stop_processes,
     torchrun,
 )
-from boundary.training.schedule import anchor_weights_for
-from boundary.training.trainer import PBATrainer, needs_frozen_base
-from boundary.training.trainer_config import make_config
+
+# torch, transformers and TRL are imported where training starts, not here: `boundary train
+# --help` and `boundary.cli.parsers()` build the parser without them (seconds, and warnings).
 
 OWNER = "boundary train"  # the marker of the model folders it writes (core.artifacts.output_folder)
 
@@ -64,15 +62,10 @@ def main(argv=None):
         finally:
             stop_processes(finished)
         return leave()
-    parser = ArgumentParser(add_help=False)  # run() documents both
-    parser.add_argument("--settings")
-    parser.add_argument("--processes", type=int)
-    known, _ = parser.parse_known_args(argv)
+    known = make_parser().parse_args(argv)  # --help, and a bad option, before any process starts
     if known.processes is not None and known.processes < 1:
         raise BoundaryError(f"--processes: {known.processes} is not a process count")
-    if known.settings is None:
-        return run(argv)  # its parser says what is missing
-    settings = stage_settings.load("train", known.settings)
+    settings = stage_settings.load("train", known.settings)  # a bad one: one line, before any process
     gpus = int(settings["gpus"])
     launch = launch_plan(gpus, known.processes, visible() if gpus else [])
     # Refused here, before any process starts or anything is written.
@@ -120,17 +113,21 @@ def make_reward(extractor: str, timeout: int, workers: int):
     return correct
 
 
-class StepSnapshots(TrainerCallback):
-    """save_pretrained copies at the configured steps, into the checkpoint folder (which
-    outlives a killed job); `boundary train` copies them into its outputs at the end.
-    `accelerator` is set once the trainer exists."""
+def step_snapshots(steps, folder: Path):
+    """A TrainerCallback that saves save_pretrained copies at the configured steps, into the
+    checkpoint folder (which outlives a killed job); `boundary train` copies them into its
+    outputs at the end. Its `accelerator` is set once the trainer exists."""
+    from transformers import TrainerCallback
 
-    def __init__(self, steps, folder: Path):
-        self.steps, self.folder, self.accelerator = set(steps), folder, None
+    class StepSnapshots(TrainerCallback):
+        def __init__(self):
+            self.steps, self.folder, self.accelerator = set(steps), folder, None
 
-    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        if state.global_step in self.steps:
-            save_atomic(self.accelerator, model, processing_class, self.folder / f"step{state.global_step}")
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if state.global_step in self.steps:
+                save_atomic(self.accelerator, model, processing_class, self.folder / f"step{state.global_step}")
+
+    return StepSnapshots()
 
 
 def save_atomic(accelerator, model, tokenizer, path: Path):
@@ -193,10 +190,14 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
           base_rollout_files: list | None = None, full: dict | None = None) -> dict:
     """Train one run. `settings`: as given (they key the run's checkpoints); `full`: their
     complete settings (core/settings.py), resolved here unless the caller has them."""
+    import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
 
     from boundary.sampling.models import from_pretrained
+    from boundary.training.schedule import anchor_weights_for
+    from boundary.training.trainer import PBATrainer, needs_frozen_base
+    from boundary.training.trainer_config import make_config
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out_dir = Path(out_dir)
@@ -229,7 +230,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     checkpoints = sorted(int(s) for s in full.get("checkpoints", []))
     snapshots = checkpoint_dir / "snapshots"
     snapshots.mkdir(parents=True, exist_ok=True)
-    snapshot = StepSnapshots([c for c in checkpoints if c < cfg.max_steps], snapshots)
+    snapshot = step_snapshots([c for c in checkpoints if c < cfg.max_steps], snapshots)
     trainer = PBATrainer(model, reward_funcs=reward, args=cfg, train_dataset=data,
                          processing_class=tokenizer, anchor_weights=weights, base_model=base,
                          base_rollouts=base_rollout_files, callbacks=[snapshot, *callbacks])
@@ -267,19 +268,13 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     return stats
 
 
-def run(argv=None, full: dict | None = None):
-    """One training process: parse the stage's options, train, write the outputs. `full`: the
-    complete settings, where the caller has resolved them."""
-    from boundary.core.artifacts import read_table
-    from boundary.core.config import load_stage_settings
-    from boundary.training.gate import read_mask
-
-    parser = ArgumentParser(prog="boundary train", description=__doc__.splitlines()[0])
+def make_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="boundary train", description=description(__doc__))
     parser.add_argument("--model", required=True, help="base model folder (save_pretrained)")
     parser.add_argument("--train-split", required=True, help="splits/train.parquet")
     parser.add_argument("--mask", help="masks/{mask}.parquet (methods with a mask)")
     parser.add_argument("--settings", required=True, help="JSON string or file: train + method")
-    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--seed", type=int, required=True, help="the training seed")
     parser.add_argument("--out", required=True, help="train/{method}/seed{S}")
     parser.add_argument("--checkpoint-dir", required=True,
                         help="resumable checkpoints, outside Snakemake's declared outputs "
@@ -290,7 +285,17 @@ def run(argv=None, full: dict | None = None):
     parser.add_argument("--processes", type=int,
                         help="CPU processes (gloo) when train.gpus is 0 (default 1); with GPUs "
                              "training runs one process per GPU (read by launch.py)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(argv=None, full: dict | None = None):
+    """One training process: parse the stage's options, train, write the outputs. `full`: the
+    complete settings, where the caller has resolved them."""
+    from boundary.core.artifacts import read_table
+    from boundary.core.config import load_stage_settings
+    from boundary.training.gate import read_mask
+
+    args = make_parser().parse_args(argv)
     if not Path(args.model).is_dir():
         raise BoundaryError(f"--model: {args.model}: no such model folder")
     settings = load_stage_settings(args.settings)

@@ -31,9 +31,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from boundary.core.config import schema_defaults
 from boundary.core.errors import BoundaryError, warn
-from boundary.core.options import SHARE, ArgumentParser
-from boundary.core.settings import defaults as schema_defaults
+from boundary.core.options import SHARE, ArgumentParser, description
 
 NAMES = ["Ava", "Ben", "Carla", "Dev", "Elena", "Farid", "Grace", "Hugo", "Iris", "Jamal",
          "Kenji", "Lena", "Mateo", "Nora", "Omar", "Priya", "Quinn", "Rosa", "Sam", "Tara"]
@@ -217,28 +217,36 @@ def parse_split(text: str) -> tuple[str, int]:
     return name, int(n)
 
 
-def main(argv=None):
-    from boundary.core.artifacts import write_text  # pandas: not at import, the Snakefile reads levels_text
-
+def make_parser() -> ArgumentParser:
     defaults = schema_defaults("arithmetic")  # the config section's, written once
-    parser = ArgumentParser(prog="boundary arithmetic", description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", required=True, help="folder for NAME.jsonl, one per --split")
+    parser = ArgumentParser(prog="boundary arithmetic", description=description(__doc__),
+                            epilog="example:\n  boundary arithmetic --out data/arith --split train=2000 "
+                                   "--split test=500 --levels 2:20:+-,4:50:+-*/")
+    parser.add_argument("--out", "--out-dir", dest="out", required=True,
+                        help="folder for NAME.jsonl, one per --split (--out-dir: the old spelling)")
     parser.add_argument("--split", action="append", required=True, metavar="NAME=COUNT",
                         help="a split and its number of problems (repeat: disjoint splits)")
-    parser.add_argument("--seed", type=int, default=defaults["seed"])
+    parser.add_argument("--seed", type=int, default=defaults["seed"], help="the random stream's seed")
     parser.add_argument("--levels", default=levels_text(defaults["levels"]),
                         help="difficulties mixed evenly, as steps:operand_max:operations "
                              "(default: %(default)s)")
-    parser.add_argument("--max-answer-share", type=SHARE, default=defaults["max_answer_share"],
+    share = defaults["max_answer_share"]
+    parser.add_argument("--max-answer-share", type=SHARE, default=share,
                         help="redraw a problem whose answer would exceed this share of its split "
-                             "so far (default: no limit)")
-    args = parser.parse_args(argv)
+                             f"so far (default: {'no limit' if share is None else share})")
+    return parser
+
+
+def main(argv=None):
+    from boundary.core.artifacts import write_text  # pandas: not at import, the Snakefile reads levels_text
+
+    args = make_parser().parse_args(argv)
     sizes = dict(parse_split(s) for s in args.split)
     if len(sizes) < len(args.split):
         raise BoundaryError("--split: a split name is given twice")
     splits = generate(sizes, args.seed, parse_levels(args.levels), args.max_answer_share)
     for split, rows in splits.items():
-        path = Path(args.out_dir) / f"{split}.jsonl"
+        path = Path(args.out) / f"{split}.jsonl"
         write_text("".join(json.dumps(r) + "\n" for r in rows), path)
         answer, count = modal_answer(rows)
         print(f"{path}: {len(rows)} problems; modal answer {answer} on {count} ({count / len(rows):.1%})",
