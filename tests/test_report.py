@@ -292,12 +292,14 @@ def test_per_prompt_files_carry_the_problem_beside_the_id(built):
 def test_a_report_whose_calibration_cannot_hold_boundary_prompts_says_so(tmp_path, capsys):
     """Regimes labelled from 8 samples a prompt: the Boundary rows of every table say "no
     Boundary prompts" for the methods that ran, not "not run", and the ranking says why."""
-    from boundary.analysis.regimes import Thresholds, label_counts
+    from dataclasses import replace
+
+    from boundary.analysis.regimes import PAPER, label_counts
 
     make_tree(tmp_path)
     regimes = pd.read_parquet(tmp_path / "regimes" / "regimes.parquet")
     eight = regimes[["prompt_id"]].assign(n=8, c=np.minimum(8, (regimes["p_base"] * 8).round()).astype(int))
-    label_counts(eight, Thresholds(coverage_k=64), "cal8").to_parquet(tmp_path / "regimes" / "regimes.parquet")
+    label_counts(eight, replace(PAPER, coverage_k=64), "cal8").to_parquet(tmp_path / "regimes" / "regimes.parquet")
     assert "cal8: Boundary cannot hold any prompt at n=8" in capsys.readouterr().err
     report.main(["--results", str(tmp_path), "--settings", json.dumps(SETTINGS)])
     tables = tmp_path / "tables"
@@ -320,7 +322,7 @@ def test_the_landing_page_shows_the_headline_and_links_every_table_and_figure(bu
     assert html.count("<img") == 1 and 'alt="pass@k per regime' in html
     links = re.findall(r'href="([^"]+)"', html)
     assert links and all((built / link).is_file() for link in links), [x for x in links if not (built / x).is_file()]
-    s = report_settings.load_settings(json.dumps(SETTINGS))
+    s = settings.load("report", json.dumps(SETTINGS))
     for name in report_settings.table_names(s):
         assert {f"tables/{name}.{ext}" for ext in ("md", "csv", "tex")} <= set(links), name
     for name in report_settings.figure_names(s):
