@@ -4,14 +4,14 @@ anchor, k1) steps under train.sharding fsdp, and DDP at the same shape (expected
 memory, as every process would hold 16 bytes a parameter, 120 GB, before activations).
 
     PYTHONPATH=workflow python benchmarks/bench_7b_shape.py [--gpus 4] [--prompts 8 --G 8 \
-        --completion-len 256]
+        --completion-len 256] [--engine generate | vllm] [--runs fsdp:grpo]
 
 The paper's per-step shape (256 prompts x G=8 completions of up to 8,192 tokens) is scaled to
 fit a lease: --prompts x --G completions of --completion-len tokens after --prompt-len-token
 prompts, EOS suppressed (every completion full length). Prints, per run: mean step time (the
 slowest process's, after --warmup steps), tokens per second (prompt + completion tokens of
 the step over its time), peak memory on each GPU, and where the step's time goes
-(multi_gpu_steps.py), as each run finishes.
+(multi_gpu_steps.py: generate, weight sync, score, fwd_bwd, optimizer), as each run finishes.
 """
 
 from __future__ import annotations
@@ -42,10 +42,14 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--timeout", type=int, default=600, help="seconds per run")
     p.add_argument("--shape", default="qwen2.5-7b", help="tiny-qwen2: a CPU dry run (with --cpu)")
+    p.add_argument("--engine", choices=("generate", "vllm"), default="generate",
+                   help="train.rollout_engine (vllm: starts from dummy weights, the trainer's synced in)")
+    p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
+    p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
     p.add_argument("--cpu", action="store_true", help="gloo processes on the CPU (a dry run of this script)")
     p.add_argument("--logs", help="keep each run's log in this folder (default: a temporary one)")
     args = p.parse_args()
-    print(f"{args.shape} shape, random weights, bf16; {args.gpus} processes; {args.prompts} prompts x "
+    print(f"{args.shape} shape, random weights, bf16, engine {args.engine}; {args.gpus} processes; {args.prompts} prompts x "
           f"G={args.G} = {args.prompts * args.G} completions of {args.completion_len} tokens after "
           f"{args.prompt_len}-token prompts (eos suppressed); {args.steps - args.warmup} timed steps", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 4) // args.gpus)),
@@ -62,7 +66,9 @@ def main():
                    f"--nproc-per-node={args.gpus}", str(WORKER), "--method", method, "--sharding", sharding,
                    "--prompts", str(args.prompts), "--G", str(args.G), "--prompt-len", str(args.prompt_len),
                    "--completion-len", str(args.completion_len), "--steps", str(args.steps),
-                   "--warmup", str(args.warmup), "--shape", args.shape, "--out", str(out)]
+                   "--warmup", str(args.warmup), "--shape", args.shape, "--out", str(out),
+                   "--engine", args.engine, *(["--vllm-mem", str(args.vllm_mem)] if args.vllm_mem else []),
+                   "--accum", str(args.accum)]
             log = logs / f"{sharding}_{method}.log"
             started = time.monotonic()
             code = run_logged(cmd, env, log, args.timeout, label=f"{sharding} {method}: ", written=out)

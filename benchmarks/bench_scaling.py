@@ -1,16 +1,19 @@
-"""SmolLM2 GRPO step time on 1, 2 and 4 GPUs at a fixed global batch: the scaling of the
-trainer's multi-process (one process per GPU, NCCL) training.
+"""GRPO step time on 1, 2 and 4 GPUs at a fixed global batch: the scaling of the trainer's
+multi-process (one process per GPU, NCCL) training, with either rollout engine.
 
     PYTHONPATH=workflow python benchmarks/bench_scaling.py [--model results/smollm2/models/base \
-        --split results/smollm2/splits/train.parquet] [--gpus 1,2,4] [--sharding ddp]
+        --split results/smollm2/splits/train.parquet] [--gpus 1,2,4] [--sharding ddp] \
+        [--shape smollm2-135m | qwen2.5-1.5b] [--engine generate | vllm] [--eos]
 
 Each count runs the project's PBATrainer (GRPO) in that many processes (torchrun, one GPU
 each) on the same global batch (--prompts x --G completions of --completion-len tokens, EOS
 suppressed so every completion has the full length); the first --warmup steps are dropped.
 A row is printed as each count finishes: mean step time (the slowest process's), speedup over
 one GPU and its goal (1.8x at 2 GPUs, 3.2x at 4), tokens per second, peak memory, and where
-the time goes (multi_gpu_steps.py: generate, score = rewards + gathers + base log-probs,
-fwd_bwd = the loss's forward and backward with the gradient all-reduce, optimizer).
+the time goes (multi_gpu_steps.py: generate, the engine's weight sync, score = rewards +
+gathers + old and base log-probs, fwd_bwd = the loss's forward and backward with the gradient
+all-reduce, optimizer), the mean completion length, and the engine's largest mean log-prob
+difference from the policy over its checks (vllm; every sync).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ GOALS = {2: 1.8, 4: 3.2}
 
 
 def run(n: int, args, out: Path, logs: Path) -> dict | None:
-    worker = [str(WORKER), "--method", "grpo", "--sharding", args.sharding, "--shape", "smollm2-135m",
-              "--prompts", str(args.prompts),
+    worker = [str(WORKER), "--method", "grpo", "--sharding", args.sharding, "--shape", args.shape,
+              "--engine", args.engine, *(["--eos"] if args.eos else []),
+              *(["--vllm-mem", str(args.vllm_mem)] if args.vllm_mem else []), "--accum", str(args.accum),
+              "--prompt-len", str(args.prompt_len), "--prompts", str(args.prompts),
               "--G", str(args.G), "--completion-len", str(args.completion_len), "--steps", str(args.steps),
               "--warmup", str(args.warmup), "--out", str(out),
               *(["--model", args.model] if args.model else []), *(["--split", args.split] if args.split else [])]
@@ -56,6 +61,12 @@ def main():
                                   "with random weights (EOS suppressed, a step's work is the same)")
     p.add_argument("--split", help="a splits parquet whose prompts are used (with --model)")
     p.add_argument("--gpus", default="1,2,4")
+    p.add_argument("--shape", default="smollm2-135m", help="with random weights: smollm2-135m | qwen2.5-1.5b")
+    p.add_argument("--engine", choices=("generate", "vllm"), default="generate", help="train.rollout_engine")
+    p.add_argument("--eos", action="store_true", help="eos left on (random weights seldom emit it)")
+    p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
+    p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
+    p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--sharding", default="ddp")
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--G", type=int, default=8)
@@ -67,12 +78,13 @@ def main():
     p.add_argument("--logs", help="keep each count's log in this folder (default: a temporary one)")
     args = p.parse_args()
     counts = [int(n) for n in args.gpus.split(",")]
-    print(f"global batch {args.prompts} prompts x G={args.G} = {args.prompts * args.G} completions of "
-          f"{args.completion_len} tokens (eos suppressed), {args.steps - args.warmup} timed steps, "
+    print(f"{args.model or args.shape}, engine {args.engine}: global batch {args.prompts} prompts x G={args.G} = "
+          f"{args.prompts * args.G} completions of up to {args.completion_len} tokens "
+          f"(eos {'on' if args.eos else 'suppressed'}), {args.steps - args.warmup} timed steps, "
           f"sharding {args.sharding}", flush=True)
-    print("gpus  step_s  speedup  goal    tokens/s  generate_s  score_s  fwd_bwd_s  optimizer_s  peak_GiB  device",
-          flush=True)
-    base = None
+    print("gpus  step_s  speedup  goal            tokens/s  generate_s  sync_s  score_s  fwd_bwd_s  optimizer_s"
+          "  peak_GiB  mean_len  logp_diff  device", flush=True)
+    base, steps = None, {}
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(args.logs or tmp)
         logs.mkdir(parents=True, exist_ok=True)
@@ -80,13 +92,24 @@ def main():
             r = run(n, args, Path(tmp) / f"{n}.json", logs)
             if r is None:
                 continue
+            if r.get("status") != "ok":  # out of memory, reported by the worker
+                print(f"{n:>4}  {r.get('status')}", flush=True)
+                continue
             base = base or (r["step_s"] if n == 1 else None)
+            steps[n] = r["step_s"]
             speedup = base / r["step_s"] if base else float("nan")
             goal = GOALS.get(n)
             verdict = "" if goal is None else f">={goal} {'met' if speedup >= goal else 'MISSED'}"
+            diff = r.get("engine_logp_mean_abs_diff") or []
+            length = r.get("completion_len_mean")
             print(f"{n:>4}  {r['step_s']:6.3f}  {speedup:7.2f}  {verdict:<14}  {r['tokens_per_s']:8.0f}  "
-                  f"{r['generate_s']:10.3f}  {r['score_s']:7.3f}  {r['fwd_bwd_s']:9.3f}  {r['optimizer_s']:11.3f}  "
-                  f"{max(r['peak_alloc_gib_per_gpu']):8.2f}  {r['device']}", flush=True)
+                  f"{r['generate_s']:10.3f}  {r['sync_s']:6.3f}  {r['score_s']:7.3f}  {r['fwd_bwd_s']:9.3f}  "
+                  f"{r['optimizer_s']:11.3f}  {max(r['peak_alloc_gib_per_gpu']):8.2f}  "
+                  f"{'-' if length is None else f'{length:.0f}':>8}  {max(diff) if diff else '-':>9}  {r['device']}",
+                  flush=True)
+    if 1 in steps and counts[0] != 1:  # counts measured before the 1-GPU row: their speedup now
+        print("speedup over 1 GPU: " + ", ".join(f"{n} GPUs {steps[1] / steps[n]:.2f}x" for n in steps if n != 1),
+              flush=True)
 
 
 if __name__ == "__main__":

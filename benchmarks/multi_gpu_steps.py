@@ -2,10 +2,13 @@
 bench_scaling.py and bench_7b_shape.py; run them, not this).
 
 The project's PBATrainer at the given shape, under `--sharding` (the trainer's own FSDP2 or
-DDP), EOS suppressed so every completion has the full length and every process count does the
-same work. A step is split into where its time goes, on this process, GPU work synchronised:
-`generate` (the policy's generate calls), `score` (the rest of building the batch: rewards
-and their gather, frozen-base log-probs, the metric gathers), `optimizer` (clipping, the
+DDP), with `--engine` (train.rollout_engine) drawing the rollouts, EOS suppressed so every
+completion has the full length and every process count does the same work (`--eos`: left on).
+A step is split into where its time goes, on this process, GPU work synchronised: `generate`
+(the policy's generate calls, until every process has finished them: the wait for the slowest
+process is generate's, not the next phase's), `sync` (the vllm engine's weight sync), `score`
+(the rest of building the batch: rewards and their gather, TRL's old log-probs for the
+engine's importance correction, frozen-base log-probs, the metric gathers), `optimizer` (clipping, the
 AdamW step; under FSDP the gradient reduce-scatter finishes inside backward, so it is in
 `fwd_bwd`), and `fwd_bwd` (what remains: the loss's forward and backward, DDP's gradient
 all-reduce). Rank 0 writes one JSON line to --out with every process's peak memory.
@@ -42,6 +45,11 @@ SHAPES = {
                                    num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
                                    head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5,
                                    tie_word_embeddings=True, hidden_act="silu")),
+    # Qwen/Qwen2.5-1.5B's config.json.
+    "qwen2.5-1.5b": ("Qwen2", dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                                   num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                                   rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                   hidden_act="silu", use_sliding_window=False, max_window_layers=28)),
     # Qwen2.5-7B's family and proportions at toy size: a CPU dry run of the 7B benchmark.
     "tiny-qwen2": ("Qwen2", dict(vocab_size=1000, hidden_size=64, intermediate_size=256,
                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -86,8 +94,9 @@ class Phases(TrainerCallback):
         sync()
         row = {"step": time.perf_counter() - self.now, **self.current}
         say(0 if state.is_world_process_zero else 1, f"step {state.global_step}: {row['step']:.1f} s")
-        batch = row.pop("batch", 0.0)  # generate + score
+        batch = row.pop("batch", 0.0)  # generate (weight sync included) + score
         row["score"] = batch - row.get("generate", 0.0)
+        row["generate"] = row.get("generate", 0.0) - row.get("sync", 0.0)
         row["fwd_bwd"] = row["step"] - batch - row.get("optimizer", 0.0)
         self.rows.append(row)
 
@@ -98,7 +107,9 @@ def say(rank: int, text: str):
         print(f"[multi_gpu_steps] {text}", flush=True)
 
 
-def timed(phases: Phases, name: str, fn):
+def timed(phases: Phases, name: str, fn, wait_for_all: bool = False):
+    """`fn` timed into phase `name`; `wait_for_all`: until every process has finished it, so that
+    the next phase does not count the wait for the slowest process (its first collective would)."""
     def wrapper(*a, **k):
         sync()
         start = time.perf_counter()
@@ -106,6 +117,8 @@ def timed(phases: Phases, name: str, fn):
             return fn(*a, **k)
         finally:
             sync()
+            if wait_for_all and torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.barrier()
             phases.add(name, time.perf_counter() - start)
     return wrapper
 
@@ -151,6 +164,11 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--anchored", type=float, default=0.7)
+    p.add_argument("--engine", choices=("generate", "vllm"), default="generate", help="train.rollout_engine")
+    p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
+    p.add_argument("--eos", action="store_true", help="leave eos on (default: suppressed, full-length rollouts)")
+    p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
+    p.add_argument("--check-every", type=int, default=1, help="vllm_check_every (engine vs policy log-probs)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     args.vocab = SHAPES[args.shape][1]["vocab_size"]
@@ -158,11 +176,20 @@ def main():
     settings = {"lr": 1e-6, "num_generations": args.G, "prompts_per_step": args.prompts,
                 "max_completion_length": args.completion_len, "temperature": 1.0, "top_p": 1.0,
                 "bf16": "auto", "steps": args.steps, "checkpoints": [], "refresh_steps": args.steps,
-                "save_steps": 10 ** 6, "gpus": world, "sharding": args.sharding, **METHODS[args.method]}
+                "save_steps": 10 ** 6, "gpus": world, "sharding": args.sharding,
+                "gradient_accumulation_steps": args.accum, **METHODS[args.method]}
+    if args.engine == "vllm":
+        from boundary.sampling.vllm import without_flashinfer_sampler
+
+        without_flashinfer_sampler()  # as the train stage does
+        settings.update(rollout_engine="vllm", vllm_check_every=args.check_every,
+                        vllm_max_model_length=args.prompt_len + args.completion_len + 8,
+                        **({"vllm_gpu_memory_utilization": args.vllm_mem} if args.vllm_mem else {}))
     result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
-              "processes": world,
+              "processes": world, "engine": args.engine, "eos": args.eos,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
     phases, trainer, stage, t0 = Phases(), None, "build", time.perf_counter()
+    checks, lengths = [], []  # the engine's log-prob checks; each timed step's mean completion length
     try:
         if args.model:
             from transformers import AutoTokenizer
@@ -182,20 +209,37 @@ def main():
         data = Dataset.from_dict({"prompt": text, "answer": ["0"] * n, "prompt_id": [f"p{i}" for i in range(n)]})
         anchored = (rng.random(n) < args.anchored).astype(float)[None] if args.method != "grpo" else None
         with tempfile.TemporaryDirectory() as tmp:
+            if args.engine == "vllm" and not args.model:
+                # The engine starts from its config and tokenizer alone (dummy weights); the
+                # trainer's weights reach it at the first sync.
+                model.config.save_pretrained(tmp + "/model")
+                tok.save_pretrained(tmp + "/model")
+                model.name_or_path = model.config._name_or_path = tmp + "/model"
             cfg = make_config(resolve("train", settings), seed=0, checkpoint_dir=tmp)
-            cfg.generation_kwargs = {"suppress_tokens": stop_ids(model, tok)}  # full-length rollouts
+            if not args.eos:  # full-length rollouts
+                cfg.generation_kwargs = ({"ignore_eos": True} if args.engine == "vllm" else
+                                         {"suppress_tokens": stop_ids(model, tok)})
             cfg.save_strategy = "no"
             say(rank, f"model built ({time.perf_counter() - t0:.0f} s)")
             stage = "trainer"
             trainer = PBATrainer(model, reward_funcs=pseudo_reward, args=cfg, train_dataset=data,
                                  processing_class=tok, anchor_weights=anchored, callbacks=[phases])
-            trainer._generate_single_turn = timed(phases, "generate", trainer._generate_single_turn)
+            trainer._generate_single_turn = timed(phases, "generate", trainer._generate_single_turn,
+                                                  wait_for_all=True)
+            if trainer.engine_sync is not None:
+                gen = trainer.vllm_generation
+                gen.sync_weights = timed(phases, "sync", gen.sync_weights)
+                record = trainer.engine_sync.record
+                trainer.engine_sync.record = lambda k, v: (checks.append((k, v)), record(k, v))
             trainer._generate_and_score_completions = timed(phases, "batch",
                                                             trainer._generate_and_score_completions)
             stage = "train"
             say(rank, f"trainer built ({time.perf_counter() - t0:.0f} s); training")
             trainer.train()
             say(rank, f"trained ({time.perf_counter() - t0:.0f} s)")
+            lengths = [h["completions/mean_length"] for h in trainer.state.log_history
+                       if "completions/mean_length" in h][args.warmup:]
+            lengths = [float(np.mean(lengths))] if lengths else []
         result["status"] = "ok"
     except torch.OutOfMemoryError as err:
         # The processes may have stopped at different collectives: no gather; rank 0 reports
@@ -209,7 +253,7 @@ def main():
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else 0.0
     rows = phases.rows[args.warmup:]
     mine = torch.tensor([peak, *[np.mean([r.get(k, 0.0) for r in rows]) if rows else np.nan
-                                 for k in ("step", "generate", "score", "fwd_bwd", "optimizer")]],
+                                 for k in ("step", "generate", "sync", "score", "fwd_bwd", "optimizer")]],
                         dtype=torch.float64, device="cuda" if torch.cuda.is_available() else "cpu")
     if world > 1 and torch.distributed.is_initialized():
         every = [torch.zeros_like(mine) for _ in range(world)]
@@ -220,10 +264,14 @@ def main():
         table = torch.stack(every).cpu().numpy()
         result["peak_alloc_gib_per_gpu"] = [round(float(x), 2) for x in table[:, 0]]
         # The slowest process sets the pace: phases are the max over processes.
-        for i, k in enumerate(("step_s", "generate_s", "score_s", "fwd_bwd_s", "optimizer_s"), start=1):
+        for i, k in enumerate(("step_s", "generate_s", "sync_s", "score_s", "fwd_bwd_s", "optimizer_s"), start=1):
             result[k] = round(float(np.nanmax(table[:, i])), 3) if rows else None
         result["steps_timed"] = len(rows)
-        tokens = args.prompts * args.G * (args.prompt_len + args.completion_len)
+        result["engine_logp_mean_abs_diff"] = [round(v, 5) for k, v in checks if k.endswith("mean_abs_diff")]
+        result["engine_logp_max_abs_diff"] = [round(v, 4) for k, v in checks if k.endswith("max_abs_diff")]
+        result["completion_len_mean"] = lengths[-1] if lengths else None
+        tokens = args.prompts * args.G * (args.prompt_len + (lengths[-1] if args.eos and lengths
+                                                            else args.completion_len))
         result["prompt_len"], result["tokens_per_step"] = args.prompt_len, tokens
         result["tokens_per_s"] = round(tokens / result["step_s"], 1) if rows else None
         with open(args.out, "a") as f:

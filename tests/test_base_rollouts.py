@@ -140,14 +140,14 @@ def test_trainer_refuses_rollouts_drawn_for_other_prompts_or_steps(model_dir, sp
 def test_vllm_settings_reach_trl_and_base_anchors_then_need_pre_drawn_rollouts(model_dir, split, tmp_path):
     from boundary.stages.train import train
 
-    with pytest.raises(BoundaryError, match="use_vllm: TRL's vLLM rollouts need a CUDA GPU"):
-        train(model_dir, split, {**SETTINGS, "use_vllm": True}, 0, tmp_path / "out", tmp_path / "ck")
-    cfg = make_config(resolve("train", {**SETTINGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_port": 8123}),
-                      seed=0, checkpoint_dir=str(tmp_path))
+    with pytest.raises(BoundaryError, match="rollout_engine: vllm needs a CUDA GPU"):
+        train(model_dir, split, {**SETTINGS, "rollout_engine": "vllm"}, 0, tmp_path / "out", tmp_path / "ck")
+    cfg = make_config(resolve("train", {**SETTINGS, "rollout_engine": "vllm", "vllm_mode": "server",
+                                          "vllm_server_port": 8123}), seed=0, checkpoint_dir=str(tmp_path))
     assert (cfg.use_vllm, cfg.vllm_mode, cfg.vllm_server_port) == (True, "server", 8123)
     assert make_config(resolve("train", SETTINGS), seed=0, checkpoint_dir=str(tmp_path)).use_vllm is False
-    with pytest.raises(BoundaryError, match="use_vllm: anchor support reads pre-drawn base rollouts"):
-        make_trainer(model_dir, split, tmp_path, alternate(split), use_vllm=True, vllm_mode="colocate", **SUPPORT)
+    with pytest.raises(BoundaryError, match="rollout_engine: vllm: anchor support reads pre-drawn base rollouts"):
+        make_trainer(model_dir, split, tmp_path, alternate(split), rollout_engine="vllm", **SUPPORT)
 
 
 def test_with_vllm_rollouts_every_row_goes_to_trl_and_base_rows_keep_their_draws(

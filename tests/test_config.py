@@ -25,6 +25,7 @@ def test_paper_config_states_the_run_card():
     assert paper["evaluate"] == {"n": 256, "temperature": 0.6, "top_p": 0.95, "seed": 3003,
                                  "ks": [1, 4, 16, 64, 256]}
     assert paper["gate"]["G0"] == 8 and paper["gate"]["tau"] == 0.10
+    assert (train["rollout_engine"], train["vllm_gpu_memory_utilization"]) == ("vllm", 0.35)  # as measured
     assert paper["gate"]["refresh_steps"] == 100
     pba = paper["methods"]["pba"]
     assert (pba["anchor"], pba["kl_estimator"], pba["beta_a"]) == ("policy", "k1", 1.0)
@@ -112,7 +113,9 @@ def _default():
     (lambda c: c["prompt"].update(system="Be brief."), "config: prompt.system: read only with prompt.chat: "
      "true (the chat template places it)"),
     (lambda c: c["train"].update(vllm_mode="colocate"), "config: train.vllm_mode: read only with "
-     "train.use_vllm: true"),
+     "train.rollout_engine: vllm"),
+    (lambda c: c["train"].update(use_vllm=True), "config: train.use_vllm: replaced by train.rollout_engine "
+     "(generate | vllm; vllm: TRL's engine, colocated unless vllm_mode: server)"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     assert _refusal(_default(), mutate) == message

@@ -16,7 +16,8 @@ from boundary.core.names import DIAGNOSTIC
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every stage key of these configs as the rules built them before the settings layer existed
-# (common.smk at 4e77492), byte for byte: a change here reruns every finished run of them.
+# (common.smk at 4e77492; paper.yaml's as edited since, by common.smk at 2b735cb), byte for
+# byte: a change here reruns every finished run of them.
 SNAPSHOT = ROOT / "tests" / "fixtures" / "stage_keys.json"
 
 

@@ -102,6 +102,8 @@ def validate_config(config: dict) -> dict:
     raw = config
     config = copy.deepcopy(config)
     _check_finite(config)
+    for key in set(raw.get("train") or {}) & set(REPLACED_TRAIN_KEYS):
+        raise BoundaryError(f"config: train.{key}: {REPLACED_TRAIN_KEYS[key]}")
     _fill_defaults(config, _schema())
     errors = sorted(_validator().iter_errors(config), key=lambda e: (len(list(e.absolute_path)), _where(e)))
     if errors:
@@ -195,6 +197,11 @@ METHOD_KNOBS = {
 CHECKPOINT_KEYS = {"label", "seeds", "setting", "checkpoint_of", "step"}
 
 
+# Train keys a later key replaced: refused in one line that names the replacement.
+REPLACED_TRAIN_KEYS = {"use_vllm": "replaced by train.rollout_engine (generate | vllm; vllm: TRL's "
+                                   "engine, colocated unless vllm_mode: server)"}
+
+
 def _check_settings_used(raw: dict, config: dict) -> None:
     """A key a config gives but the run would not read is one line, never ignored silently."""
     if config.get("testbed") is not None:
@@ -206,8 +213,8 @@ def _check_settings_used(raw: dict, config: dict) -> None:
         raise BoundaryError("config: prompt.system: read only with prompt.chat: true (the chat template "
                             "places it)")
     vllm = sorted(k for k in raw.get("train") or {} if k.startswith("vllm_"))
-    if vllm and not config["train"].get("use_vllm"):
-        raise BoundaryError(f"config: train.{vllm[0]}: read only with train.use_vllm: true")
+    if vllm and config["train"].get("rollout_engine") != "vllm":
+        raise BoundaryError(f"config: train.{vllm[0]}: read only with train.rollout_engine: vllm")
     for name, spec in (raw.get("masks") or {}).items():
         kind = spec.get("kind")
         unread = sorted(set(spec) - {"kind"} - MASK_KEYS.get(kind, set(spec)))

@@ -241,10 +241,13 @@ def _stage_message(err) -> str:
 def resolve(stage: str, given: dict) -> dict:
     """A stage's complete settings: `given` checked against the stage's schema (one line naming
     the first bad key), every unset key at the schema's default (`default:` or `x-default:`)."""
-    from boundary.core.config import MASK_KEYS, _fill_defaults, _validator
+    from boundary.core.config import MASK_KEYS, REPLACED_TRAIN_KEYS, _fill_defaults, _validator
 
     if not isinstance(given, dict):
         raise BoundaryError(f"{stage} settings: must be a JSON object, not {type(given).__name__}")
+    if stage in ("train", "base-rollouts"):
+        for key in sorted(set(given) & set(REPLACED_TRAIN_KEYS)):
+            raise BoundaryError(f"{stage} settings: {key}: {REPLACED_TRAIN_KEYS[key]}")
     schema = stage_schema(stage)
     settings = copy.deepcopy(given)
     if stage == "masks" and settings.get("kind") in MASK_KEYS:  # each kind's own keys only

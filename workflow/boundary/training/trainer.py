@@ -27,8 +27,9 @@ base rollout of the run is known before training: the `base_rollouts` stage draw
 the sampling backend of calibration and evaluation, and the trainer reads them (`--base-rollouts`).
 Given no such file, the trainer draws the same blocks in place at each refresh epoch's first
 step, with the same function and seeds (base_rollouts.py); a row off the schedule is drawn on
-the spot. Policy rollouts come from TRL: transformers `generate`, or vLLM (`use_vllm`,
-`vllm_mode` colocate or server, TRL's own settings).
+the spot. Policy rollouts come from TRL: transformers `generate`, or vLLM
+(`rollout_engine: vllm`, colocated: one engine per process, weights synced in buckets and
+checked, rollout_engine.py; or TRL's server mode).
 
 Several processes (one per GPU, see launch.py) each generate a contiguous slice of every
 step's batch, as accelerate shards the sampler, and take the base rollouts of their own rows.
@@ -51,11 +52,14 @@ Pinned to TRL 1.16.0 (pyproject.toml). Overridden hooks, and why:
 - `_get_per_token_logps_and_entropies`: keeps the surrogate's log-probs for the anchor;
 - `_compute_loss`: the surrogate with advantages scaled by 1 - w, plus the anchor and the
   global KL on the same forward pass.
+Not a hook: the colocated vLLM engine's `sync_weights` is replaced after TRL builds it
+(rollout_engine.install: bucketed, with the log-prob check).
 The config is trainer_config.PBAConfig; the `boundary train` stage is stages/train.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 
@@ -67,7 +71,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from boundary.core.errors import BoundaryError
-from boundary.training import base_rollouts, objectives, sharding
+from boundary.training import base_rollouts, objectives, rollout_engine, sharding
 from boundary.training.anchors import (
     ANCHORS,
     BASE_SAMPLED,
@@ -114,7 +118,7 @@ class PBATrainer(GRPOTrainer):
         if anchoring and cfg.anchor is None:
             raise BoundaryError(f"anchor: required when a mask anchors prompts (one of {ANCHORS})")
         if cfg.use_vllm and anchoring and cfg.anchor in BASE_SAMPLED and not base_rollouts:
-            raise BoundaryError(f"use_vllm: anchor {cfg.anchor} reads pre-drawn base rollouts "
+            raise BoundaryError(f"rollout_engine: vllm: anchor {cfg.anchor} reads pre-drawn base rollouts "
                                 "(the base_rollouts stage; boundary train --base-rollouts)")
         sharding.check_method(cfg.sharding, cfg.anchor, anchoring, bool(base_rollouts), BASE_SAMPLED)
         # The frozen base is loaded only when some term needs it.
@@ -126,7 +130,12 @@ class PBATrainer(GRPOTrainer):
             # generate call at an unseen batch size on an H200, and the base anchor changes the
             # policy's generate batch every step. Flash / memory-efficient attention do not.
             torch.backends.cuda.enable_cudnn_sdp(False)
-        super().__init__(model, *args, **kwargs)
+        colocated = cfg.use_vllm and cfg.vllm_mode == "colocate"
+        with (rollout_engine.engine_overrides(cfg.vllm_max_num_batched_tokens, cfg.vllm_load_format)
+              if colocated else contextlib.nullcontext()):
+            super().__init__(model, *args, **kwargs)
+        # The colocated engine's weights move in buckets, with the log-prob check (rollout_engine.py).
+        self.engine_sync = rollout_engine.install(self) if colocated else None
         # Under FSDP every forward of a sharded model is a collective (training/sharding.py).
         self._sharded = sharding.is_fsdp(self.accelerator)
         if self._sharded:

@@ -19,6 +19,7 @@ from boundary.core import settings as stage_settings
 from boundary.core.config import batch_split_error
 from boundary.core.errors import BoundaryError
 from boundary.training import objectives
+from boundary.training.rollout_engine import engine_args
 from boundary.training.sharding import config_args
 
 # Defaults of a PBAConfig built by hand (make_config sets every field from the settings).
@@ -55,6 +56,16 @@ class PBAConfig(GRPOConfig):
     cov_bounds: tuple = field(default=tuple(METHOD["cov_bounds"]), metadata={"help": "Clip-Cov covariance band (lb, ub)"})
     cov_kl_coef: float = field(default=METHOD["cov_kl_coef"], metadata={"help": "KL-Cov penalty coefficient"})
     sharding: str = field(default=TRAIN["sharding"], metadata={"help": "ddp | fsdp (training/sharding.py)"})
+    # The rollout engine (rollout_engine.py); TRL's own vllm_* fields carry the rest.
+    rollout_engine: str = field(default=TRAIN["rollout_engine"], metadata={"help": "generate | vllm"})
+    vllm_max_num_batched_tokens: int = field(default=TRAIN["vllm_max_num_batched_tokens"], metadata={
+        "help": "tokens in one engine forward (TRL 1.16.0 fixes 4096)"})
+    vllm_sync_bucket_mib: int = field(default=TRAIN["vllm_sync_bucket_mib"], metadata={
+        "help": "weights move to the engine in buckets of this many MiB"})
+    vllm_check_every: int = field(default=TRAIN["vllm_check_every"], metadata={
+        "help": "every N weight syncs, compare the engine's log-probs with the policy's (0: never)"})
+    vllm_load_format: str = field(default="dummy", metadata={
+        "help": "how the colocated engine starts: dummy (random weights; the first sync fills them)"})
 
     def __post_init__(self):
         # Allowed values and ranges are the schema's, checked by the settings layer; here only
@@ -77,10 +88,6 @@ class PBAConfig(GRPOConfig):
         """Whether the group advantage is recomputed after TRL's (a method of objectives.py)."""
         return self.advantage != "grpo" or self.unlikeliness > 0 or self.cov_select is not None
 
-
-
-# TRL's own vLLM settings, passed through under their GRPOConfig names.
-VLLM_KEYS = {k for k in stage_settings.stage_schema("train")["properties"] if k.startswith(("use_vllm", "vllm_"))}
 
 
 def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
@@ -127,6 +134,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         remove_unused_columns=False, dataloader_num_workers=0,
         use_cpu=not torch.cuda.is_available(),  # several CPU processes then meet over gloo
         sharding=s["sharding"],
-        **{k: s[k] for k in VLLM_KEYS if s.get(k) is not None},
+        rollout_engine=s["rollout_engine"],
+        **(engine_args(s) if s["rollout_engine"] == "vllm" else {}),
     )
 

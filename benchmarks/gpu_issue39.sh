@@ -1,0 +1,63 @@
+#!/bin/bash
+# Issue 39's figures (training rollouts from the vllm engine) on a machine of 4 GPUs, each row
+# printed as it is measured; $OUT/console.log holds everything printed, $OUT/logs.tgz every
+# run's log. Run from the repository root:
+#
+#   OUT=<folder> bash benchmarks/gpu_issue39.sh ROWS [--cpu]
+#
+# Before the first row: the wheels in $WHEELS (default .whl/deps) are installed with pip
+# --target /tmp/site, and vLLM from /tmp/vllm_part_* (a tar.xz of its wheel, cut in parts) is
+# unpacked there, unless vllm and trl are importable already.
+#   a  bench_7b_shape.py: Qwen2.5-7B shape, fsdp GRPO on 4 GPUs, engine vllm (dummy start,
+#      weights synced in), 8 prompts x G = 4 of 128 + 128 tokens (the issue's small shape)
+#   b  bench_scaling.py: SmolLM2 shape, engine vllm, 1 and 4 GPUs, 256 x 8 = 2,048 completions of
+#      up to 512 tokens after 128-token prompts, eos on, 8 micro-batches a step
+#   c  the same for the Qwen2.5-1.5B shape, 4 GPUs first
+#   d  bench_7b_shape.py at 64 prompts x 8 of 1,024 tokens, engine vllm
+#   e  row a with the generate engine (the baseline, on the same machine)
+set -u
+ROWS=${1:-abc}
+CPU=0; [ "${2:-}" = "--cpu" ] && CPU=1
+OUT=${OUT:-/tmp/gpu_issue39_out}
+mkdir -p "$OUT" /tmp/site /tmp/gpu_issue39_logs
+exec > >(tee -a "$OUT/console.log") 2>&1
+PY=python3
+export PYTHONPATH=/tmp/site:$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 \
+  TOKENIZERS_PARALLELISM=false VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+if [ $CPU = 0 ] && ! $PY -c "import vllm, trl" 2>/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "${WHEELS:-.whl/deps}"/*.whl || { echo "gpu_issue39: wheel install failed"; exit 1; }
+  cat /tmp/vllm_part_* | xz -d | tar -x -C /tmp/site || { echo "gpu_issue39: vllm unpack failed"; exit 1; }
+fi
+$PY -c "import torch, transformers, trl; print('torch', torch.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
+[ $CPU = 0 ] && $PY -c "import vllm; print('vllm', vllm.__version__)" && nvidia-smi -L
+git log -1 --format='commit %H' 2>/dev/null || true
+save_logs() { (cd /tmp && tar -czf "$OUT/logs.tgz" gpu_issue39_logs 2>/dev/null); }
+stop_gpu_leftovers() {
+  [ $CPU = 1 ] && return
+  nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | xargs -r kill -9 2>/dev/null; sleep 2
+}
+L=/tmp/gpu_issue39_logs
+if [ $CPU = 1 ]; then
+  SEVEN=(--cpu --shape tiny-qwen2 --gpus 2 --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1)
+  SCALE=(--cpu --shape tiny-qwen2 --gpus 1,2 --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1 --accum 2)
+  ENGINE=generate; SMOL=tiny-qwen2; MID=tiny-qwen2
+else
+  SEVEN=(--gpus 4 --prompts 8 --G 4 --prompt-len 128 --completion-len 128 --steps 3 --warmup 1)
+  SCALE=(--gpus 1,4 --prompts 256 --G 8 --prompt-len 128 --completion-len 512 --eos --steps 2 --warmup 1 --accum 8)
+  ENGINE=vllm; SMOL=smollm2-135m; MID=qwen2.5-1.5b
+fi
+for row in $(echo "$ROWS" | grep -o .); do
+  echo "=== row $row ($(date -u +%H:%M:%S))"
+  case $row in
+    a) timeout 230 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --timeout 220 --logs $L/a ;;
+    b) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --shape $SMOL --engine $ENGINE --timeout 150 --logs $L/b ;;
+    c) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus 4,1 --shape $MID --engine $ENGINE --timeout 330 --logs $L/c ;;
+    d) timeout 300 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --prompts 64 --G 8 --completion-len 1024 --accum 4 \
+         --steps 2 --runs fsdp:grpo --engine $ENGINE --timeout 290 --logs $L/d ;;
+    e) timeout 230 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine generate --timeout 220 --logs $L/e ;;
+  esac
+  stop_gpu_leftovers
+  save_logs
+done
+echo "=== done ($(date -u +%H:%M:%S))"

