@@ -12,7 +12,7 @@ import pytest
 from boundary.core import settings
 from boundary.core.config import load_config
 from boundary.core.errors import BoundaryError
-from boundary.core.names import DIAGNOSTIC
+from boundary.core.names import BASE, DIAGNOSTIC
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every stage key of these configs as the rules built them before the settings layer existed
@@ -39,8 +39,10 @@ def stage_keys(config: dict) -> dict[str, str]:
     for method, spec in config["methods"].items():
         if not spec["checkpoint_of"]:
             keys[f"train/{method}"] = settings.text(settings.train_key(config, method))
-    for bench in [DIAGNOSTIC] + benchmarks:
-        keys[f"evaluate/{bench}"] = settings.text(settings.evaluate_key(config, bench))
+    for bench in [DIAGNOSTIC] + benchmarks:  # every policy's is the base's first draw's
+        keys[f"evaluate/{bench}"] = settings.text(settings.evaluate_key(config, bench, BASE, 0))
+        for seed in range(1, settings.base_seeds(config)):
+            keys[f"evaluate/{bench}/base/seed{seed}"] = settings.text(settings.evaluate_key(config, bench, BASE, seed))
     keys["report"] = settings.text(settings.report_key(config))
     return keys
 
@@ -63,7 +65,7 @@ def test_every_key_resolves_to_complete_settings(path):
     else:
         stages["data"] = settings.data_key(config, "train")
     stages["calibrate"] = settings.calibrate_key(config, "diagnostic")
-    stages["evaluate"] = settings.evaluate_key(config, DIAGNOSTIC)
+    stages["evaluate"] = settings.evaluate_key(config, DIAGNOSTIC, BASE, settings.base_seeds(config) - 1)
     for stage, key in stages.items():
         full = settings.resolve(stage, key)
         assert settings.resolve(stage, full) == full, stage
@@ -74,6 +76,20 @@ def test_every_key_resolves_to_complete_settings(path):
         if not spec["checkpoint_of"]:
             full = settings.resolve("train", settings.train_key(config, method))
             assert set(settings.defaults("methods")) <= set(full)
+
+
+def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_every_key():
+    config = load_config(ROOT / "config" / "smoke.yaml")
+    one = settings.evaluate_key(config, DIAGNOSTIC, BASE, 0)
+    config["evaluate"]["base_seeds"] = 3
+    assert settings.base_seeds(config) == 3
+    assert settings.evaluate_key(config, DIAGNOSTIC, BASE, 0) == one  # finished runs rerun nothing
+    assert settings.evaluate_key(config, DIAGNOSTIC, "grpo", 2) == one  # common random numbers
+    third = settings.evaluate_key(config, DIAGNOSTIC, BASE, 2)
+    assert third["evaluate"]["seed"] == one["evaluate"]["seed"] + 2 * settings.BASE_SEED_STRIDE
+    assert "base_seeds" not in third["evaluate"]
+    del config["evaluate"]["base_seeds"]
+    assert settings.base_seeds(config) == settings.defaults("evaluate")["base_seeds"]
 
 
 def test_complete_settings_hold_every_default_of_the_schema():

@@ -138,8 +138,12 @@ def policy_dir(method, seed):
     return f"{OUT}/train/{spec['checkpoint_of'] or method}/seed{seed}/final"
 
 
+BASE_SEEDS = settings.base_seeds(config)
+
+
 def eval_targets(bench):
-    yield f"{OUT}/eval/{bench}/{BASE}/seed0/counts.parquet"
+    for seed in range(BASE_SEEDS):
+        yield f"{OUT}/eval/{bench}/{BASE}/seed{seed}/counts.parquet"
     for method in config["methods"]:
         for seed in seeds_of(method):
             yield f"{OUT}/eval/{bench}/{method}/seed{seed}/counts.parquet"

@@ -20,7 +20,7 @@ if config["sampling"]["shards"] == 1:
         resources:
             **job_resources("sample", SAMPLE_GPUS),
         params:
-            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench)),
+            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench, wc.method, int(wc.seed))),
         shell:
             "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} "
             "--split {input.split} --settings {params.settings:q} --samples {output.samples} --counts {output.counts} "
@@ -45,7 +45,7 @@ else:
         resources:
             **job_resources("sample", SAMPLE_GPUS),
         params:
-            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench)),
+            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench, wc.method, int(wc.seed))),
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
         shell:
             "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} "
@@ -72,7 +72,7 @@ else:
         resources:
             **job_resources("cpu"),
         params:
-            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench)),
+            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench, wc.method, int(wc.seed))),
         shell:
             "boundary evaluate --settings {params.settings:q} --gather {input.shards} "
             "--samples {output.samples} --counts {output.counts} > {log} 2>&1"

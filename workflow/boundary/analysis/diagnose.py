@@ -18,6 +18,12 @@ All metrics are defined in docs/reference/metrics.md; in short, per (method, see
     lost_significant lost prompts whose one-sided Fisher exact p < 1 - level; lost_null the
                      lost count expected if nothing changed; lost_floor the 0/n bound on p
 
+The base may be evaluated several times (independent draws): their counts are pooled per
+prompt (`stats.pool_counts`), its pass@k is the mean of the draws' estimates
+(`_base_passk_over_draws`), and every Δ's seed-level interval adds the base's variance from the
+spread of its draws (`stats.with_reference_noise`, Welch). Prompts that share structure carry
+a cluster id; the bootstrap then redraws whole clusters (`stats.resample_counts`).
+
 plus the attribution of Δpass@k to regimes and transition cells, the crossover k* and the
 area between the curves over log k (attribution.py), with per-prompt Beta-Binomial intervals.
 
@@ -26,7 +32,8 @@ lighteval, vLLM: see `boundary.readers`); the pipeline's `boundary report` calls
 `analyse` on its own eval artifacts.
 
 CLI:
-    boundary diagnose --base BASE --trained NAME:SEED=PATH [...] [--calibration CAL]
+    boundary diagnose --base BASE [--base BASE2 ...] --trained NAME:SEED=PATH [...] [--calibration CAL]
+                      [--clusters FILE]
                       [--mask NAME=PATH ...] [--pair A B] [--labels NAME=LABEL ...]
                       [--ks 1,4,16,64,256]
                       [--easy 0.6 --boundary 0.1 --coverage-k 256 --coverage-min 0.4]
@@ -58,12 +65,14 @@ from boundary.analysis.stats import (
     lost_p_value,
     paired,
     percentile_interval,
+    pool_counts,
     summarize,
+    with_reference_noise,
     zero_predictive,
     zero_upper_bound,
 )
 from boundary.core import settings
-from boundary.core.artifacts import atomic_dir, output_folder, write_table
+from boundary.core.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.names import BASE
 from boundary.core.passk import DEFAULT_KS, modal_answers, pass_at_k, pass_at_k_column, usable_ks
@@ -398,6 +407,7 @@ class Diagnosis:
     curves: pd.DataFrame | None = None       # [curves.csv] base and trained pass@k at every k <= K
     prompts: pd.DataFrame | None = None      # [prompts.csv] per-prompt evidence
     level: float = REPORT["level"]
+    base_draws: int = 1            # independent base evaluations pooled into the base's counts
     thresholds: rg.Thresholds | None = None
     bins: tuple = rg.DEFAULT_BINS
     problems: dict | None = None             # prompt_id -> problem text, where the inputs carry it
@@ -425,16 +435,83 @@ class Diagnosis:
         return out
 
 
-def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None, ks=DEFAULT_KS,
+DELTA_METRICS = ("delta_passk", "delta_cov")
+
+
+def _base_passk_over_draws(frame: pd.DataFrame, draws: list, ks) -> pd.DataFrame:
+    """The base's pass@k (its rows and every row's base_ column) as the mean over its draws of
+    each draw's unbiased estimate, not the estimate from the pooled counts: both are unbiased,
+    but against a policy evaluated at one draw's n the pooled one is smoother than the policy's
+    (at k = n, a fraction against 0 or 1), and in simulation that skew put the prompt
+    bootstrap's Δ interval above 0 in 9% of studies with nothing changed (1% with the mean;
+    docs/reference/metrics.md). Counts (n, c; solved, lost) stay pooled."""
+    f = frame.copy()
+    is_base = (f["method"] == BASE).to_numpy()
+    for k in ks:
+        col = pass_at_k_column(k)
+        mean = pd.concat([d.set_index("prompt_id").pipe(lambda x: pd.Series(pass_at_k(x["n"].to_numpy(), x["c"].to_numpy(), k),
+                                                                               index=x.index)) for d in draws], axis=1).mean(axis=1)
+        f.loc[is_base, col] = f.loc[is_base, "prompt_id"].map(mean).to_numpy()
+        f[f"base_{col}"] = f["prompt_id"].map(mean).to_numpy()
+    return f
+
+
+def reference_draws(draws: list, regimes, ks, bins, group: str = "regime") -> pd.DataFrame:
+    """The base's value of every Δ metric per base draw (column `draw`): delta_passk@k is the
+    draw's passk@k, delta_cov its passk at the largest k; per `group` (and `all`)."""
+    rows = []
+    for i, d in enumerate(draws):
+        m = run_metrics(prompt_frame(d, {}, regimes, ks, bins), ks, group)
+        p = m[m["metric"] == "passk"]
+        rows += [p.assign(metric="delta_passk", draw=i),
+                 p[p["k"] == max(ks)].assign(metric="delta_cov", k=pd.NA, draw=i)]
+    out = pd.concat(rows, ignore_index=True)[[group, "metric", "k", "value", "draw"]]
+    out["k"] = out["k"].astype("Int64")
+    return out
+
+
+def _with_base_noise(summary: pd.DataFrame, reference: pd.DataFrame | None, group: str, level: float):
+    """Δ rows of trained methods with the base's noise in their interval (others as they are)."""
+    if reference is None:
+        return summary
+    delta = (summary["method"] != BASE) & summary["metric"].isin(DELTA_METRICS)
+    keys = ["metric", group, "k"]
+    widened = with_reference_noise(summary[delta], reference, keys, level=level)
+    rest = summary[~delta].assign(base_sd=np.nan, base_draws=0)
+    return pd.concat([widened.set_index(summary.index[delta]), rest]).sort_index()
+
+
+ONE_BASE_DRAW = ("one base draw: the Δ intervals over seeds leave out the base's own sampling noise "
+                 "(evaluate it at several seeds: evaluate.base_seeds, or --base given more than once)")
+
+
+def cluster_labels(prompt_ids, clusters) -> np.ndarray | None:
+    """One cluster id per prompt (in `prompt_ids` order) from a {prompt_id: cluster} mapping or
+    Series; a prompt it lacks is its own cluster. None when there is no mapping."""
+    if clusters is None:
+        return None
+    c = pd.Series(clusters, dtype=object)
+    c.index = c.index.astype(str)
+    ids = pd.Index(prompt_ids).astype(str)
+    got = c.reindex(ids)
+    own = "prompt:" + ids.to_series(index=ids)
+    return got.where(got.notna(), own).astype(str).to_numpy()
+
+
+def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None = None, ks=DEFAULT_KS,
             resamples: int = REPORT["bootstrap"]["resamples"], boot_seed: int = REPORT["bootstrap"]["seed"],
             pairs=(), bins=rg.DEFAULT_BINS, masks: dict | None = None, names: dict | None = None,
             level: float = REPORT["level"], prior: str = "fit", attribution: bool = True,
-            problems: dict | None = None, regime_source: str = "frozen-base calibration") -> Diagnosis:
+            problems: dict | None = None, regime_source: str = "frozen-base calibration", clusters=None) -> Diagnosis:
     """Diagnose trained runs against the base on one split (regimes None: no regime split).
+    `base` is one counts frame or a list of independent draws (pooled; their spread widens
+    every Δ's seed interval); `clusters` maps prompt_id -> cluster id for the bootstrap.
     `problems` (prompt_id -> text) puts each prompt's problem beside its id in the per-prompt
     tables and error lines; `regime_source` says where the regime labels came from."""
     if not 0 < level < 1:
         raise BoundaryError(f"--level {level}: must be between 0 and 1 (e.g. 0.95)")
+    draws = base if isinstance(base, list) else [base]
+    base = pool_counts(draws)
     all_n = np.concatenate([base["n"].to_numpy()] + [r["n"].to_numpy() for r in runs.values()])
     ks_ok = usable_ks(all_n, ks)
     if not ks_ok:
@@ -444,16 +521,24 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
     if regimes is not None:  # a calibration may cover more prompts than were evaluated
         regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
         regimes = regimes[regimes["prompt_id"].isin(set(base["prompt_id"]))].reset_index(drop=True)
-    frame = add_evidence(prompt_frame(base, runs, regimes, ks_ok, bins, names, problems), level, prior)
+    frame = prompt_frame(base, runs, regimes, ks_ok, bins, names, problems)
+    if len(draws) > 1:
+        frame = _base_passk_over_draws(frame, draws, ks_ok)
+    frame = add_evidence(frame, level, prior)
     metrics = run_metrics(frame, ks_ok)
-    summary = summarize(metrics, ["method", "metric", "regime", "k"], level=level)
+    several = len(draws) > 1
+    reference = reference_draws(draws, regimes, ks_ok, bins) if several else None
+    summary = _with_base_noise(summarize(metrics, ["method", "metric", "regime", "k"], level=level),
+                               reference, "regime", level)
     strata = sens = th = None
     notes = []
     if regimes is not None:
         th = rg.thresholds_of(regimes)
         notes = rg.unpopulated(regimes["n"], th) if "n" in regimes else []
         by_stratum = run_metrics(frame, ks_ok, group="stratum")
-        strata = summarize(by_stratum, ["method", "metric", "stratum", "k"], level=level)
+        strata = _with_base_noise(summarize(by_stratum, ["method", "metric", "stratum", "k"], level=level),
+                                  reference_draws(draws, regimes, ks_ok, bins, "stratum") if several else None,
+                                  "stratum", level)
         sens = sensitivity(frame, ks_ok, rg.sensitivity_grid(th), level)
     pair_tables = []
     for a, b in pairs:
@@ -469,16 +554,16 @@ def analyse(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None = None,
     if attr is not None:
         assert list(attr.labels) == list(groups) and attr.P == len(wide)  # same prompt order
         blocks += attr.blocks
-    draws = bootstrap_blocks(blocks, resamples, boot_seed, labels)
-    attr_table, cross, curves = (attr.tables(draws[1:], resamples, boot_seed, level) if attr is not None
+    boot = bootstrap_blocks(blocks, resamples, boot_seed, labels, clusters=cluster_labels(wide.index, clusters))
+    attr_table, cross, curves = (attr.tables(boot[1:], resamples, boot_seed, level) if attr is not None
                                  else (None, None, None))
     return Diagnosis(
         ks=ks_ok, regimes=regimes, frame=frame, metrics=metrics, summary=summary,
-        transitions=transitions(frame), bootstrap=_bootstrap_rows(wide, groups, draws[0], level, "regime"),
+        transitions=transitions(frame), bootstrap=_bootstrap_rows(wide, groups, boot[0], level, "regime"),
         strata=strata, sensitivity=sens, pairs=pair_df,
         masks=mask_metrics(masks) if masks else None, attribution=attr_table, crossover=cross, curves=curves,
-        prompts=prompt_table(frame, problems), level=level, thresholds=th, bins=tuple(bins), problems=problems,
-        regime_source=regime_source, regime_notes=notes)
+        prompts=prompt_table(frame, problems), level=level, base_draws=len(draws), thresholds=th, bins=tuple(bins),
+        problems=problems, regime_source=regime_source, regime_notes=notes)
 
 
 # ----------------------------------------------------------------------------- output
@@ -493,8 +578,11 @@ def make_parser():
     from boundary.core.options import EDGES, FINITE, FRACTION, KS, NONNEGATIVE, POSITIVE, ArgumentParser, description
 
     ap = ArgumentParser(prog="boundary diagnose", description=description(__doc__), epilog=DIAGNOSE_EXAMPLE)
-    ap.add_argument("--base", required=True, help="base counts or samples, any --format (parquet, csv or jsonl); "
-                                                  "a verl dump folder's step as DIR@step=N")
+    ap.add_argument("--base", required=True, action="append",
+                    help="base counts or samples, any --format (parquet, csv or jsonl); a verl dump folder's "
+                         "step as DIR@step=N; given again: another independent draw of the base, pooled")
+    ap.add_argument("--clusters", help="table of prompt_id, cluster: prompts that share structure, "
+                                       "redrawn together by the bootstrap (default: each prompt alone)")
     ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH",
                     help="a trained policy's counts or samples, as method:seed=path (repeat for every "
                          "method and seed)")
@@ -558,7 +646,9 @@ def main(argv=None) -> None:
     options = readers.Options(args.reward_threshold, args.step, grader, args.extractor, args.verify_timeout,
                               args.verify_workers)
     try:
-        data, names = {(BASE, 0): readers.read(args.base, args.format, options)}, {(BASE, 0): args.base}
+        data, names = {}, {}
+        for i, path in enumerate(args.base):
+            data[(BASE, i)], names[(BASE, i)] = readers.read(path, args.format, options), path
         for spec in args.trained:
             name, seed, path = parse_run(spec)
             if (name, seed) in data:
@@ -574,19 +664,25 @@ def main(argv=None) -> None:
     data = dict(zip(data, readers.pair(list(data.values()), list(names.values()))))  # by problem where ids can't
     cal = data.pop(CALIBRATION).counts if args.calibration else None
     names.pop(CALIBRATION, None)
-    runs = {key: d.counts for key, d in data.items() if key != (BASE, 0)}
-    base = data[(BASE, 0)].counts
+    runs = {key: d.counts for key, d in data.items() if key[0] != BASE}
+    draws = [d.counts for key, d in data.items() if key[0] == BASE]
+    base = pool_counts(draws)
+    clusters = None
+    if args.clusters:
+        table = read_table(args.clusters, ["prompt_id", "cluster"], ids=("prompt_id", "cluster"))
+        clusters = table.set_index(table["prompt_id"].astype(str))["cluster"]
     problems = {p: t for d in data.values() for p, t in d.problems.items()}
     if args.calibration:
         check_regimes(base, cal, args.calibration, problems)
         cal = cal[cal["prompt_id"].isin(set(base["prompt_id"]))]
         source = f"calibration {Path(args.calibration).name}"
     else:
-        warn(f"no --calibration: regimes are labelled from {args.base}, the same samples that measure "
+        warn(f"no --calibration: regimes are labelled from {', '.join(args.base)}, the same samples that measure "
              "base pass@k, so they are not independent (boundary prompts get base pass@256 = 1)")
         cal = base
-        source = f"base evaluation {Path(readers.input_path(args.base)[0]).name}, not independent (no --calibration)"
-    regimes = rg.label_counts(cal, th, args.calibration or args.base)
+        source = (f"base evaluation {', '.join(Path(readers.input_path(b)[0]).name for b in args.base)}, "
+                  "not independent (no --calibration)")
+    regimes = rg.label_counts(cal, th, args.calibration or ", ".join(args.base))
     masks = {}
     for spec in args.mask:
         name, sep, path = spec.partition("=")
@@ -608,8 +704,10 @@ def main(argv=None) -> None:
             if m not in methods:
                 raise BoundaryError(f"--pair {m}: not among the --trained names ({', '.join(methods)})")
         pairs = [tuple(args.pair)]
-    diag = analyse(base, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names, args.level,
-                   args.prior, problems=problems, regime_source=source)
+    diag = analyse(draws, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names, args.level,
+                   args.prior, problems=problems, regime_source=source, clusters=clusters)
+    if diag.base_draws == 1:
+        warn(ONE_BASE_DRAW)
 
     with atomic_dir(out, OWNER) as tmp:  # --out holds exactly this run's files
         for name, table in diag.csv_tables().items():

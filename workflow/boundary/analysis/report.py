@@ -43,7 +43,7 @@ from pathlib import Path
 import pandas as pd
 
 from boundary.analysis import page, tables
-from boundary.analysis.diagnose import analyse, check_regimes, load_mask, mask_metrics
+from boundary.analysis.diagnose import ONE_BASE_DRAW, analyse, check_regimes, load_mask, mask_metrics
 from boundary.analysis.regimes import strata_order
 from boundary.analysis.report_settings import figure_names
 from boundary.core.artifacts import read_table, write_table
@@ -79,12 +79,26 @@ def find_counts(results: Path, paths=None) -> dict:
 
 
 def load_split(split: str, paths: dict):
+    """(base draws, runs, names): every base evaluation (seed0, seed1, ...: independent draws,
+    pooled by `analyse`) and every trained run of the split."""
     if (BASE, 0) not in paths:
         raise BoundaryError(f"eval/{split}/{BASE}/seed0/counts.parquet: file not found (the base evaluation)")
-    base = load_counts(paths[(BASE, 0)])
-    runs = {key: load_counts(p) for key, p in paths.items() if key != (BASE, 0)}
+    draws = [load_counts(paths[key]) for key in sorted(k for k in paths if k[0] == BASE)]
+    runs = {key: load_counts(p) for key, p in paths.items() if key[0] != BASE}
     names = {key: str(p) for key, p in paths.items()}
-    return base, runs, names
+    return draws, runs, names
+
+
+def split_clusters(results: Path, split: str, diag_split: str):
+    """{prompt_id: cluster} from the split file's `cluster` column (the data stage writes it
+    from a dataset's cluster_field); None where the split has none (each prompt alone)."""
+    path = results / "splits" / (f"{split}.parquet" if split == diag_split else f"bench_{split}.parquet")
+    if not path.is_file():
+        return None
+    table = pd.read_parquet(path)
+    if "cluster" not in table:
+        return None
+    return pd.Series(table["cluster"].astype(str).to_numpy(), index=table["prompt_id"].astype(str))
 
 
 def merged_counts(found: dict) -> pd.DataFrame:
@@ -146,13 +160,16 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
         base, runs, names = load_split(split, found[split])
         problems = split_problems(results, split)
         if regimes_or_none is not None:
-            check_regimes(base, regimes_or_none, str(results / "regimes" / "regimes.parquet"), problems)
+            check_regimes(base[0], regimes_or_none, str(results / "regimes" / "regimes.parquet"), problems)
         have = {m for m, _ in runs}
         pr = [p for p in pairs if set(p) <= have]
         return analyse(base, runs, regimes_or_none, ks, int(boot["resamples"]), int(boot["seed"]),
-                       pr, bins, masks if split == diag_split else None, names, level, problems=problems)
+                       pr, bins, masks if split == diag_split else None, names, level, problems=problems,
+                       clusters=split_clusters(results, split, diag_split))
 
     diag = run(diag_split, regimes.assign(prompt_id=regimes["prompt_id"].astype(str)))
+    if diag.base_draws == 1 and (diag.frame["method"] != BASE).any():
+        warn(ONE_BASE_DRAW)
     benches = {b: run(b, None) for b in settings["benchmarks"] if b in found}
     for b in settings["benchmarks"]:
         if b not in found:

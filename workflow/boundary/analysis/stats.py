@@ -6,7 +6,16 @@ the interval is mean +- t_{0.975, s-1} * sd / sqrt(s), sd with ddof=1. One seed 
 base) gives sd, ci_low and ci_high = NaN rather than a fake zero-width interval.
 The prompt bootstrap is the audit interval for one run: resample prompts with replacement,
 recompute the mean, take percentiles; nested over seeds, each resample also redraws the
-training seeds (with replacement) on top of the shared prompt resample.
+training seeds (with replacement) on top of the shared prompt resample. Where prompts share
+structure (a cluster id per prompt: an operand pair, a source problem), whole clusters are
+redrawn instead, and a mean is the ratio of the drawn prompts' sum to their number.
+
+The base is a random draw too. Its evaluations at several seeds are pooled per prompt for
+counts (`pool_counts`: n and c summed; its pass@k is the mean of the draws' estimates,
+diagnose.py); a Δ's seed-level interval adds the base's own variance, estimated from the
+spread of its draws (`with_reference_noise`: Welch's interval for a difference of two means,
+conservative df); the prompt bootstrap resamples each prompt's (trained - base) difference as
+one unit, so each prompt's base estimate's noise is in it already.
 
 CLI (the paper's summarize_seeds):
     boundary seeds FILE [--pair A B] [--level 0.95] --out DIR
@@ -61,34 +70,107 @@ def paired(df: pd.DataFrame, a: str, b: str, keys=("metric",), value: str = "val
     return summarize(both, keys, value, level)
 
 
-def resample_counts(codes, n_strata: int, resamples: int, seed: int = 0, chunk: int = 500):
+def _draw_counts(rng, m: int, size: int) -> np.ndarray:
+    """(m x size) counts of `size` draws with replacement from `size` items, per row."""
+    idx = rng.integers(0, size, size=(m, size))
+    idx += (np.arange(m) * size)[:, None]  # row r's draws count into r * size + item
+    return np.bincount(idx.ravel(), minlength=m * size).reshape(m, size).astype(np.float32)
+
+
+def with_reference_noise(summary: pd.DataFrame, reference: pd.DataFrame, keys, value: str = "value",
+                         level: float = 0.95) -> pd.DataFrame:
+    """The seed-level intervals of Δ rows widened by the reference's own sampling noise.
+
+    `summary` holds Δ = mean over a method's seeds of (trained - base), the base's value the mean
+    over its B draws, summarised over the seeds (`summarize`); `reference` the same metric's
+    base value per draw (column `draw`). Var(Δ) = sd_t^2 / S + sd_b^2 / B (sd_b the SD over the
+    draws), and the interval is
+    Welch's with the conservative df = min(S, B) - 1 (Welch-Satterthwaite's df can exceed S - 1,
+    so adding the base's variance could narrow the interval; this df never lets it). Adds
+    base_sd and base_draws; with one draw (or none) sd_b is unknown: base_sd NaN and the
+    interval as it was."""
+    keys = list(keys)
+    ref = reference.groupby(keys, dropna=False, sort=False)[value].agg(base_sd="std", base_draws="count").reset_index()
+    out = summary.drop(columns=[c for c in ("base_sd", "base_draws") if c in summary]).merge(ref, on=keys, how="left")
+    out["base_draws"] = out["base_draws"].fillna(0).astype(np.int64)
+    s, b = out["n_seeds"].to_numpy(float), out["base_draws"].to_numpy(float)
+    vt, vb = out["sd"].to_numpy(float) ** 2 / s, out["base_sd"].to_numpy(float) ** 2 / np.maximum(b, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = sps.t.ppf(0.5 + level / 2, np.minimum(s, b) - 1) * np.sqrt(vt + vb)
+    known = (b >= 2) & np.isfinite(half)
+    out.loc[known, "ci_low"] = out["mean"].to_numpy()[known] - half[known]
+    out.loc[known, "ci_high"] = out["mean"].to_numpy()[known] + half[known]
+    return out
+
+
+def pool_counts(draws: list[pd.DataFrame]) -> pd.DataFrame:
+    """One counts frame from several independent evaluations of the same prompts: n and c summed
+    (pass@k from the pooled counts is unbiased, with less variance than any one draw), entropy
+    the n-weighted mean, answers their union (unique_positives its size), and the modal answer
+    the one that is modal in the draws holding the most samples of it (modal_share: those
+    samples over the pooled n, a lower bound where the draws disagree)."""
+    if len(draws) == 1:
+        return draws[0]
+    ids = [set(d["prompt_id"]) for d in draws]
+    if any(i != ids[0] for i in ids[1:]):
+        raise BoundaryError("base draws: they do not evaluate the same prompts")
+    x = pd.concat([d.assign(draw=i) for i, d in enumerate(draws)], ignore_index=True)
+    g = x.groupby("prompt_id", sort=False)
+    out = g[["n", "c"]].sum().reset_index()
+    if "entropy" in x:
+        w = x.assign(_e=x["entropy"] * x["n"]).groupby("prompt_id", sort=False)["_e"].sum()
+        out["entropy"] = (w / out.set_index("prompt_id")["n"]).to_numpy()
+    if "answers" in x:
+        union = g["answers"].agg(lambda s: sorted({a for v in s if v is not None for a in v}))
+        out["answers"] = union.to_numpy()
+        out["unique_positives"] = [len(a) for a in out["answers"]]
+    if {"modal_answer", "modal_share"} <= set(x.columns):
+        y = x.assign(_k=x["modal_share"] * x["n"]).groupby(["prompt_id", "modal_answer"], sort=False)["_k"].sum()
+        top = y.reset_index().sort_values(["prompt_id", "_k", "modal_answer"], ascending=[True, False, True])
+        top = top.drop_duplicates("prompt_id").set_index("prompt_id")
+        out["modal_answer"] = top["modal_answer"].reindex(out["prompt_id"]).to_numpy()
+        out["modal_share"] = (top["_k"].reindex(out["prompt_id"]).to_numpy() / out["n"].to_numpy())
+    return out
+
+
+def resample_counts(codes, n_strata: int, resamples: int, seed: int = 0, chunk: int = 500, clusters=None):
     """Prompt resamples as count matrices, chunk by chunk: yields (start, m, [W_g]), W_g an
     (m x size_g) float32 matrix of how often each prompt of stratum g is drawn in each of the
     m resamples (prompts drawn with replacement within their stratum; rows sum to size_g).
 
-    Every bootstrap here draws from this one generator, so calls with the same seed and strata
-    see the same resamples."""
+    With `clusters` (one id per prompt), clusters are drawn instead and each prompt counts as
+    often as its cluster: within each stratum where every cluster lies in one stratum, else
+    over all prompts (a cluster spanning regimes is drawn whole). Rows then need not sum to
+    size_g. Every bootstrap here draws from this one generator, so calls with the same seed,
+    strata and clusters see the same resamples; without clusters, the resamples of before."""
     codes = np.asarray(codes)
     sizes = np.bincount(codes, minlength=n_strata) if codes.size else np.zeros(n_strata, int)
     rng = np.random.default_rng(seed)
+    if clusters is not None:
+        cl, _ = pd.factorize(np.asarray(clusters, dtype=object))
+        nested = pd.Series(codes).groupby(cl).nunique().max() <= 1 if len(cl) else True
+        groups = ([np.unique(cl[codes == g]) for g in range(n_strata)] if nested else [np.unique(cl)])
     for start in range(0, resamples, chunk):
         m = min(chunk, resamples - start)
-        ws = []
-        for size in sizes:
-            idx = rng.integers(0, size, size=(m, size))
-            idx += (np.arange(m) * size)[:, None]  # row r's draws count into r * size + prompt
-            ws.append(np.bincount(idx.ravel(), minlength=m * size).reshape(m, size).astype(np.float32))
-        yield start, m, ws
+        if clusters is None:
+            yield start, m, [_draw_counts(rng, m, size) for size in sizes]
+            continue
+        per_cluster = np.zeros((m, cl.max() + 1 if len(cl) else 0), np.float32)
+        for members in groups:
+            per_cluster[:, members] = _draw_counts(rng, m, len(members))
+        yield start, m, [per_cluster[:, cl[codes == g]] for g in range(n_strata)]
 
 
-def bootstrap_blocks(blocks, resamples: int = 10_000, seed: int = 0, strata=None, chunk: int = 500):
+def bootstrap_blocks(blocks, resamples: int = 10_000, seed: int = 0, strata=None, chunk: int = 500,
+                     clusters=None):
     """Resampled column means of several (prompts x series) blocks under the same resamples.
 
     `blocks` is a list of (values, by_stratum); returns one (overall, {stratum: means}) per
     block, each an array (resamples x series); per-stratum means only where by_stratum (they
     cost memory). The count matrix W of a chunk of resamples times the blocks side by side
     gives every series' resampled sum in one BLAS call per stratum; all series share each
-    resample, so differences of series are paired.
+    resample, so differences of series are paired. `clusters`: see `resample_counts` (a mean
+    is then the drawn sum over the drawn count; NaN for a stratum no draw reached).
     """
     arrays = []
     for values, _ in blocks:
@@ -111,15 +193,17 @@ def bootstrap_blocks(blocks, resamples: int = 10_000, seed: int = 0, strata=None
     per = [np.empty((resamples, len(kept))) for _ in names]
     # One BLAS thread: these products are too small for threads to pay, and on a shared
     # machine OpenBLAS's spinning threads made them 2-5x slower (benchmarks/bench_diagnose.py).
-    with threadpool_limits(1, "blas"):
-        for start, m, ws in resample_counts(codes, len(names), resamples, seed, chunk):
+    drawn = np.zeros((resamples, 1))
+    with threadpool_limits(1, "blas"), np.errstate(invalid="ignore", divide="ignore"):
+        for start, m, ws in resample_counts(codes, len(names), resamples, seed, chunk, clusters):
             for g, (w, (block, centre)) in enumerate(zip(ws, parts)):
-                size = len(block)
-                sums = (w @ block).astype(np.float64) + size * centre  # rows of w sum to size
+                size = w.sum(axis=1, dtype=np.float64)[:, None]  # len(block) without clusters
+                sums = (w @ block).astype(np.float64) + size * centre
                 total[start:start + m] += sums
+                drawn[start:start + m] += size
                 if len(kept):
                     per[g][start:start + m] = sums[:, kept] / size
-    total /= max(n_prompts, 1)
+        total /= drawn
     if n_prompts == 0:
         total[:] = np.nan
     result, at = [], 0
@@ -131,14 +215,16 @@ def bootstrap_blocks(blocks, resamples: int = 10_000, seed: int = 0, strata=None
     return result
 
 
-def bootstrap_means(values, resamples: int = 10_000, seed: int = 0, strata=None, chunk: int = 500):
+def bootstrap_means(values, resamples: int = 10_000, seed: int = 0, strata=None, chunk: int = 500,
+                    clusters=None):
     """Resampled column means of `values` (prompts x series): (overall, {stratum: means}),
     each an array (resamples x series).
 
     A resample draws prompts with replacement -- within each stratum when `strata` (one label
-    per prompt) is given, so stratum sizes stay fixed as in a regime-controlled split.
+    per prompt) is given, so stratum sizes stay fixed as in a regime-controlled split; whole
+    clusters when `clusters` (one id per prompt) is given.
     """
-    return bootstrap_blocks([(values, strata is not None)], resamples, seed, strata, chunk)[0]
+    return bootstrap_blocks([(values, strata is not None)], resamples, seed, strata, chunk, clusters)[0]
 
 
 def seed_weights(n_seeds: int, resamples: int, seed: int = 0) -> np.ndarray:
@@ -158,15 +244,19 @@ def nested_over_seeds(draws, weights) -> np.ndarray:
 
 
 def percentile_interval(draws, level: float = 0.95):
+    """Percentile interval over the draws (axis 0); a draw that is NaN (a cluster resample that
+    left a stratum empty) is left out."""
     alpha = (1 - level) / 2
-    lo, hi = np.quantile(draws, [alpha, 1 - alpha], axis=0)
+    draws = np.asarray(draws)
+    quantile = np.nanquantile if np.isnan(draws).any() else np.quantile
+    lo, hi = quantile(draws, [alpha, 1 - alpha], axis=0)
     return lo, hi
 
 
-def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 0.95, strata=None):
-    """Percentile prompt-bootstrap intervals of the column means of `values`.
-    Returns ((lo, hi) of the overall means, {stratum: (lo, hi) of that stratum's means})."""
-    overall, per = bootstrap_means(values, resamples, seed, strata)
+def bootstrap_ci(values, resamples: int = 10_000, seed: int = 0, level: float = 0.95, strata=None, clusters=None):
+    """Percentile prompt-bootstrap intervals of the column means of `values` (clusters: one id
+    per prompt, redrawn whole). Returns ((lo, hi) of the overall means, {stratum: (lo, hi)})."""
+    overall, per = bootstrap_means(values, resamples, seed, strata, clusters=clusters)
     return percentile_interval(overall, level), {g: percentile_interval(d, level) for g, d in per.items()}
 
 

@@ -3,9 +3,11 @@
 A table is built from `Diagnosis` objects (diagnose.py) and a `View` (which method is the
 GRPO baseline, which is PBA, display labels, controls, gate ablations). Cells are `Stat`s:
 seed mean +- sample SD where several seeds exist, a bare value for one seed or the fixed base.
-pass@k quantities print in points (x100). A method that was not run prints "not run" and the
-table's note names it; a method that ran on a split whose regime holds no prompt prints "no
-Boundary prompts" (per regime): never a silent blank. The CSV holds the numbers behind the cells.
+Prompt counts (lost, gained, transitions) print as the total over seeds with each seed's count,
+"4 (1, 2, 1)", never as a rounded mean. pass@k quantities print in points (x100). A method that
+was not run prints "not run" and the table's note names it; a method that ran on a split whose
+regime holds no prompt prints "no Boundary prompts" (per regime): never a silent blank. The CSV
+holds the numbers behind the cells.
 """
 
 from __future__ import annotations
@@ -205,6 +207,29 @@ def per_seed(metrics, method, metric, regime="all", k=None) -> pd.Series:
     return m.set_index("seed")["value"].sort_index()
 
 
+def counts_text(values) -> str:
+    """Prompt counts of a method's seeds as "total (per seed, in seed order)"; one seed: the
+    count. Never a rounded mean: three seeds losing 1, 2 and 1 prompts read "4 (1, 2, 1)"."""
+    v = [int(round(x)) for x in values if np.isfinite(x)]
+    if not v:
+        return "n/a"
+    return str(v[0]) if len(v) == 1 else f"{sum(v)} ({', '.join(map(str, v))})"
+
+
+def count_cell(metrics, method, metric, regime="all") -> str:
+    """A count metric of one method as `counts_text`; without a row, why (`absent`)."""
+    vals = per_seed(metrics, method, metric, regime)
+    return counts_text(vals.to_numpy(float)) if len(vals) else absent(metrics, method, regime)
+
+
+def total_text(row) -> str:
+    """The total over seeds of a count metric from its summary row (mean x seeds)."""
+    return str(int(round(row["mean"] * row["n_seeds"]))) if np.isfinite(row["mean"]) else "n/a"
+
+
+COUNT_NOTE = "Prompt counts: total over seeds (each seed's count in seed order)."
+
+
 def _missing_note(methods, present, view) -> list[str]:
     missing = [view.label(m) for m in dict.fromkeys(methods) if m and m not in present]
     return [f"Not run: {', '.join(missing)}."] if missing else []
@@ -258,7 +283,7 @@ def mechanism_summary(bench, diag, view: View) -> Table:
             row += ["--", "--", Stat(100.0, digits=0, suffix="%")]
         else:
             row += [stat(diag.summary, m, "delta_passk", "Boundary", k_hi, 100, digits=0, sign=True),
-                    stat(diag.summary, m, "lost", "Boundary", digits=0),
+                    count_cell(diag.metrics, m, "lost", "Boundary"),
                     stat(diag.summary, m, "entropy_retained", "Boundary", scale=100, digits=0, suffix="%")]
         rows.append(row)
     data = _concat([_data(bench.summary, [BASE] + view.main, ["passk"], extra={"split": view.headline or "benchmark"}),
@@ -266,7 +291,7 @@ def mechanism_summary(bench, diag, view: View) -> Table:
                           extra={"split": "diagnostic"})])
     present = set(bench.summary["method"]) & set(diag.summary["method"])
     return Table("mechanism_summary", "Cross-seed mechanism summary (seed mean ± seed SD)", cols, rows, data,
-                 _missing_note(view.main, present, view))
+                 _missing_note(view.main, present, view) + [COUNT_NOTE])
 
 
 def headline_intervals(bench, diag, view: View) -> Table:
@@ -294,13 +319,15 @@ def headline_intervals(bench, diag, view: View) -> Table:
     for m in (b, a):
         add(f"{view.label(m)} boundary Δp@{k_hi}", _rows(diag.summary, m, "delta_passk", "Boundary", k_hi), 100, 1,
             missing=absent(diag.summary, m, "Boundary"))
-    for m in (b, a):
-        add(f"{view.label(m)} boundary lost prompts", _rows(diag.summary, m, "lost", "Boundary"), 1, 0, False,
+    for m in (b, a):  # a seed's mean to two decimals; the totals in the note
+        add(f"{view.label(m)} boundary lost prompts", _rows(diag.summary, m, "lost", "Boundary"), 1, 2, False,
             missing=absent(diag.summary, m, "Boundary"))
     present = set(bench.summary["method"]) & set(diag.summary["method"])
+    totals = "; ".join(f"{view.label(m)} {count_cell(diag.metrics, m, 'lost', 'Boundary')}" for m in (b, a))
     return Table("headline_intervals", "Seed-level two-sided 95% Student-t intervals (df = seeds − 1)",
                  ["Quantity", "Mean", "Seed SD", "95% CI"], rows, _concat(data),
-                 _missing_note([b, a], present, view))
+                 _missing_note([b, a], present, view)
+                 + [f"Boundary lost prompts, total over seeds (per seed): {totals}."])
 
 
 def controls(diag, view: View) -> Table:
@@ -422,11 +449,17 @@ def _seed_matrix(name, caption, diag, view, items) -> Table:
         for m in methods:
             vals = per_seed(diag.metrics, m, metric, regime, k)
             row += [Stat(vals.get(s, np.nan) * scale, **fmt) for s in seeds[m]]
-            row.append(stat(diag.summary, m, metric, regime, k, scale, **fmt))
+            if metric in COUNT_METRICS:  # a count's summary is its total, never a rounded mean
+                row.append(f"total {sum(int(round(v)) for v in vals)}" if len(vals) else NOT_RUN)
+            else:
+                row.append(stat(diag.summary, m, metric, regime, k, scale, **fmt))
         rows.append(row)
         data.append(_data(diag.summary, methods, [metric], (regime,)).pipe(
             lambda d: d[d["k"].isna()] if k is None else d[d["k"] == k]).assign(row=label))
     return Table(name, caption, cols, rows, _concat(data), _missing_note(view.main, set(diag.metrics["method"]), view))
+
+
+COUNT_METRICS = ("lost", "gained", "solved", "base_solved", "lost_significant")
 
 
 def diag_seeds(diag, view: View) -> Table:
@@ -540,12 +573,14 @@ def regime_diagnostics(diag, view: View) -> Table:
     rows = []
     for m in view.main:
         for r in regimes:
-            rows.append([view.label(m), r] + [stat(diag.summary, m, metric, r, k, scale, **fmt)
+            rows.append([view.label(m), r] + [count_cell(diag.metrics, m, metric, r) if metric in COUNT_METRICS
+                                              else stat(diag.summary, m, metric, r, k, scale, **fmt)
                                               for metric, k, scale, fmt in items])
     data = _data(diag.summary, view.main, [i[0] for i in items], regimes)
     return Table("regime_diagnostics", "Per-regime diagnostics (seed mean ± SD; Δ in points)",
                  ["Method", "Regime", "Δp@1", f"Δp@{k_hi}", "Lost", "Gained", "Entropy retained",
-                  "Positive unique"], rows, data, _missing_note(view.main, set(diag.summary["method"]), view))
+                  "Positive unique"], rows, data,
+                 _missing_note(view.main, set(diag.summary["method"]), view) + [COUNT_NOTE])
 
 
 def transitions_table(diag, view: View) -> Table:
@@ -560,12 +595,13 @@ def transitions_table(diag, view: View) -> Table:
             sub = t[(t["method"] == m) & (t["regime"] == r)]
             row = [view.label(m), r]
             for bs, ts, _ in cells:
-                v = sub[(sub["base_solved"] == bs) & (sub["trained_solved"] == ts)]["count"]
-                row.append(Stat(v.mean(), v.std(ddof=1) if len(v) > 1 else np.nan, digits=0))
+                v = sub[(sub["base_solved"] == bs) & (sub["trained_solved"] == ts)].sort_values("seed")["count"]
+                row.append(counts_text(v.to_numpy(float)))
             rows.append(row)
-    return Table("transitions", "Base/trained transitions (seed mean ± SD of prompt counts)",
+    return Table("transitions", "Base/trained transitions (prompt counts: total over seeds, per seed)",
                  ["Method", "Regime"] + [c for _, _, c in cells], rows,
-                 t[t["method"].isin(methods)].reset_index(drop=True), _missing_note(view.main, set(t["method"]), view))
+                 t[t["method"].isin(methods)].reset_index(drop=True),
+                 _missing_note(view.main, set(t["method"]), view) + [COUNT_NOTE])
 
 
 def sensitivity_table(diag, view: View) -> Table:
@@ -574,16 +610,17 @@ def sensitivity_table(diag, view: View) -> Table:
     methods = [m for m in view.main if m in set(s["method"])]
     cols = ["easy", "boundary", "cov. k", "cov. min", "Boundary prompts"]
     for m in methods:
-        cols += [f"{view.label(m)} Δcov", f"{view.label(m)} lost"]
+        cols += [f"{view.label(m)} Δcov", f"{view.label(m)} lost (total)"]
     rows = []
     for _, g in s.groupby("variant", sort=True):
         r0 = g.iloc[0]
         row = [f"{r0['easy']:g}", f"{r0['boundary']:g}", str(int(r0["coverage_k"])), f"{r0['coverage_min']:g}",
                str(int(r0["n_boundary"]))]
         for m in methods:
-            for metric, scale, fmt in (("delta_cov", 100, {"digits": 1, "sign": True}), ("lost", 1, {"digits": 0})):
+            for metric, scale, fmt in (("delta_cov", 100, {"digits": 1, "sign": True}), ("lost", 1, None)):
                 v = g[(g["method"] == m) & (g["metric"] == metric)]
-                row.append(Stat(v["mean"].iloc[0] * scale, v["sd"].iloc[0] * scale, **fmt) if len(v) else "n/a")
+                row.append("n/a" if not len(v) else total_text(v.iloc[0]) if fmt is None else
+                           Stat(v["mean"].iloc[0] * scale, v["sd"].iloc[0] * scale, **fmt))
         rows.append(row)
     return Table("sensitivity", "Cutoff sensitivity of the boundary findings (Δcov in points)", cols, rows,
                  s[s["method"].isin(methods)].reset_index(drop=True), _missing_note(view.main, set(s["method"]), view))
@@ -595,7 +632,7 @@ def strata_table(diag, view: View, order) -> Table:
     methods = [m for m in view.main if m in set(s["method"])]
     cols = ["p_base stratum", "Prompts"]
     for m in methods:
-        cols += [f"{view.label(m)} Δp@1", f"{view.label(m)} Δp@{k_hi}", f"{view.label(m)} lost"]
+        cols += [f"{view.label(m)} Δp@1", f"{view.label(m)} Δp@{k_hi}", f"{view.label(m)} lost (total)"]
     rows = []
     for st in [o for o in order if o in set(s["stratum"])] + ["all"]:
         n = s[(s["method"] == BASE) & (s["metric"] == "n_prompts") & (s["stratum"] == st)]["mean"]
@@ -603,9 +640,10 @@ def strata_table(diag, view: View, order) -> Table:
         for m in methods:
             sub = s[(s["method"] == m) & (s["stratum"] == st)]
             for metric, k, scale, fmt in (("delta_passk", 1, 100, {"sign": True}), ("delta_passk", k_hi, 100, {"sign": True}),
-                                          ("lost", None, 1, {"digits": 0})):
+                                          ("lost", None, 1, None)):
                 v = sub[(sub["metric"] == metric) & (sub["k"].isna() if k is None else sub["k"] == k)]
-                row.append(Stat(v["mean"].iloc[0] * scale, v["sd"].iloc[0] * scale, **fmt) if len(v) else "n/a")
+                row.append("n/a" if not len(v) else total_text(v.iloc[0]) if fmt is None else
+                           Stat(v["mean"].iloc[0] * scale, v["sd"].iloc[0] * scale, **fmt))
         rows.append(row)
     return Table("strata", "pass@k change by base success rate p_base (points)", cols, rows,
                  s[s["method"].isin([BASE] + methods)].reset_index(drop=True),
@@ -664,6 +702,37 @@ def methods_ranking(bench, diag, view: View, bench_name: str) -> Table:
                  rows, df, _missing_note(ranked, set(df["method"]), view) + notes)
 
 
+SENSITIVITY_DROPS = (0, 1, 2, 4, 8)
+
+
+def detectable_loss(diag, view: View, sims: int = 100, resamples: int = 500) -> Table:
+    """The loss this study's test can see, in place of a positive control: a synthetic policy
+    equal to the base but for D Boundary prompts that never succeed, simulated at the study's
+    N (its Boundary prompts' calibrated p_base, seeds, base draws and n) through the same
+    nested prompt bootstrap (power.drop_sensitivity)."""
+    from boundary.analysis.power import drop_sensitivity
+
+    cols = ["Dropped prompts", f"Δp@{max(diag.ks)} (points)", "Detected (interval < 0)", "Lost (total over seeds)"]
+    name, caption = "detectable_loss", "Detectable loss: a synthetic policy that drops D Boundary prompts"
+    reg = diag.regimes
+    trained = diag.frame[diag.frame["method"] != BASE]
+    p = reg.loc[reg["regime"] == "Boundary", "p_base"].to_numpy(float) if reg is not None else np.array([])
+    if trained.empty or len(p) < 2:
+        note = "No trained run, or fewer than 2 Boundary prompts: nothing to simulate."
+        return Table(name, caption, cols, [], pd.DataFrame(), [note])
+    methods = [m for m in view.main if m in set(trained["method"])] or list(dict.fromkeys(trained["method"]))
+    seeds = max(trained.loc[trained["method"] == m, "seed"].nunique() for m in methods)
+    n_eval, k = int(trained["n"].min()), max(diag.ks)
+    df = drop_sensitivity(p, seeds=seeds, n_eval=n_eval, base_draws=diag.base_draws, k=k,
+                          drops=SENSITIVITY_DROPS, sims=sims, resamples=resamples, level=diag.level)
+    rows = [[str(r.dropped), Stat(100 * r.delta, sign=True), Stat(100 * r.detected, digits=0, suffix="%"),
+             Stat(r.lost, digits=1)] for r in df.itertuples()]
+    notes = [f"{len(p)} Boundary prompts, {seeds} seed(s), n = {n_eval}, base pooled over {diag.base_draws} draw(s), "
+             f"{sims} simulated studies per row; success rates from the calibration. D = 0 is the false-alarm rate "
+             f"and the lost count that sampling alone gives. Prompts independent: shared structure lowers the power."]
+    return Table(name, caption, cols, rows, df, notes)
+
+
 def masks_table(mask_metrics: pd.DataFrame | None) -> Table:
     """Gate behaviour per mask, pooled over refresh epochs (the run card's mask statistics)."""
     cols = ["Mask", "Protected", "Anchor", "Drop", "Mean weight", "Flips", "Flip rate", "Prompts"]
@@ -686,7 +755,7 @@ def diagnostic_tables(diag, view: View, order) -> list[Table]:
     """Tables that need only the regime-labelled diagnostic split."""
     out = [regime_counts(diag, view), diag_seeds(diag, view), boundary_seeds(diag, view),
            regime_diagnostics(diag, view), transitions_table(diag, view), sensitivity_table(diag, view), strata_table(diag, view, order),
-           answer_concentration(diag, view)]
+           answer_concentration(diag, view), detectable_loss(diag, view)]
     return out
 
 

@@ -83,6 +83,8 @@ POSITIVE = _typed(_whole, lambda x: x >= 1, "a whole number >= 1")
 NONNEGATIVE = _typed(_whole, lambda x: x >= 0, "a whole number >= 0")
 KS = _typed(_ks, lambda ks: all(k >= 1 for k in ks) and len(set(ks)) == len(ks),
             "a comma-separated list of distinct whole numbers >= 1")
+COUNTS = _typed(_ks, lambda xs: all(x >= 0 for x in xs) and len(set(xs)) == len(xs),
+                "a comma-separated list of distinct whole numbers >= 0")
 EDGES = _typed(_numbers, lambda xs: len(xs) >= 2 and xs[0] == 0 and xs[-1] == 1
                and all(a < b for a, b in zip(xs, xs[1:])),
                "comma-separated increasing numbers from 0 to 1 (e.g. 0,0.1,0.5,1)")

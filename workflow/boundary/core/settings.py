@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 
 from boundary.core.errors import BoundaryError
+from boundary.core.names import BASE
 
 DEFAULTS_PATH = Path(__file__).with_name("schema_defaults.json")
 
@@ -38,6 +39,8 @@ TRAIN_DERIVED = {"refresh_steps": ("gate", "refresh_steps"), "extractor": ("veri
 # Keys a training run needs in its settings; the rest have defaults.
 TRAIN_REQUIRED = ["steps", "lr", "num_generations", "prompts_per_step"]
 SPLITS = ("train", "diagnostic")
+# The base's i-th evaluation samples at evaluate.seed + i * this prime, apart from shard offsets.
+BASE_SEED_STRIDE = 104729
 
 
 # ---- helpers the keys share --------------------------------------------------------------
@@ -134,8 +137,20 @@ def train_key(config: dict, method: str) -> dict:
     return {**config["train"], **derived, **method_settings(config["methods"][method])}
 
 
-def evaluate_key(config: dict, bench: str) -> dict:
-    return {"evaluate": config["evaluate"], **sampling_key(config, bench)}
+def base_seeds(config: dict) -> int:
+    """The base's evaluations of each benchmark (evaluate.base_seeds: an x-default, so a config
+    that does not set it leaves it out of every key)."""
+    return config["evaluate"].get("base_seeds", defaults("evaluate")["base_seeds"])
+
+
+def evaluate_key(config: dict, bench: str, method: str, seed: int) -> dict:
+    """One (method, seed)'s evaluation: the base's i-th draw samples at its own seed; every
+    policy at evaluate.seed (common random numbers across policies). base_seeds itself is left
+    out, so adding it reruns no finished evaluation."""
+    evaluate = {k: v for k, v in config["evaluate"].items() if k != "base_seeds"}
+    if method == BASE and seed:
+        evaluate["seed"] += BASE_SEED_STRIDE * seed
+    return {"evaluate": evaluate, **sampling_key(config, bench)}
 
 
 def report_key(config: dict) -> dict:

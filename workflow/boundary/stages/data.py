@@ -1,5 +1,6 @@
 """Splits: train, diagnostic and benchmark prompts as parquet (prompt_id, problem, prompt,
-answer, source; the synthetic testbed adds cell, key, key_rank and the true w_star).
+answer, source; a dataset's cluster_field adds cluster; the synthetic testbed adds cell, key,
+key_rank and the true w_star).
 
 Real data comes from jsonl/json/parquet files named in the config, with field names mapped
 there; `prompt` is the problem rendered through the config's template (and the tokenizer's
@@ -29,10 +30,10 @@ def load_dataset_file(spec: dict, name: str) -> pd.DataFrame:
     """One split from a local file, mapped to prompt_id, problem, answer, source. Problems,
     answers and ids are read as written (`field_texts`); a value that is not text is one line."""
     path = Path(spec["path"])
-    id_field = spec.get("id_field")
+    id_field, cluster_field = spec.get("id_field"), spec.get("cluster_field")
     fields = [spec["problem_field"], spec["answer_field"]]
-    df = read_table(path, fields + ([id_field] if id_field else []), nonempty=True,
-                    ids=(id_field,) if id_field else (), text=fields)
+    keys = [f for f in (id_field, cluster_field) if f]
+    df = read_table(path, fields + keys, nonempty=True, ids=keys, text=fields)
     if spec.get("limit"):
         df = df.head(spec["limit"])
     problems = field_texts(df[spec["problem_field"]], spec["problem_field"], path)
@@ -51,8 +52,11 @@ def load_dataset_file(spec: dict, name: str) -> pd.DataFrame:
     if ids.duplicated().any():
         raise BoundaryError(f"{path}: duplicate prompt id {ids[ids.duplicated()].iloc[0]!r} "
                             f"in field {id_field!r}")
-    return pd.DataFrame({"prompt_id": ids.values, "problem": problems, "answer": answers,
-                         "source": spec.get("source") or name})
+    out = pd.DataFrame({"prompt_id": ids.values, "problem": problems, "answer": answers,
+                        "source": spec.get("source") or name})
+    if cluster_field:
+        out["cluster"] = df[cluster_field].astype(str).to_numpy()
+    return out
 
 
 def render_prompts(problems: pd.Series, prompt: dict, model: str | None) -> list[str]:
