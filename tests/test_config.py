@@ -116,6 +116,8 @@ def _default():
      "train.rollout_engine: vllm"),
     (lambda c: c["train"].update(use_vllm=True), "config: train.use_vllm: replaced by train.rollout_engine "
      "(generate | vllm; vllm: TRL's engine, colocated unless vllm_mode: server)"),
+    (lambda c: c["calibration"].update(delta=0.05), "config: calibration.delta: read only with "
+     "calibration.adaptive: true"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     assert _refusal(_default(), mutate) == message

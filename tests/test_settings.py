@@ -92,6 +92,18 @@ def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_ev
     assert settings.base_seeds(config) == settings.defaults("evaluate")["base_seeds"]
 
 
+def test_an_adaptive_calibration_s_key_holds_its_rule_and_a_full_one_s_leaves_it_out():
+    config = load_config(ROOT / "config" / "smoke.yaml")
+    full = settings.calibrate_key(config, DIAGNOSTIC)
+    assert not set(settings.ADAPTIVE_KEYS) & set(full["calibration"]) and "regimes" not in full
+    config["calibration"]["adaptive"] = True
+    adaptive = settings.resolve("calibrate", settings.calibrate_key(config, DIAGNOSTIC))
+    assert adaptive["regimes"] == config["regimes"]
+    assert adaptive["calibration"]["rounds"] == settings.defaults("calibration")["rounds"]
+    with pytest.raises(BoundaryError, match=r"^calibrate settings: regimes: missing"):
+        settings.resolve("calibrate", {**full, "calibration": {**full["calibration"], "adaptive": True}})
+
+
 def test_complete_settings_hold_every_default_of_the_schema():
     full = settings.resolve("train", {"steps": 2, "lr": 1e-4, "num_generations": 2, "prompts_per_step": 2})
     assert full["kl_estimator"] == settings.defaults("methods")["kl_estimator"]

@@ -139,6 +139,22 @@ def test_gate_tau_reruns_only_masks_pba_base_rollouts_training_its_evaluation_an
     assert evaluated == {"pba"}
 
 
+def test_adaptive_calibration_reruns_exactly_calibration_and_what_reads_it(smoke_run):
+    """calibration.adaptive on (or its rule changed) reruns calibration, the regime labels and
+    the report, and nothing else: no mask, training or evaluation reads the calibration."""
+    workdir, config = smoke_run
+    for edit in ({"adaptive": True}, {"adaptive": True, "delta": 0.05, "rounds": [8, 16]}):
+        jobs = planned_jobs(workdir, _variant(config, lambda c: c["calibration"].update(edit)))
+        assert {rule for rule, _ in jobs} == {"calibrate_base", "regimes", "report"}, jobs
+    # off (said explicitly), its rule's keys are not read: nothing reruns (key order kept: the
+    # report's params follow the methods' order)
+    data = yaml.safe_load(config.read_text())
+    data["calibration"]["adaptive"] = False
+    off = config.with_name("adaptive_off.yaml")
+    off.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert planned_jobs(workdir, off) == set()
+
+
 def test_an_evaluation_setting_never_retrains(smoke_run):
     workdir, config = smoke_run
     jobs = planned_jobs(workdir, _variant(config, lambda c: c["evaluate"].update(seed=7)))

@@ -212,6 +212,9 @@ def _check_settings_used(raw: dict, config: dict) -> None:
     if (raw.get("prompt") or {}).get("system") is not None and not config["prompt"]["chat"]:
         raise BoundaryError("config: prompt.system: read only with prompt.chat: true (the chat template "
                             "places it)")
+    unread = sorted({"rounds", "delta"} & set(raw.get("calibration") or {}))
+    if unread and not config["calibration"]["adaptive"]:
+        raise BoundaryError(f"config: calibration.{unread[0]}: read only with calibration.adaptive: true")
     vllm = sorted(k for k in raw.get("train") or {} if k.startswith("vllm_"))
     if vllm and config["train"].get("rollout_engine") != "vllm":
         raise BoundaryError(f"config: train.{vllm[0]}: read only with train.rollout_engine: vllm")

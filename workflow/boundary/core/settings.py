@@ -100,8 +100,20 @@ def data_key(config: dict, split: str | None = None) -> dict:
     return {"data": data, "prompt": config["prompt"]}
 
 
+# Calibration keys read only by an adaptive calibration: left out of a full one's key, so full
+# runs rerun nothing while adaptive is off.
+ADAPTIVE_KEYS = ("adaptive", "rounds", "delta")
+
+
 def calibrate_key(config: dict, split: str) -> dict:
-    return {"calibration": config["calibration"], **sampling_key(config, split)}
+    """The calibration section; an adaptive run adds the regimes' cuts (its stopping rule reads
+    them), a full run drops the adaptive keys."""
+    calibration = dict(config["calibration"])
+    if calibration["adaptive"]:
+        return {"calibration": calibration, "regimes": config["regimes"], **sampling_key(config, split)}
+    for key in ADAPTIVE_KEYS:
+        calibration.pop(key, None)
+    return {"calibration": calibration, **sampling_key(config, split)}
 
 
 def mask_key(config: dict, mask: str) -> dict:
@@ -220,6 +232,8 @@ def stage_schema(stage: str) -> dict:
     elif stage in ("calibrate", "evaluate"):  # a stage that samples: its section, sampling, verify
         own = "calibration" if stage == "calibrate" else "evaluate"
         node = _object({own: _section(own), "sampling": _section("sampling"), "verify": _section("verify")}, [own])
+        if stage == "calibrate":  # an adaptive calibration's stopping rule reads the regimes' cuts
+            node["properties"]["regimes"] = _section("regimes")
     elif stage == "gate-draws":
         gate = _section("gate")
         gate["properties"]["epochs"] = {"$ref": "#/definitions/posint"}
@@ -278,6 +292,8 @@ def resolve(stage: str, given: dict) -> dict:
                     key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
     if errors:
         raise BoundaryError(f"{stage} settings: {_stage_message(errors[0])}")
+    if stage == "calibrate" and settings["calibration"]["adaptive"] and "regimes" not in settings:
+        raise BoundaryError(f"{stage} settings: regimes: missing (calibration.adaptive reads its cuts)")
     if stage == "report":
         if not settings["main"]:
             settings["main"] = [settings["baseline"], settings["method"]]

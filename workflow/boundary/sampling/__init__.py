@@ -102,11 +102,47 @@ def end_to_end(stage: str, samples: pd.DataFrame) -> str:
 
 
 def sample(model_path: str, prompt_ids: list[str], prompts: list[str],
-           params: SamplingParams, log=None) -> pd.DataFrame:
+           params: SamplingParams, log=None, adaptive=None) -> pd.DataFrame:
+    """params.n completions per prompt; with `adaptive` (`rounds.Adaptive`), each prompt's first
+    draws, in rounds until it is settled: `hf` refills its seats from every prompt still running
+    (sample k is the full run's sample k); other backends draw each round as one call
+    (`rounds_by_calls`)."""
     if params.backend == "hf":
         from boundary.sampling import hf as backend
     elif params.backend == "vllm":
         from boundary.sampling import vllm as backend
     else:
         raise ValueError(f"unknown sampling backend {params.backend!r} (one of {BACKENDS})")
-    return backend.sample(model_path, prompt_ids, prompts, params, log)
+    if adaptive is None:
+        return backend.sample(model_path, prompt_ids, prompts, params, log)
+    if params.backend == "hf":
+        return backend.sample(model_path, prompt_ids, prompts, params, log, adaptive=adaptive)
+    return rounds_by_calls(backend.sample, model_path, prompt_ids, prompts, params, log, adaptive)
+
+
+def rounds_by_calls(backend_sample, model_path, prompt_ids, prompts, params, log, adaptive) -> pd.DataFrame:
+    """Adaptive rounds as one backend call per round, over the prompts still running (every one
+    has the same draws after a round). Round r's call takes seed + r: vLLM's draws follow its
+    engine seed, not (seed, prompt, sample index), so they are valid draws but not the full
+    run's, and each call starts its engine again."""
+    from dataclasses import replace
+
+    text_of = dict(zip(prompt_ids, prompts))
+    running, have, frames = list(prompt_ids), 0, []
+    for upto in adaptive.rounds:
+        drawn = backend_sample(model_path, running, [text_of[p] for p in running],
+                               replace(params, n=upto - have, seed=params.seed + have), log)
+        frames.append(drawn.assign(sample_idx=drawn["sample_idx"] + have))
+        have = upto
+        if upto == adaptive.rounds[-1]:
+            break
+        done = pd.concat(frames, ignore_index=True)
+        done = done[done["prompt_id"].isin(running)].sort_values("sample_idx", kind="stable")
+        stop = adaptive.settled(done.groupby("prompt_id", sort=False)["completion"].agg(list).to_dict())
+        running = [p for p in running if p not in stop]
+        if not running:
+            break
+    out = pd.concat(frames, ignore_index=True)
+    order = {p: i for i, p in enumerate(prompt_ids)}
+    return out.sort_values(["prompt_id", "sample_idx"], key=lambda c: c.map(order) if c.name == "prompt_id" else c,
+                           kind="stable", ignore_index=True)[COMPLETION_COLUMNS]

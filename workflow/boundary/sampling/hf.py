@@ -36,6 +36,7 @@ from boundary.core.gpus import jobs_per_gpu
 from boundary.sampling import COMPLETION_COLUMNS, Completion, throughput
 from boundary.sampling.models import load_model, stop_ids
 from boundary.sampling.nucleus import sample_step
+from boundary.sampling.rounds import Adaptive, Rounds
 from boundary.sampling.streams import row_keys
 
 CHECK_EVERY = 8  # steps between harvests/refills (each looks at the GPU: a sync)
@@ -312,20 +313,26 @@ def _harvest(batch: Batch, seats: torch.Tensor, results: list) -> None:
 @torch.inference_mode()
 def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, max_new: int,
              temperature: float, top_p: float, batch_size: int, seed: int,
-             samples: list[int] | None = None, progress=False, profile: dict | None = None):
+             samples: list[int] | None = None, progress=False, profile: dict | None = None,
+             feed=None):
     """Sample one completion per prompt (repeat a prompt for n samples): a `Completion` each.
     Row i draws from the stream of (seed, prompts[i], samples[i]) (`streams.row_keys`; by
     default a prompt's k-th row is its sample k), so a row's tokens do not depend on the batch.
-    `profile`, a dict, receives seconds and counts per phase and the KV columns read."""
+    `profile`, a dict, receives seconds and counts per phase and the KV columns read.
+    `feed` (adaptive calibration, `Rounds`): at each harvest `feed.more(rows, results)` gets the
+    rows just finished and returns more (prompt ids, sample index) rows to queue, so prompts
+    still running keep every seat busy; `feed.capacity` bounds the rows it can ever add, and a
+    shrink keeps `feed.next_wave` free seats for them. Returns the completions of every row."""
     if not prompts:
         return []
+    prompts = list(prompts)
     device = model.device
     decode_attention()  # an unknown $BOUNDARY_SEAT_ATTENTION fails before any work
     if hasattr(model, "set_attn_implementation"):
         use_seat_attention(model)
     keys = row_keys(seed, prompts, samples).to(device)
     stop_t = torch.tensor(stop, device=device, dtype=torch.long)
-    seats_n = max(1, min(batch_size, len(prompts)))
+    seats_n = max(1, min(batch_size, len(prompts) + (feed.capacity if feed is not None else 0)))
     columns = max(map(len, prompts)) + max_new + CHECK_EVERY
     vocab = model.get_output_embeddings().weight.shape[0]
     kv = Seats(model.config, seats_n, columns, model.dtype, device)
@@ -339,10 +346,19 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
             if len(done):
                 _harvest(batch, done, results)
                 bar.update(len(done))
+                finished = batch.row[done].tolist()
                 batch.row[done] = -1
                 batch.length[done.cpu().numpy()] = 0
+                if feed is not None:
+                    more = feed.more(finished, results)
+                    if more:
+                        keys = torch.cat([keys, row_keys(seed, [p for p, _ in more], [i for _, i in more]).to(device)])
+                        prompts += [p for p, _ in more]
+                        results += [None] * len(more)
+                        bar.total += len(more)
             free = (batch.row < 0).nonzero().view(-1)
-            if queue < len(prompts) and len(free):
+            refilled = queue < len(prompts) and len(free)
+            if refilled:
                 take = list(range(queue, min(len(prompts), queue + len(free))))
                 queue += len(take)
                 seats = free[:len(take)]
@@ -356,12 +372,18 @@ def generate(model, prompts: list[list[int]], stop: list[int], pad_id: int, *, m
                 batch.keys[seats] = keys[take]
                 batch.length[seats.cpu().numpy()] = [len(prompts[i]) for i in take]
                 clock("prefill", len(take))
-            elif queue >= len(prompts):
+            # an adaptive feed's rounds come in waves (a testbed's in lockstep): shrink right after
+            # the refill that empties the queue, or every wave keeps the first wave's seats
+            if queue >= len(prompts) and (not refilled or feed is not None):
                 held = batch.row >= 0
                 if not bool(held.any()):
                     break
-                if float(held.float().mean()) < SHRINK_BELOW:
-                    keep = held.nonzero().view(-1)
+                # an adaptive feed keeps seats for its running prompts' next rounds: as many as they
+                # may queue, less the live rows whose seats free up as they finish
+                spare = (min(max(0, feed.next_wave - int(held.sum())), int((~held).sum()))
+                         if feed is not None else 0)
+                if (int(held.sum()) + spare) < SHRINK_BELOW * len(held):
+                    keep = torch.cat([held.nonzero().view(-1), (~held).nonzero().view(-1)[:spare]])
                     kv.select(keep)
                     batch.select(keep)
                     clock("shrink")
@@ -405,7 +427,9 @@ def stop_and_pad(model, tokenizer) -> tuple[list[int], int]:
     return stop, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
 
 
-def sample(model_path, prompt_ids, prompts, params, log=None):
+def sample(model_path, prompt_ids, prompts, params, log=None, adaptive: Adaptive | None = None):
+    """params.n completions per prompt; with `adaptive`, a prefix of them per prompt, drawn in
+    rounds until `adaptive.settle` stops the prompt (`rounds`)."""
     import pandas as pd
 
     start = time.perf_counter()
@@ -414,7 +438,15 @@ def sample(model_path, prompt_ids, prompts, params, log=None):
         log(f"sampling (hf): model loaded in {time.perf_counter() - start:.1f} s")
     stop, pad = stop_and_pad(model, tokenizer)
     encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-    jobs = [(pid, i, ids) for pid, ids in zip(prompt_ids, encoded) for i in range(params.n)]
+    if adaptive is None:
+        feed = None
+        jobs = [(i, k) for i in range(len(encoded)) for k in range(params.n)]
+        rows = [(encoded[i], k) for i, k in jobs]
+    else:
+        feed = Rounds(list(prompt_ids), encoded, adaptive,
+                      lambda tokens: tokenizer.batch_decode(tokens, skip_special_tokens=True))
+        rows = feed.initial()
+        jobs = feed.jobs  # grows as rounds are queued
     batch = params.batch_size
     chosen = "set"
     if batch in (None, "auto"):
@@ -423,17 +455,18 @@ def sample(model_path, prompt_ids, prompts, params, log=None):
     if model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(model.device)
     start = time.perf_counter()
-    out = generate(model, [ids for _, _, ids in jobs], stop, pad,
+    out = generate(model, [ids for ids, _ in rows], stop, pad,
                    max_new=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-                   batch_size=int(batch), seed=params.seed, samples=[i for _, i, _ in jobs],
-                   progress=log is not None)
+                   batch_size=int(batch), seed=params.seed, samples=[k for _, k in rows],
+                   progress=log is not None, feed=feed)
     if log is not None:
         log(throughput("hf", sum(len(c.tokens) for c in out), len(out), time.perf_counter() - start,
                        f"{int(batch)} ({chosen})"))
     texts = tokenizer.batch_decode([c.tokens for c in out], skip_special_tokens=True)
+    order = sorted(range(len(jobs)), key=jobs.__getitem__)  # split order, then sample index
     return pd.DataFrame(
-        [(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)
-         for (pid, i, _), text, c in zip(jobs, texts, out)],
+        [(prompt_ids[jobs[j][0]], jobs[j][1], texts[j], len(out[j].tokens), out[j].finish_reason,
+          out[j].entropy) for j in order],
         columns=COMPLETION_COLUMNS)
 
 

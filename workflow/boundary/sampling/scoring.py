@@ -13,6 +13,7 @@ import pandas as pd
 
 from boundary.core.errors import BoundaryError
 from boundary.sampling import SamplingParams, sample
+from boundary.sampling.rounds import Adaptive
 from boundary.tasks.verify import Verifier, score_samples, unextracted_warning
 
 
@@ -38,18 +39,42 @@ def shard_of(split: pd.DataFrame, shard: str | None) -> tuple[pd.DataFrame, int]
 
 
 def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
-                   extractor: str, verifier: Verifier, log=print, label: str = "split") -> pd.DataFrame:
+                   extractor: str, verifier: Verifier, log=print, label: str = "split",
+                   rule=None) -> pd.DataFrame:
     """n samples per prompt of the split, with extracted answer and math-verify verdict; a
-    warning naming the split (`label`) when most completions have no extractable answer."""
+    warning naming the split (`label`) when most completions have no extractable answer.
+    `rule` (adaptive calibration: `rounds` and `next_round(r, c)`, e.g. analysis.adaptive's
+    StoppingRule): each prompt's first draws in rounds, verified as each round's prefix
+    completes, until rule.next_round says its label is settled (None)."""
     prompts = split["prompt"] if "prompt" in split else split["problem"]
-    samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log)
+    golds = dict(zip(split["prompt_id"], split["answer"]))
+    adaptive = None if rule is None else Adaptive(rule.rounds, _settled(rule, golds, extractor, verifier))
+    samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log,
+                     adaptive=adaptive)
     start = time.perf_counter()
-    samples = score_samples(samples, dict(zip(split["prompt_id"], split["answer"])), extractor, verifier)
+    samples = score_samples(samples, golds, extractor, verifier)
     log(f"verify: {len(samples):,} completions in {time.perf_counter() - start:.1f} s")
     message = unextracted_warning(samples["answer"], extractor, label)
     if message:
         log(f"warning: {message}")
     return samples
+
+
+def _settled(rule, golds: dict, extractor: str, verifier: Verifier):
+    """`Adaptive.settled` for `rule`: score the prompts' new completions (each once, all in one
+    call), then ask the rule whether c correct of its first r settles each prompt."""
+    correct: dict[str, list[bool]] = {}
+
+    def settled(prefixes: dict[str, list[str]]) -> set[str]:
+        new = [(p, t) for p, texts in prefixes.items() for t in texts[len(correct.setdefault(p, [])):]]
+        if new:
+            frame = pd.DataFrame(new, columns=["prompt_id", "completion"])
+            scored = score_samples(frame, golds, extractor, verifier, log=lambda *_: None)
+            for p, ok in zip(scored["prompt_id"], scored["correct"]):
+                correct[p].append(bool(ok))
+        return {p for p, texts in prefixes.items() if rule.next_round(len(texts), sum(correct[p])) is None}
+
+    return settled
 
 
 @contextmanager

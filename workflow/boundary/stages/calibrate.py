@@ -1,7 +1,9 @@
 """Frozen-base calibration samples and gate draws.
 
 Calibration: n samples per diagnostic prompt (n = 256 in the paper) with their own seed, so
-regime labels never share samples with the evaluation that measures base pass@k.
+regime labels never share samples with the evaluation that measures base pass@k. With
+calibration.adaptive, each prompt draws a prefix of those n in rounds until its label is settled
+(analysis/adaptive.py), and the artifact holds only the drawn samples (a prompt's n is its rows).
 Gate draws: G0max frozen-base samples per train prompt for each refresh epoch. The base is
 frozen, so every epoch's fresh draw can be cached up front; a mask with a smaller G0 reads
 the first G0 draws of each epoch, so one cache serves every gate ablation.
@@ -44,12 +46,20 @@ def main_calibrate(argv=None):
     s = stage_settings.load("calibrate", args.settings)
     cal = s["calibration"]
     split = read_table(args.split, ["prompt_id", "answer"])
+    rule = None
+    if cal["adaptive"]:
+        from boundary.analysis.adaptive import StoppingRule
+
+        rule = StoppingRule.from_settings(cal, s["regimes"])
+        print(rule.describe())
     with verifier_for(s) as verifier:
         samples = scored_samples(args.model, split, sampling_params(cal, s["sampling"], cal["seed"], cal["n"]),
-                                 s["verify"]["extractor"], verifier, label=args.split)
+                                 s["verify"]["extractor"], verifier, label=args.split, rule=rule)
     write_table(samples, args.out)
-    per_prompt = samples.groupby("prompt_id")["correct"].mean()
-    print(f"calibration: {len(split)} prompts x {cal['n']} samples, mean p_base {per_prompt.mean():.3f}")
+    per_prompt = samples.groupby("prompt_id")["correct"].agg(["mean", "size"])
+    drawn = (f"{len(samples):,} samples ({len(samples) / (len(split) * cal['n']):.1%} of {cal['n']} a prompt; "
+             f"{per_prompt['size'].min()}-{per_prompt['size'].max()} a prompt)" if rule else f"{cal['n']} samples")
+    print(f"calibration: {len(split)} prompts x {drawn}, mean p_base {per_prompt['mean'].mean():.3f}")
     print(end_to_end("calibration", samples))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from boundary.analysis.regimes import REGIMES, Thresholds, counts_from_calibration, label_counts
 from boundary.core import settings as stage_settings
 from boundary.core.artifacts import read_table, write_table
+from boundary.core.errors import warn
 from boundary.core.options import ArgumentParser, description
 
 
@@ -21,6 +22,10 @@ def main(argv=None) -> None:
     th = Thresholds.from_dict(stage_settings.load("regimes", args.settings))
     samples = read_table(args.calibration, ["prompt_id", "correct"])
     table = label_counts(counts_from_calibration(samples), th)
+    if table["n"].nunique() > 1:  # an adaptive calibration: each prompt's drawn prefix
+        warn(f"regimes: calibration n varies by prompt ({table['n'].min()}-{table['n'].max()}, adaptive): the "
+             "labels at these cutoffs are the full run's up to calibration.delta; p_base, its strata and the "
+             "cutoff sensitivity use each prompt's drawn prefix")
     write_table(table, args.out)
     shares = table["regime"].value_counts().reindex(REGIMES, fill_value=0)
     print("regimes: " + ", ".join(f"{r}={n}" for r, n in shares.items()))

@@ -1,0 +1,192 @@
+"""Adaptive calibration against the full run on the same prompts: label agreement and savings.
+
+Real draws (a base model folder and a split parquet, as the workflow writes them):
+
+    PYTHONPATH=workflow python benchmarks/bench_adaptive_calibration.py --config config/config.yaml \
+        --model results/testbed/models/base --split results/testbed/splits/diagnostic.parquet
+    # one GPU (the lead's run): the same with --device cuda [--batch-size auto] [--prompts K]
+
+runs the config's full calibration (n draws a prompt) and then the adaptive one (calibration.rounds,
+calibration.delta; the regimes section's cuts) through the workflow's own sample-and-verify
+path, and prints the confusion matrix of regime labels (rows: the full run, columns: the
+adaptive run), the agreement, samples and tokens drawn (and their ratio), the wall time of each
+(model load, sampling and verification: the stage's work; the rule's design separately), and
+how many prompts' adaptive samples are exactly the first n_i of the full run's (all of them on
+a CPU; on a GPU as far as the logits agree across batch shapes).
+
+Simulated from per-prompt counts (e.g. a committed regimes.parquet, or any parquet/CSV with
+prompt_id, n, c), each prompt's rate taken as p = c / n:
+
+    PYTHONPATH=workflow python benchmarks/bench_adaptive_calibration.py \
+        --simulate docs/results/2026-11-27-smollm2-arith-add15/results/regimes/regimes.parquet [--replicates 200]
+
+prints the same confusion matrix and ratios over the replicates (Bernoulli draws of the full
+run; the adaptive run reads their prefixes), and the exact expected agreement and sample share
+(the stopping rule's dynamic program).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+
+def _settings(config_path: str | None, overrides: dict) -> dict:
+    from boundary.core.config import load_config
+
+    config = load_config(config_path or ROOT / "config" / "config.yaml")
+    config["calibration"].update({k: v for k, v in overrides.items() if v is not None})
+    return config
+
+
+def _rule(config):
+    from boundary.analysis.adaptive import StoppingRule
+
+    start = time.perf_counter()
+    rule = StoppingRule.from_settings(config["calibration"], config["regimes"])
+    rule.design
+    print(rule.describe())
+    print(f"rule design: {time.perf_counter() - start:.1f} s (once per stage)")
+    return rule
+
+
+def _confusion(full_labels, adaptive_labels) -> None:
+    import pandas as pd
+
+    from boundary.analysis.regimes import REGIMES
+
+    table = pd.crosstab(pd.Categorical(full_labels, REGIMES), pd.Categorical(adaptive_labels, REGIMES),
+                        rownames=["full"], colnames=["adaptive"], dropna=False)
+    print(table.to_string())
+    agree = float((pd.Series(full_labels).to_numpy() == pd.Series(adaptive_labels).to_numpy()).mean())
+    print(f"agreement: {agree:.2%} of {len(full_labels):,} prompt labels")
+
+
+def machine() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+    except OSError:
+        commit = "?"
+    return f"{platform.node()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, commit {commit}"
+
+
+def simulate(args) -> None:
+    import numpy as np
+
+    from boundary.analysis.regimes import label
+    from boundary.core.artifacts import read_table
+
+    config = _settings(args.config, {"rounds": args.rounds, "delta": args.delta})
+    counts = read_table(args.simulate, ["n", "c"])
+    p = (counts["c"] / counts["n"]).to_numpy(float)
+    rule = _rule(config)
+    n, th, rng = rule.n, rule.thresholds, np.random.default_rng(args.seed)
+    full_all, adaptive_all, draws_all = [], [], []
+    for _ in range(args.replicates):
+        outcomes = rng.random((len(p), n)) < p[:, None]
+        running = np.cumsum(outcomes, axis=1)
+        draws = np.full(len(p), n)
+        for r in reversed(rule.rounds[:-1]):
+            draws[rule.table[r][running[:, r - 1]]] = r
+        c = running[np.arange(len(p)), draws - 1]
+        full_all.append(label(running[:, -1] / n, th))
+        adaptive_all.append(label(c / draws, th))
+        draws_all.append(draws)
+    full, adaptive, draws = (np.concatenate(x) for x in (full_all, adaptive_all, draws_all))
+    print(f"simulated: {len(p)} prompts of {args.simulate} (p = c / n) x {args.replicates} replicates, "
+          f"n = {n}, seed {args.seed}")
+    _confusion(full, adaptive)
+    print(f"samples: adaptive {draws.sum():,} of {len(draws) * n:,} = {draws.sum() / (len(draws) * n):.1%}")
+    wrong, expected = rule.error_and_draws(rule.table, p)
+    print(f"exact expectation: agreement {1 - wrong.mean():.3%}, samples {expected.mean() / n:.1%} of n; "
+          f"worst prompt P(differs) {wrong.max():.4f}")
+    by = {name: float(expected[label(p, th) == name].mean() / n) for name in sorted(set(label(p, th)))}
+    print("expected share of n by regime of p: " + ", ".join(f"{k} {v:.1%}" for k, v in by.items()))
+
+
+def real(args) -> None:
+    if args.device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    from dataclasses import replace
+
+    from boundary.analysis.regimes import counts_from_calibration, label_counts
+    from boundary.core.artifacts import read_table
+    from boundary.sampling.scoring import sampling_params, scored_samples
+    from boundary.tasks.verify import Verifier
+
+    config = _settings(args.config, {"rounds": args.rounds, "delta": args.delta})
+    cal, sampling = config["calibration"], dict(config["sampling"])
+    if args.batch_size:
+        sampling["batch_size"] = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
+    split = read_table(args.split, ["prompt_id", "answer"])
+    if args.prompts:
+        split = split.head(args.prompts)
+    rule = _rule(config)
+    params = replace(sampling_params(cal, sampling, cal["seed"], cal["n"]), backend=args.backend)
+    extractor = config["verify"]["extractor"]
+    results = {}
+    for name, r in (("full", None), ("adaptive", rule)):
+        verifier = Verifier(timeout=config["verify"]["timeout"], workers=config["verify"]["workers"])
+        start = time.perf_counter()
+        try:
+            samples = scored_samples(args.model, split, params, extractor, verifier, log=lambda *_: None, rule=r)
+        finally:
+            verifier.close()
+        results[name] = (samples, time.perf_counter() - start)
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            samples.to_parquet(Path(args.out) / f"{name}.parquet")
+    (full, t_full), (adaptive, t_adaptive) = results["full"], results["adaptive"]
+    th = rule.thresholds
+    labels = {k: label_counts(counts_from_calibration(v[0]), th).set_index("prompt_id")["regime"]
+              for k, v in results.items()}
+    print(f"machine: {machine()}; device {args.device}, backend {args.backend}")
+    print(f"prompts: {len(split)} of {args.split}; n = {cal['n']}, seed {cal['seed']}")
+    _confusion(labels["full"].to_numpy(), labels["adaptive"].reindex(labels["full"].index).to_numpy())
+    tokens_full, tokens_adaptive = int(full["n_tokens"].sum()), int(adaptive["n_tokens"].sum())
+    print(f"samples: adaptive {len(adaptive):,} of {len(full):,} = {len(adaptive) / len(full):.1%}")
+    print(f"tokens: adaptive {tokens_adaptive:,} of {tokens_full:,} = {tokens_adaptive / tokens_full:.1%}")
+    print(f"wall time: full {t_full:.1f} s, adaptive {t_adaptive:.1f} s = {t_adaptive / t_full:.1%}")
+    prefix = 0
+    for pid, rows in adaptive.groupby("prompt_id", sort=False):
+        first = full[full["prompt_id"] == pid].head(len(rows))
+        prefix += rows["completion"].tolist() == first["completion"].tolist()
+    print(f"exact prefix of the full run's samples: {prefix} of {adaptive['prompt_id'].nunique()} prompts")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", help="a workflow config (default config/config.yaml): calibration, regimes, "
+                                     "sampling, verify")
+    ap.add_argument("--model", help="base model folder (results/{run}/models/base)")
+    ap.add_argument("--split", help="split parquet (results/{run}/splits/diagnostic.parquet)")
+    ap.add_argument("--prompts", type=int, help="the split's first K prompts only")
+    ap.add_argument("--backend", default="hf", choices=["hf", "vllm"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--batch-size", help="sampling.batch_size override (an integer or auto)")
+    ap.add_argument("--rounds", type=lambda s: [int(x) for x in s.split(",")], help="e.g. 16,32,64,128")
+    ap.add_argument("--delta", type=float)
+    ap.add_argument("--out", help="folder for both runs' samples (full.parquet, adaptive.parquet)")
+    ap.add_argument("--simulate", help="per-prompt counts (prompt_id, n, c): simulate instead of sampling")
+    ap.add_argument("--replicates", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.simulate:
+        simulate(args)
+    elif args.model and args.split:
+        real(args)
+    else:
+        ap.error("give --model and --split, or --simulate")
+
+
+if __name__ == "__main__":
+    main()
