@@ -21,7 +21,7 @@ def main(argv=None) -> None:
     args = make_parser().parse_args(argv)
     th = Thresholds.from_dict(stage_settings.load("regimes", args.settings))
     samples = read_table(args.calibration, ["prompt_id", "correct"])
-    table = label_counts(counts_from_calibration(samples), th)
+    table = label_counts(counts_from_calibration(samples), th, args.calibration)
     if table["n"].nunique() > 1:  # an adaptive calibration: each prompt's drawn prefix
         warn(f"regimes: calibration n varies by prompt ({table['n'].min()}-{table['n'].max()}, adaptive): the "
              "labels at these cutoffs are the full run's up to calibration.delta; p_base, its strata and the "
