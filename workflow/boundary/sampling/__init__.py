@@ -25,7 +25,10 @@ from typing import NamedTuple
 
 import pandas as pd
 
-BACKENDS = ("hf", "vllm")
+from boundary.core import settings
+
+BACKENDS = settings.allowed("sampling", "backend")
+SAMPLING = settings.defaults("sampling")
 COMPLETION_COLUMNS = ["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"]
 
 
@@ -38,14 +41,17 @@ class Completion(NamedTuple):
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """One sampling call: a stage's n, temperature, top_p and seed, and the config's `sampling:`
+    section (unset: the schema's defaults)."""
+
     n: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    seed: int = 0
-    batch_size: int | str = "auto"  # completions in flight (hf); "auto": what fits the device
-    vllm_max_num_seqs: int | None = None  # sequences in flight on one GPU (vllm); None: the schema's
-    backend: str = "hf"
+    temperature: float
+    top_p: float
+    seed: int
+    max_new_tokens: int = SAMPLING["max_new_tokens"]
+    batch_size: int | str = SAMPLING["batch_size"]  # completions in flight (hf); "auto": what fits the device
+    vllm_max_num_seqs: int = SAMPLING["vllm_max_num_seqs"]  # sequences in flight on one GPU (vllm)
+    backend: str = SAMPLING["backend"]
 
 
 def peak_memory_gib() -> tuple[float, str]:
