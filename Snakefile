@@ -14,6 +14,7 @@ if not workflow.overwrite_configfiles:
 
 include: "workflow/rules/common.smk"
 
+
 wildcard_constraints:
     seed=r"\d+",
     method=NAME_PATTERN,
@@ -35,7 +36,7 @@ include: "workflow/rules/report.smk"
 # Everything the run produces, not only the report: an artifact that a failed job's cleanup or
 # a user removed is made again, with everything that depends on it (see run_artifacts).
 rule all:
+    default_target: True
     input:
         rules.report.output,
         run_artifacts(),
-    default_target: True

@@ -40,6 +40,7 @@ import pandas as pd
 import torch
 from transformers import TrainerCallback
 
+from boundary.core.settings import refresh_epochs, resolve, train_key
 from boundary.training.trainer import PBATrainer
 from boundary.training.trainer_config import make_config
 
@@ -97,13 +98,13 @@ def stop_ids(model, tok) -> list[int]:
 
 
 def study_settings(path) -> tuple[dict, dict]:
-    """A pipeline config's train settings and trained methods, as `boundary train` gets them."""
-    from boundary.core.config import load_config, method_settings
+    """A pipeline config's trained methods, each with the settings `boundary train` gets (the
+    settings layer's train key), and the first one's, which the figures' header prints."""
+    from boundary.core.config import load_config
 
     config = load_config(path)
-    methods = {m: method_settings(spec) for m, spec in config["methods"].items() if not spec["checkpoint_of"]}
-    train = {k: v for k, v in config["train"].items() if k not in ("seeds", "gpus")}
-    return {**train, "refresh_steps": config["gate"]["refresh_steps"]}, methods
+    methods = {m: train_key(config, m) for m, spec in config["methods"].items() if not spec["checkpoint_of"]}
+    return next(iter(methods.values())), methods
 
 
 def prompts_for(args, tok, n: int, rng) -> list[str]:
@@ -175,8 +176,8 @@ def main():
         if unknown:
             p.error(f"--methods: {unknown[0]} is not one of {', '.join(methods)}")
         methods = {m: methods[m] for m in args.methods.split(",")}
-    settings = {**settings, "steps": args.steps, "checkpoints": [], "refresh_steps": args.refresh,
-                "save_steps": 10 ** 6}
+    timed = {"steps": args.steps, "checkpoints": [], "refresh_steps": args.refresh, "save_steps": 10 ** 6}
+    settings = {**settings, **timed}
     args.completion_len = int(settings["max_completion_length"])  # the random Qwen2's positions
     if args.model:
         from transformers import AutoTokenizer
@@ -188,7 +189,7 @@ def main():
     n = int(settings["prompts_per_step"]) * args.steps
     data = Dataset.from_dict({"prompt": prompts_for(args, tok, n, rng), "answer": ["0"] * n,
                               "prompt_id": [f"p{i}" for i in range(n)]})
-    epochs = -(-args.steps // args.refresh)
+    epochs = refresh_epochs(args.steps, args.refresh)
     anchored = np.tile((rng.random(n) < args.anchored).astype(float), (epochs, 1))
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     times: dict[str, list[tuple[int, float]]] = {name: [] for name in methods}  # (step, seconds)
@@ -196,7 +197,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):  # round-robin, so drift in the machine hits every method
             for name, method in methods.items():
-                cfg = make_config({**settings, **method}, seed=r, checkpoint_dir=f"{tmp}/{name}{r}")
+                cfg = make_config(resolve("train", {**settings, **method, **timed}), seed=r, checkpoint_dir=f"{tmp}/{name}{r}")
                 model = load_model(args, tok)
                 cfg.generation_kwargs = {"suppress_tokens": stop_ids(model, tok)}  # full-length rollouts
                 cfg.save_strategy = "no"
@@ -221,7 +222,7 @@ def main():
     if len(grpo):
         df["ratio_to_grpo"] = df["mean_step_s"] / grpo["mean_step_s"].iloc[0]
         df[f"ratio_at_R{amortise_over}"] = df["amortised_step_s"] / grpo["amortised_step_s"].iloc[0]
-    what = (f"{args.model} (bf16 mixed precision: {settings.get('bf16', 'auto')})" if args.model else
+    what = (f"{args.model} (bf16 mixed precision: {settings['bf16']})" if args.model else
             f"Qwen2 hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}")
     print(f"device: {device}; {what}; {settings['prompts_per_step']} prompts x G={settings['num_generations']}, "
           f"{'split prompts' if args.split else f'{args.prompt_len}-token prompts'} + "

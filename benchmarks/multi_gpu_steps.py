@@ -144,6 +144,7 @@ def build_random(shape: str, tok, max_len: int):
 def main():
     from datasets import Dataset
 
+    from boundary.core.settings import resolve
     from boundary.training.launch import die_with_launcher, leave, stacks_on_sigusr1, stop_processes
     from boundary.training.trainer import PBATrainer
     from boundary.training.trainer_config import make_config
@@ -214,7 +215,7 @@ def main():
                 model.config.save_pretrained(tmp + "/model")
                 tok.save_pretrained(tmp + "/model")
                 model.name_or_path = model.config._name_or_path = tmp + "/model"
-            cfg = make_config(settings, seed=0, checkpoint_dir=tmp)
+            cfg = make_config(resolve("train", settings), seed=0, checkpoint_dir=tmp)
             if not args.eos:  # full-length rollouts
                 cfg.generation_kwargs = ({"ignore_eos": True} if args.engine == "vllm" else
                                          {"suppress_tokens": stop_ids(model, tok)})

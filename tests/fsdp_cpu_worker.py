@@ -22,6 +22,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 import boundary.training.trainer_config as trainer_config
+from boundary.core.settings import resolve
 from boundary.stages.train import save_atomic
 from boundary.training.launch import start_processes
 from boundary.training.sharding import config_args
@@ -59,7 +60,7 @@ def main(base: str, split_path: str, out: str, resume: str | None = None):
     data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].astype(str).tolist(),
                               "prompt_id": split["prompt_id"].tolist()})
     settings = {**SETTINGS, "sharding": mode, **json.loads(os.environ.get("METHOD", "{}"))}
-    cfg = trainer_config.make_config(settings, 0, out)
+    cfg = trainer_config.make_config(resolve("train", settings), 0, out)
     tok = AutoTokenizer.from_pretrained(base)
     trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(base), reward_funcs=reward, args=cfg,
                          train_dataset=data, processing_class=tok,

@@ -2,6 +2,7 @@
 math.comb, the area over log k by numpy's trapezoid, k* by scanning every k, and the
 bootstrap intervals (nested over seeds) recomputed resample by resample."""
 
+from dataclasses import replace
 from math import comb
 
 import numpy as np
@@ -12,7 +13,7 @@ from scipy import stats as sps
 from boundary.analysis import attribution as at
 from boundary.analysis import diagnose as dg
 from boundary.analysis import stats
-from boundary.analysis.regimes import Thresholds, label_counts
+from boundary.analysis.regimes import PAPER, label_counts
 
 N = 16
 KS = [1, 2, 8, 16]
@@ -34,7 +35,7 @@ def setup():
     # Sharpened: better on easy prompts, loses the rare ones (a crossover).
     runs = {("grpo", s): mk(np.where(w < 0.15, w * 0.1, np.minimum(1, w * 1.6))) for s in range(3)}
     runs[("pba", 0)] = mk(w)
-    regimes = label_counts(mk(w)[["prompt_id", "n", "c"]], Thresholds(coverage_k=N))
+    regimes = label_counts(mk(w)[["prompt_id", "n", "c"]], replace(PAPER, coverage_k=N))
     d = dg.analyse(base, runs, regimes, ks=KS, resamples=300, boot_seed=4, level=0.9)
     return base, runs, regimes, d
 

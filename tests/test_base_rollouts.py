@@ -15,6 +15,7 @@ from conftest import ROOT
 from test_train import SETTINGS, G, P, alternate, make_trainer, model_dir, scheduled_batch, split  # noqa: F401
 
 from boundary.core.errors import BoundaryError
+from boundary.core.settings import resolve
 from boundary.stages import base_rollouts as base_rollouts_stage
 from boundary.training import base_rollouts
 from boundary.training.schedule import ActionSampler, step_weights
@@ -100,7 +101,7 @@ def pre_drawn_trainer(model_dir, split, tmp_path, files):
 
     data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),
                               "prompt_id": split["prompt_id"].tolist()})
-    cfg = make_config({**SETTINGS, **SUPPORT}, seed=0, checkpoint_dir=str(tmp_path / "ck"))
+    cfg = make_config(resolve("train", {**SETTINGS, **SUPPORT}), seed=0, checkpoint_dir=str(tmp_path / "ck"))
     trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=digits_reward, args=cfg,
                          train_dataset=data, processing_class=AutoTokenizer.from_pretrained(model_dir),
                          anchor_weights=alternate(split), base_rollouts=[str(f) for f in files])
@@ -141,10 +142,10 @@ def test_vllm_settings_reach_trl_and_base_anchors_then_need_pre_drawn_rollouts(m
 
     with pytest.raises(BoundaryError, match="rollout_engine: vllm needs a CUDA GPU"):
         train(model_dir, split, {**SETTINGS, "rollout_engine": "vllm"}, 0, tmp_path / "out", tmp_path / "ck")
-    cfg = make_config({**SETTINGS, "rollout_engine": "vllm", "vllm_mode": "server", "vllm_server_port": 8123},
-                      seed=0, checkpoint_dir=str(tmp_path))
+    cfg = make_config(resolve("train", {**SETTINGS, "rollout_engine": "vllm", "vllm_mode": "server",
+                                          "vllm_server_port": 8123}), seed=0, checkpoint_dir=str(tmp_path))
     assert (cfg.use_vllm, cfg.vllm_mode, cfg.vllm_server_port) == (True, "server", 8123)
-    assert make_config(SETTINGS, seed=0, checkpoint_dir=str(tmp_path)).use_vllm is False
+    assert make_config(resolve("train", SETTINGS), seed=0, checkpoint_dir=str(tmp_path)).use_vllm is False
     with pytest.raises(BoundaryError, match="rollout_engine: vllm: anchor support reads pre-drawn base rollouts"):
         make_trainer(model_dir, split, tmp_path, alternate(split), rollout_engine="vllm", **SUPPORT)
 

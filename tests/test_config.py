@@ -120,7 +120,7 @@ def _default():
      "calibration.adaptive: true"),
     (lambda c: (c["calibration"].update(adaptive=True), c["sampling"].update(backend="vllm")),
      "config: calibration.adaptive: true needs sampling.backend: hf (vllm would start its engine once per "
-     "round, about 85-90 s each on a GPU)"),
+     "round, about 80-90 s each on a GPU)"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     assert _refusal(_default(), mutate) == message

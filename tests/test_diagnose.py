@@ -1,5 +1,6 @@
 """diagnose: metrics against direct per-prompt computations, and the CLI's contract."""
 
+from dataclasses import replace
 from math import comb
 
 import numpy as np
@@ -7,7 +8,7 @@ import pandas as pd
 import pytest
 
 from boundary.analysis import diagnose as dg
-from boundary.analysis.regimes import Thresholds, label_counts
+from boundary.analysis.regimes import PAPER, label_counts
 from boundary.core.errors import BoundaryError
 from boundary.readers.counts import _unique_positives as unique_positives
 from boundary.readers.counts import load_counts
@@ -31,7 +32,7 @@ def data():
     base = mk(w, 1.0)
     runs = {("grpo", s): mk(np.where(w < 0.2, w * 0.2, w), 0.3) for s in range(3)}
     runs.update({("pba", s): mk(w, 0.8) for s in range(3)})
-    regimes = label_counts(cal, Thresholds(coverage_k=32))
+    regimes = label_counts(cal, replace(PAPER, coverage_k=32))
     return base, runs, regimes
 
 
@@ -216,7 +217,7 @@ def test_bootstrap_deltas_are_paired(data):
 def test_a_regime_the_calibration_n_cannot_populate_is_named_with_the_n_it_needs():
     from boundary.analysis.regimes import REGIMES, label, unpopulated
 
-    th = Thresholds()
+    th = PAPER
     (line,) = unpopulated([8], th)
     assert line == ("Boundary cannot hold any prompt at n=8 (p_base = c/n; Boundary: p_base < 0.1 with "
                     "coverage@256 > 0.4): needs n >= 11")

@@ -33,6 +33,7 @@ import yaml
 from conftest import ROOT
 from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
 
+from boundary.core import settings as stage_settings
 from boundary.core.config import validate_config
 from boundary.tasks.testbed import TestbedTask, make_prompts
 
@@ -41,13 +42,8 @@ TIMING = ("step_time", "base_draw_seconds", "generate_seconds")
 
 
 def smoke_settings(method: str, **override) -> dict:
-    """A smoke method's `--settings`, as the train rule builds them (common.smk train_settings)."""
-    from boundary.core.config import method_settings
-
-    spec = method_settings(SMOKE["methods"][method])
-    return {**SMOKE["train"], "refresh_steps": SMOKE["gate"]["refresh_steps"],
-            "extractor": SMOKE["verify"]["extractor"], "verify_timeout": SMOKE["verify"]["timeout"],
-            **spec, **override}
+    """A smoke method's `--settings`, as the train rule passes them (the settings layer's key)."""
+    return {**stage_settings.train_key(SMOKE, method), **override}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +57,7 @@ def smoke(tmp_path_factory):
                     "--out", str(root / "base")], env=env(), check=True, capture_output=True)
     split = make_prompts(TestbedTask(**testbed["task"]), {"train": testbed["splits"]["train"]})["train"]
     split.to_parquet(root / "train.parquet")
-    epochs = -(-SMOKE["train"]["steps"] // SMOKE["gate"]["refresh_steps"])
+    epochs = stage_settings.refresh_epochs(SMOKE["train"]["steps"], SMOKE["gate"]["refresh_steps"])
     pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": float(i % 3 == 0),
                    "action": "anchor" if i % 3 == 0 else "sharpen"}
                   for i, p in enumerate(split["prompt_id"]) for e in range(epochs)]
@@ -189,13 +185,14 @@ def planned_actions(smoke, settings) -> pd.DataFrame:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from boundary.core.settings import resolve
     from boundary.training.gate import read_mask
     from boundary.training.schedule import anchor_weights_for
     from boundary.training.trainer import PBATrainer
     from boundary.training.trainer_config import make_config
 
     split = pd.read_parquet(smoke / "train.parquet")
-    cfg = make_config(settings, 0, str(smoke / "plan_ck"))
+    cfg = make_config(resolve("train", settings), 0, str(smoke / "plan_ck"))
     weights = anchor_weights_for(read_mask(smoke / "mask.parquet"), split["prompt_id"].tolist(),
                                  -(-cfg.max_steps // cfg.refresh_steps), "mask")
     data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),

@@ -88,8 +88,8 @@ def test_user_errors(draws):
         build_mask("gate", {"G0": 8, "tau": 0.1, "epochs": 3}, draws, ["a"])
     with pytest.raises(BoundaryError, match="G0 = 64"):
         build_mask("gate", {"G0": 64, "tau": 0.1, "epochs": 1}, draws, ["a"])
-    with pytest.raises(BoundaryError, match="missing tau"):
-        build_mask("gate", {"G0": 8, "epochs": 1}, draws, ["a"])
+    with pytest.raises(BoundaryError, match="tau: missing"):  # the settings layer's check
+        main(["--kind", "gate", "--train-split", "unused", "--settings", '{"G0": 8, "epochs": 1}', "--out", "unused"])
     with pytest.raises(BoundaryError, match="zz"):
         build_mask("gate", {"G0": 8, "tau": 0.1, "epochs": 1}, draws, ["a", "zz"])
 

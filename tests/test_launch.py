@@ -31,7 +31,7 @@ def started(monkeypatch):
     for name in ("CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "OMP_NUM_THREADS"):
         unset(monkeypatch, name)
     runs = []
-    monkeypatch.setattr("boundary.stages.train.run", lambda argv: runs.append(
+    monkeypatch.setattr("boundary.stages.train.run", lambda argv, full=None: runs.append(
         {"processes": 1, "devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "argv": argv}))
 
     def torchrun(command, env):
@@ -45,7 +45,8 @@ def started(monkeypatch):
 
 
 def train_argv(gpus, *extra, **settings):
-    return ["--model", "m", "--train-split", "s", "--settings", json.dumps({"gpus": gpus, "steps": 1, **settings}),
+    run = {"gpus": gpus, "steps": 1, "lr": 1e-4, "num_generations": 8, "prompts_per_step": 8}  # what a run needs
+    return ["--model", "m", "--train-split", "s", "--settings", json.dumps({**run, **settings}),
             "--seed", "0", "--out", "o", "--checkpoint-dir", "c", *extra]
 
 
@@ -161,7 +162,7 @@ def test_a_sharding_the_installed_accelerate_lacks_is_one_line(eight_gpus, start
     monkeypatch.setattr(FullyShardedDataParallelPlugin, "__dataclass_fields__", fields)  # an accelerate < 1.6
     with pytest.raises(BoundaryError, match=r"^train.sharding: fsdp needs FSDP2, which the installed accelerate"):
         launch.main(train_argv(2, sharding="fsdp"))
-    with pytest.raises(BoundaryError, match=r"^train.sharding: 'zero3' is not one of ddp, fsdp"):
+    with pytest.raises(BoundaryError, match=r"^--settings: train settings: sharding: 'zero3' is not one of"):
         launch.main(train_argv(2, sharding="zero3"))
     launch.main(train_argv(2, sharding="ddp"))
     assert [r["processes"] for r in started] == [2]

@@ -1,13 +1,10 @@
-"""The package's architecture, checked from its own imports and schema: layers only import
-downward, no module imports itself through others, and every default the code still writes
-agrees with the schema's (the one place for defaults)."""
+"""The package's architecture, checked from its own imports: layers only import downward, no
+module imports itself through others, the Snakefile parses light. (Defaults written once:
+tests/test_settings.py.)"""
 
 from __future__ import annotations
 
-import dataclasses
-
 from boundary.core import sources
-from boundary.core.config import schema_defaults
 
 # Each layer (a subpackage, or the dispatcher) and the layers it may import.
 ALLOWED = {
@@ -64,39 +61,6 @@ def test_no_import_circles():
         if m not in state:
             visit(m, [m])
     assert circles == []
-
-
-def test_the_code_writes_no_default_that_disagrees_with_the_schema():
-    from boundary.analysis.regimes import Thresholds
-    from boundary.analysis.tables import View
-    from boundary.core.passk import DEFAULT_KS
-    from boundary.training.trainer_config import PBAConfig
-
-    method, report = schema_defaults("methods"), schema_defaults("report")
-    config = {f.name: f.default for f in dataclasses.fields(PBAConfig)}
-    for key in ["kl_estimator", "beta_a", "beta_kl", "masked_action", "support_floor", "advantage",
-                "passk_k", "positive_weight", "negative_weight", "unlikeliness", "cov_fraction", "cov_kl_coef"]:
-        assert config[key] == method[key], key
-    assert list(config["cov_bounds"]) == method["cov_bounds"]
-    assert config["refresh_steps"] == schema_defaults("gate")["refresh_steps"]
-    assert list(DEFAULT_KS) == report["ks"] == schema_defaults("evaluate")["ks"]
-    from boundary.analysis.regimes import DEFAULT_BINS
-
-    assert list(DEFAULT_BINS) == report["strata_bins"]
-    view = {f.name: f.default for f in dataclasses.fields(View)}
-    assert view["group_size"] == report["group_size"] and view["gate_G0"] == report["gate_G0"]
-    regimes = schema_defaults("regimes")
-    for field in dataclasses.fields(Thresholds):
-        if field.name in regimes:
-            assert field.default == regimes[field.name], field.name
-
-
-def test_train_keys_come_from_the_schema():
-    from boundary.core.config import schema_keys
-    from boundary.training.trainer_config import KEYS
-
-    assert schema_keys("train") | schema_keys("methods") <= KEYS
-    assert {"epsilon", "weight_decay", "gradient_accumulation_steps", "verify_workers"} <= schema_keys("train")
 
 
 def test_the_snakefile_parses_without_pandas_scipy_or_torch():

@@ -290,10 +290,11 @@ def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
     from conftest import ROOT
 
     from boundary.core.config import load_config, method_settings
+    from boundary.core.settings import resolve
     from boundary.training.trainer_config import make_config
 
     config = load_config(ROOT / "config" / "methods_study.yaml")
-    cfgs = {m: make_config({**config["train"], "refresh_steps": 100, **method_settings(spec)}, 0, str(tmp_path))
+    cfgs = {m: make_config(resolve("train", {**config["train"], "refresh_steps": 100, **method_settings(spec)}), 0, str(tmp_path))
             for m, spec in config["methods"].items()}
     assert (cfgs["passk"].advantage, cfgs["passk"].passk_k) == ("passk", 4)
     assert (cfgs["w_reinforce"].positive_weight, cfgs["nsr"].positive_weight) == (0.1, 0.0)
@@ -315,11 +316,12 @@ def test_psr_is_the_positive_term_alone(tmp_path, name):
     from conftest import ROOT
 
     from boundary.core.config import load_config, method_settings
+    from boundary.core.settings import resolve
     from boundary.training.trainer_config import make_config
 
     config = load_config(ROOT / "config" / name)
     settings = {**config["train"], "refresh_steps": 100, **method_settings(config["methods"]["psr"])}
-    psr = make_config(settings, 0, str(tmp_path))
+    psr = make_config(resolve("train", settings), 0, str(tmp_path))
     assert (psr.advantage, psr.positive_weight, psr.negative_weight) == ("reinforce", 1.0, 0.0) and psr.regrouped
     with pytest.raises(BoundaryError, match="positive_weight, negative_weight: both 0"):
-        make_config({**settings, "positive_weight": 0.0}, 0, str(tmp_path))
+        make_config(resolve("train", {**settings, "positive_weight": 0.0}), 0, str(tmp_path))

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from boundary.analysis.power import power_table, shrink_factor
-from boundary.analysis.regimes import Thresholds
+from boundary.analysis.regimes import PAPER
 from boundary.analysis.regimes import coverage as expected_pass
 from boundary.cli import main
 from boundary.core.errors import BoundaryError
@@ -29,7 +29,7 @@ def test_shrink_factor_lowers_mean_pass_at_k_by_the_effect():
 def test_power_grows_with_boundary_prompts_and_a_null_effect_is_rarely_resolved():
     rng = np.random.default_rng(0)
     p = np.concatenate([rng.uniform(0.004, 0.03, 300), rng.uniform(0.2, 0.9, 100)])
-    table = power_table(_counts(p), Thresholds(), prompts=[40, 400], seeds=[1], effect=0.2, n_eval=256,
+    table = power_table(_counts(p), PAPER, prompts=[40, 400], seeds=[1], effect=0.2, n_eval=256,
                         k=256, sims=40, resamples=400)
     small, large = table.itertuples()
     assert small.boundary_prompts < large.boundary_prompts

@@ -4,6 +4,8 @@ seed's count, and the synthetic drop policy that shows the loss a study can dete
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,7 +14,7 @@ from scipy import stats as sps
 from boundary.analysis import stats, tables
 from boundary.analysis.diagnose import analyse, cluster_labels
 from boundary.analysis.power import drop_sensitivity, power_table
-from boundary.analysis.regimes import Thresholds, label_counts
+from boundary.analysis.regimes import PAPER, label_counts
 from boundary.core.errors import BoundaryError
 from boundary.core.passk import pass_at_k
 
@@ -32,7 +34,7 @@ def study():
     draws = [_counts(p, rng=rng) for _ in range(4)]
     runs = {(m, s): _counts(p * f, rng=rng) for m, f in (("grpo", 0.7), ("pba", 0.9)) for s in range(3)}
     calibration = _counts(p, 128, rng)
-    return draws, runs, label_counts(calibration, Thresholds(coverage_k=32))
+    return draws, runs, label_counts(calibration, replace(PAPER, coverage_k=32))
 
 
 def test_pool_counts_sums_the_draws_and_refuses_other_prompts():
@@ -160,7 +162,7 @@ def test_power_with_collapsed_prompts():
     n = 256
     p = np.concatenate([rng.uniform(0.002, 0.05, 300), rng.uniform(0.6, 0.9, 100)])
     counts = pd.DataFrame({"prompt_id": [str(i) for i in range(len(p))], "n": n, "c": rng.binomial(n, p)})
-    t = power_table(counts, Thresholds(), prompts=[200], seeds=[3], effect=0.0, n_eval=n, k=256, sims=30,
+    t = power_table(counts, PAPER, prompts=[200], seeds=[3], effect=0.0, n_eval=n, k=256, sims=30,
                     resamples=300, collapse=(0, 10), base_draws=4)
     assert list(t["collapsed"]) == [0, 10] and t["power"].iloc[1] > t["power"].iloc[0]
 

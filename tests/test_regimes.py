@@ -45,7 +45,7 @@ def test_strata_bins():
 
 
 def test_sensitivity_grid_starts_with_the_configured_cutoffs():
-    th = rg.Thresholds()
+    th = rg.PAPER
     grid = rg.sensitivity_grid(th)
     assert grid[0] == th and len(set(grid)) == len(grid) > 5
 
@@ -69,7 +69,7 @@ def test_cli_writes_regimes_parquet(tmp_path):
 
 def test_bad_settings_are_one_line(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps({"easy": 0.6, "boundary": 0.10, "coverage_k": 256, "typo": 1}))
-    with pytest.raises(BoundaryError, match="typo"):
-        rg.load_settings(tmp_path / "s.json")
+    with pytest.raises(BoundaryError, match="unknown key 'typo'"):
+        regimes_stage.main(["--calibration", "unused", "--settings", str(tmp_path / "s.json"), "--out", "unused"])
     with pytest.raises(BoundaryError):
-        rg.Thresholds(easy=0.05, boundary=0.1)
+        rg.Thresholds(easy=0.05, boundary=0.1, coverage_k=256, coverage_min=0.4)

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from boundary.analysis import report_settings
+from boundary.core import settings
 from boundary.core.errors import BoundaryError
 from boundary.core.passk import add_pass_at_k
 from boundary.stages import report
@@ -42,12 +43,14 @@ def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1)
     w[:20] = 0
     cal = pd.DataFrame([(pid, j, bool(rng.random() < wi)) for pid, wi in zip(ids, w) for j in range(64)],
                        columns=["prompt_id", "sample_idx", "correct"])
-    from boundary.analysis.regimes import Thresholds, counts_from_calibration, label_counts
+    from dataclasses import replace
+
+    from boundary.analysis.regimes import PAPER, counts_from_calibration, label_counts
     (root / "regimes").mkdir(parents=True)
     (root / "splits").mkdir(parents=True)
     pd.DataFrame({"prompt_id": ids, "problem": "12+34=", "answer": "1234", "source": "testbed"}).to_parquet(
         root / "splits" / "diagnostic.parquet")
-    label_counts(counts_from_calibration(cal), Thresholds(coverage_k=64)).to_parquet(root / "regimes/regimes.parquet")
+    label_counts(counts_from_calibration(cal), replace(PAPER, coverage_k=64)).to_parquet(root / "regimes/regimes.parquet")
     for split in ("diagnostic",) + tuple(benches):
         sids = ids if split == "diagnostic" else [f"{split}{i}" for i in range(60)]
         sw = w if split == "diagnostic" else rng.beta(0.5, 1.0, 60)
@@ -99,7 +102,7 @@ def built(tmp_path_factory):
 
 
 def test_every_declared_output_exists(built):
-    s = report_settings.load_settings(json.dumps(SETTINGS))
+    s = settings.load("report", json.dumps(SETTINGS))
     for name in report_settings.table_names(s):
         for ext in ("tex", "md", "csv"):
             assert (built / "tables" / f"{name}.{ext}").exists(), name
@@ -209,10 +212,10 @@ def test_controls_list_each_method_once_and_soft_gates_by_kind():
     summary = pd.DataFrame([{"method": m, "metric": "passk", "regime": "all", "k": k, "mean": 0.3, "sd": 0.01}
                             for m in ("grpo", "pba", "pba_soft") for k in (1, 256)])
     diag = SimpleNamespace(summary=summary, ks=[1, 256])
-    view = tables.View.from_settings({
+    view = tables.View.from_settings(settings.resolve("report", {
         **SETTINGS, "controls": [{"method": "grpo", "label": "GRPO", "setting": "no KL"},
                                  {"method": "pba", "label": "GRPO+PBA", "setting": "G0=8"}],
-        "ablations": [{"method": "pba_soft", "mask": "soft", "G0": 8, "tau": 0.1, "kind": "soft"}]})
+        "ablations": [{"method": "pba_soft", "mask": "soft", "G0": 8, "tau": 0.1, "kind": "soft"}]}))
     rows = tables.controls(diag, view).rows
     assert [r[:2] for r in rows] == [["GRPO", "no KL"], ["GRPO+PBA", "G0=8"]]  # no default duplicates
     masks = pd.DataFrame([{"mask": "soft", "epoch": np.nan, "metric": m, "value": v}
@@ -289,12 +292,14 @@ def test_per_prompt_files_carry_the_problem_beside_the_id(built):
 def test_a_report_whose_calibration_cannot_hold_boundary_prompts_says_so(tmp_path, capsys):
     """Regimes labelled from 8 samples a prompt: the Boundary rows of every table say "no
     Boundary prompts" for the methods that ran, not "not run", and the ranking says why."""
-    from boundary.analysis.regimes import Thresholds, label_counts
+    from dataclasses import replace
+
+    from boundary.analysis.regimes import PAPER, label_counts
 
     make_tree(tmp_path)
     regimes = pd.read_parquet(tmp_path / "regimes" / "regimes.parquet")
     eight = regimes[["prompt_id"]].assign(n=8, c=np.minimum(8, (regimes["p_base"] * 8).round()).astype(int))
-    label_counts(eight, Thresholds(coverage_k=64), "cal8").to_parquet(tmp_path / "regimes" / "regimes.parquet")
+    label_counts(eight, replace(PAPER, coverage_k=64), "cal8").to_parquet(tmp_path / "regimes" / "regimes.parquet")
     assert "cal8: Boundary cannot hold any prompt at n=8" in capsys.readouterr().err
     report.main(["--results", str(tmp_path), "--settings", json.dumps(SETTINGS)])
     tables = tmp_path / "tables"
@@ -317,7 +322,7 @@ def test_the_landing_page_shows_the_headline_and_links_every_table_and_figure(bu
     assert html.count("<img") == 1 and 'alt="pass@k per regime' in html
     links = re.findall(r'href="([^"]+)"', html)
     assert links and all((built / link).is_file() for link in links), [x for x in links if not (built / x).is_file()]
-    s = report_settings.load_settings(json.dumps(SETTINGS))
+    s = settings.load("report", json.dumps(SETTINGS))
     for name in report_settings.table_names(s):
         assert {f"tables/{name}.{ext}" for ext in ("md", "csv", "tex")} <= set(links), name
     for name in report_settings.figure_names(s):

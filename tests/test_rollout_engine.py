@@ -21,6 +21,7 @@ from test_train import SETTINGS, make_trainer, model_dir, split  # noqa: F401
 
 from boundary.core.config import validate_config
 from boundary.core.errors import BoundaryError
+from boundary.core.settings import resolve
 from boundary.training import rollout_engine
 from boundary.training.trainer_config import make_config
 
@@ -113,18 +114,18 @@ def test_the_check_runs_every_n_syncs_and_waits_for_a_sleeping_engine(model_dir,
 
 
 def test_the_key_chooses_the_engine_and_the_old_key_is_refused_in_one_line(tmp_path):
-    cfg = make_config(SETTINGS, seed=0, checkpoint_dir=str(tmp_path))
+    cfg = make_config(resolve("train", SETTINGS), seed=0, checkpoint_dir=str(tmp_path))
     assert (cfg.rollout_engine, cfg.use_vllm) == ("generate", False)
-    cfg = make_config({**SETTINGS, "rollout_engine": "vllm"}, seed=0, checkpoint_dir=str(tmp_path))
+    cfg = make_config(resolve("train", {**SETTINGS, "rollout_engine": "vllm"}), seed=0, checkpoint_dir=str(tmp_path))
     assert (cfg.use_vllm, cfg.vllm_mode, cfg.vllm_enable_sleep_mode, cfg.vllm_tensor_parallel_size) == (
         True, "colocate", True, 1)
     assert (cfg.vllm_gpu_memory_utilization, cfg.vllm_sync_bucket_mib, cfg.vllm_max_num_batched_tokens,
             cfg.vllm_check_every, cfg.vllm_load_format) == (0.35, 1024, 16384, 0, "dummy")
-    cfg = make_config({**SETTINGS, "rollout_engine": "vllm", "vllm_mode": "server", "vllm_server_port": 8123},
-                      seed=0, checkpoint_dir=str(tmp_path))
+    cfg = make_config(resolve("train", {**SETTINGS, "rollout_engine": "vllm", "vllm_mode": "server",
+                                        "vllm_server_port": 8123}), seed=0, checkpoint_dir=str(tmp_path))
     assert (cfg.use_vllm, cfg.vllm_mode, cfg.vllm_server_port) == (True, "server", 8123)
     with pytest.raises(BoundaryError, match=r"^train settings: use_vllm: replaced by train.rollout_engine"):
-        make_config({**SETTINGS, "use_vllm": True}, seed=0, checkpoint_dir=str(tmp_path))
+        make_config(resolve("train", {**SETTINGS, "use_vllm": True}), seed=0, checkpoint_dir=str(tmp_path))
     with pytest.raises(BoundaryError, match=r"^config: train.use_vllm: replaced by train.rollout_engine"):
         validate_config({"train": {"use_vllm": True}})
 

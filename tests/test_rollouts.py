@@ -13,11 +13,11 @@ from boundary.stages.evaluate import counts_from_samples
 
 
 def test_same_seed_same_samples(tiny_model_dir):
-    params = SamplingParams(n=8, max_new_tokens=6, seed=5, batch_size=16)
+    params = SamplingParams(n=8, temperature=1.0, top_p=1.0, max_new_tokens=6, seed=5, batch_size=16)
     a = sample(str(tiny_model_dir), ["p", "q"], ["12+34=", "56+78="], params)
     b = sample(str(tiny_model_dir), ["p", "q"], ["12+34=", "56+78="], params)
     c = sample(str(tiny_model_dir), ["p", "q"], ["12+34="] * 2, SamplingParams(
-        n=8, max_new_tokens=6, seed=6, batch_size=16))
+        n=8, temperature=1.0, top_p=1.0, max_new_tokens=6, seed=6, batch_size=16))
     pd.testing.assert_frame_equal(a, b)
     assert not a["completion"].equals(c["completion"])
     assert len(a) == 16 and (a["n_tokens"] <= 6).all() and (a["n_tokens"] >= 1).all()
@@ -86,7 +86,7 @@ def test_sharded_evaluation_gathers_every_prompt(tiny_model_dir, tmp_path):
 
 def test_missing_split_is_one_line(tiny_model_dir, tmp_path):
     run = subprocess.run(["boundary", "evaluate", "--model", str(tiny_model_dir), "--split",
-                          str(tmp_path / "nope.parquet"), "--settings", '{"evaluate": {}}', "--samples", "x",
+                          str(tmp_path / "nope.parquet"), "--settings", '{"evaluate": {"n": 4, "seed": 0}}', "--samples", "x",
                           "--counts", "y"], capture_output=True, text=True)
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [
@@ -103,7 +103,7 @@ def test_an_extractor_that_finds_nothing_is_named_in_a_warning(tiny_model_dir):
     said = []
     verifier = Verifier(timeout=5, workers=1)
     try:
-        scored_samples(str(tiny_model_dir), split, SamplingParams(n=4, max_new_tokens=4), "boxed",
+        scored_samples(str(tiny_model_dir), split, SamplingParams(n=4, temperature=1.0, top_p=1.0, seed=0, max_new_tokens=4), "boxed",
                        verifier, log=said.append, label="splits/bench_x.parquet")
     finally:
         verifier.close()

@@ -433,7 +433,8 @@ def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, ti
     def engine(n, **settings):
         with pytest.raises(Started):
             sample(str(tiny_model_dir), ["a", "b"], ["12+34=", "5+6="],
-                   SamplingParams(n=n, max_new_tokens=4, backend="vllm", **settings))
+                   SamplingParams(n=n, temperature=1.0, top_p=1.0, seed=0, max_new_tokens=4, backend="vllm",
+                                  **settings))
         return built.pop()
 
     default = schema_defaults("sampling")["vllm_max_num_seqs"]

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from boundary.core.errors import BoundaryError
+from boundary.core.settings import resolve
 from boundary.stages.train import run_key
 from boundary.tasks.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
 from boundary.training.anchors import base_cross_entropy, policy_kl, support_floor
@@ -55,7 +56,7 @@ def make_trainer(model_dir, split, tmp_path, weights=None, base_model=None, **me
 
     data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].tolist(),
                               "prompt_id": split["prompt_id"].tolist()})
-    cfg = make_config({**SETTINGS, **method}, seed=0, checkpoint_dir=str(tmp_path / "ck"))
+    cfg = make_config(resolve("train", {**SETTINGS, **method}), seed=0, checkpoint_dir=str(tmp_path / "ck"))
     trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=digits_reward,
                       args=cfg, train_dataset=data,
                       processing_class=AutoTokenizer.from_pretrained(model_dir),
@@ -281,19 +282,19 @@ def test_unanchored_loss_is_trl_grpo(model_dir, split, tmp_path):
 
 def test_config_errors(tmp_path):
     with pytest.raises(BoundaryError, match="anchor"):
-        make_config({**SETTINGS, "anchor": "both"}, 0, str(tmp_path))
+        make_config(resolve("train", {**SETTINGS, "anchor": "both"}), 0, str(tmp_path))
     with pytest.raises(BoundaryError, match="kl_estimator"):
-        make_config({**SETTINGS, "kl_estimator": "k4"}, 0, str(tmp_path))
+        make_config(resolve("train", {**SETTINGS, "kl_estimator": "k4"}), 0, str(tmp_path))
     with pytest.raises(BoundaryError, match="unknown key"):
-        make_config({**SETTINGS, "learning_rate": 1e-3}, 0, str(tmp_path))
-    cfg = make_config(SETTINGS, 0, str(tmp_path))
+        make_config(resolve("train", {**SETTINGS, "learning_rate": 1e-3}), 0, str(tmp_path))
+    cfg = make_config(resolve("train", SETTINGS), 0, str(tmp_path))
     assert cfg.loss_type == "grpo" and cfg.per_device_train_batch_size == P * G
     assert cfg.lr_scheduler_type == "cosine" and cfg.max_grad_norm == 1.0 and cfg.beta == 0.0
     assert cfg.bf16 == (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     assert cfg.gradient_checkpointing == torch.cuda.is_available()
     assert cfg.sharding == "ddp" and not cfg.fsdp  # the schema's default
-    with pytest.raises(BoundaryError, match="sharding: 'zero3' is not one of ddp, fsdp"):
-        make_config({**SETTINGS, "sharding": "zero3"}, 0, str(tmp_path))
+    with pytest.raises(BoundaryError, match="sharding: 'zero3' is not one of"):
+        make_config(resolve("train", {**SETTINGS, "sharding": "zero3"}), 0, str(tmp_path))
 
 
 def test_fsdp_settings_map_onto_accelerate_s_fsdp2_plugin(tmp_path):
@@ -308,7 +309,7 @@ def test_fsdp_settings_map_onto_accelerate_s_fsdp2_plugin(tmp_path):
                                    "reshard_after_forward": True, "activation_checkpointing": True,
                                    "state_dict_type": "SHARDED_STATE_DICT", "cpu_ram_efficient_loading": False}
     assert config_args("ddp", True) == {"gradient_checkpointing": True}
-    cfg = make_config({**SETTINGS, "sharding": "fsdp"}, 0, str(tmp_path))  # one process
+    cfg = make_config(resolve("train", {**SETTINGS, "sharding": "fsdp"}), 0, str(tmp_path))  # one process
     assert cfg.sharding == "fsdp" and not cfg.fsdp
 
 

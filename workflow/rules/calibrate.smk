@@ -4,48 +4,50 @@ CALIBRATION_SPLIT = {"": "diagnostic", "_train": "train"}
 
 
 rule calibrate_base:
-    output:
-        f"{OUT}/rollouts/base_calibration{{part}}.parquet",
     input:
         model=base_model(),
         split=lambda wc: f"{OUT}/splits/{CALIBRATION_SPLIT[wc.part]}.parquet",
         code=code("calibrate"),
-    wildcard_constraints:
-        part="|_train",
-    params:
-        settings=lambda wc: dumps(calibration_settings(CALIBRATION_SPLIT[wc.part])),
-    threads: job_threads("sample")
-    resources:
-        **job_resources("sample", SAMPLE_GPUS),
+    output:
+        f"{OUT}/rollouts/base_calibration{{part}}.parquet",
     log:
         f"{OUT}/logs/calibrate_base{{part}}.log",
     benchmark:
         f"{OUT}/benchmarks/calibrate_base{{part}}.tsv"
+    wildcard_constraints:
+        part="|_train",
     conda:
         "../../envs/boundary.yaml"
+    threads: job_threads("sample")
+    resources:
+        **job_resources("sample", SAMPLE_GPUS),
+    params:
+        settings=lambda wc: settings.text(settings.calibrate_key(config, CALIBRATION_SPLIT[wc.part])),
     shell:
-        "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} calibrate --model {input.model} --split {input.split} "
+        "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} calibrate --model {input.model} "
+        "--split {input.split} "
         "--settings {params.settings:q} --out {output} > {log} 2>&1"
 
 
 rule gate_draws:
-    output:
-        f"{OUT}/rollouts/base_gate.parquet",
     input:
         model=base_model(),
         split=f"{OUT}/splits/train.parquet",
         code=code("gate-draws"),
-    params:
-        settings=as_param(gate_draw_settings()),
-    threads: job_threads("sample")
-    resources:
-        **job_resources("sample", SAMPLE_GPUS),
+    output:
+        f"{OUT}/rollouts/base_gate.parquet",
     log:
         f"{OUT}/logs/gate_draws.log",
     benchmark:
         f"{OUT}/benchmarks/gate_draws.tsv"
     conda:
         "../../envs/boundary.yaml"
+    threads: job_threads("sample")
+    resources:
+        **job_resources("sample", SAMPLE_GPUS),
+    params:
+        settings=as_param(settings.gate_draws_key(config)),
     shell:
-        "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} gate-draws --model {input.model} --split {input.split} "
+        "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} gate-draws --model {input.model} "
+        "--split {input.split} "
         "--settings {params.settings:q} --out {output} > {log} 2>&1"

@@ -1,6 +1,5 @@
-# Config validation and the helpers that every rules file shares: result paths, per-stage
-# settings (only the values that affect a stage, serialised with sorted keys), code inputs.
-import math
+# Config validation and the helpers that every rules file shares: result paths, resources,
+# code inputs. Each stage's settings are the settings layer's (core/settings.py): one call.
 import os
 import sys
 from pathlib import Path
@@ -9,12 +8,14 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from boundary.training.anchors import BASE_SAMPLED
 from boundary.core.names import BASE, DIAGNOSTIC, NAME_PATTERN
-from boundary.core.config import check_data_files, dumps, load_yaml, method_settings, schema_defaults, validate_config
+from boundary.core.config import check_data_files, load_yaml, validate_config
 from boundary.core.errors import BoundaryError
-from boundary.analysis.report_settings import figure_names, load_settings, table_names
+from boundary.core import settings
+from boundary.analysis.report_settings import figure_names, table_names
 from boundary.cli import COMMANDS
 from boundary.tasks.arithmetic import levels_text
 from boundary.core import digests, sources
+
 
 def stop(line):
     """A user error found while the workflow starts: one line on stderr and exit 1, before any
@@ -40,14 +41,13 @@ os.environ[digests.ENV] = str(Path(".snakemake", "boundary-digests").absolute())
 RUN = config["run"]
 OUT = f"results/{RUN}"
 TESTBED = config["testbed"] is not None
-BENCHMARKS = (
-    ["testbed"] if TESTBED else sorted(config["data"]["benchmarks"])
-)
+BENCHMARKS = settings.benchmarks(config)
 TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
 SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
 # Methods whose anchored prompts train on frozen-base rollouts, drawn ahead by base_rollouts.
-PRE_DRAWN = [m for m, s in TRAINED.items()
-             if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in BASE_SAMPLED]
+PRE_DRAWN = [
+    m for m, s in TRAINED.items() if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in BASE_SAMPLED
+]
 
 
 def job_resources(kind, gpus=None):
@@ -71,12 +71,12 @@ def job_threads(kind):
     return config["resources"][kind]["cpus"]
 
 
-def as_param(settings):
+def as_param(value):
     """Stage settings for params: sorted-key JSON, so equal settings print equally.
 
     Wrapped in a function so Snakemake does not read braces in the JSON as wildcards.
     """
-    text = dumps(settings)
+    text = settings.text(value)
     return lambda wildcards: text
 
 
@@ -100,6 +100,10 @@ def content(path_of):
     return param
 
 
+def seeds_of(method):
+    return settings.seeds_of(config, method)
+
+
 def base_model():
     """The base model folder every stage loads: pretrained (testbed) or imported here."""
     return f"{OUT}/models/base"
@@ -113,71 +117,15 @@ def arithmetic_files():
 
 def generated_data(split):
     """A split's data file when a rule of this run writes it (the split's job waits for it)."""
-    path = dataset_spec(split)["path"]
+    path = settings.dataset_spec(config, split)["path"]
     return [path] if path in arithmetic_files() else []
-
-
-def extractor_of(split):
-    """The answer extractor for a split ("train", "diagnostic" or a benchmark name): the
-    dataset's own `extractor`, else verify.extractor."""
-    if TESTBED:
-        return config["verify"]["extractor"]
-    spec = dataset_spec(split if split in ("train", "diagnostic") else f"bench_{split}")
-    return spec["extractor"] or config["verify"]["extractor"]
-
-
-def dataset_spec(split):
-    """The `data:` entry a real-data split ("train", "diagnostic", "bench_<name>") is read from."""
-    data = config["data"]
-    return data[split] if split in ("train", "diagnostic") else data["benchmarks"][split[len("bench_"):]]
-
-
-def split_data(split):
-    """The data stage's `data` settings for one split: that dataset alone."""
-    if split in ("train", "diagnostic"):
-        return {split: dataset_spec(split)}
-    return {"benchmarks": {split[len("bench_"):]: dataset_spec(split)}}
-
-
-def seeds_of(method):
-    spec = config["methods"][method]
-    source = spec["checkpoint_of"] or method
-    return spec.get("seeds") or config["methods"][source].get("seeds") or config["train"]["seeds"]
-
-
-def sampling_settings(split):
-    """Sampling and verification settings of a stage that samples `split`."""
-    return {"sampling": config["sampling"],
-            "verify": {**config["verify"], "extractor": extractor_of(split)}}
-
-
-def refresh_epochs():
-    return math.ceil(config["train"]["steps"] / config["gate"]["refresh_steps"])
-
-
-def mask_settings(mask):
-    """A mask's own parameters; gate-kind masks inherit G0 and tau from the gate section."""
-    spec = dict(config["masks"][mask])
-    if spec["kind"] in ("gate", "soft", "solved"):
-        spec.setdefault("G0", config["gate"]["G0"])
-        spec.setdefault("tau", config["gate"]["tau"])
-    spec["epochs"] = refresh_epochs()
-    return spec
-
-
-def train_settings(method):
-    spec = method_settings(config["methods"][method])
-    return {**config["train"], "refresh_steps": config["gate"]["refresh_steps"],
-            "extractor": extractor_of("train"),
-            "verify_timeout": config["verify"]["timeout"], **spec}
 
 
 def base_rollout_files(method, seed):
     """The base_rollouts stage's shard files a training run reads (none if it draws none)."""
     if method not in PRE_DRAWN:
         return []
-    return [f"{OUT}/base_rollouts/{method}/seed{seed}/{i}.parquet"
-            for i in range(config["sampling"]["shards"])]
+    return [f"{OUT}/base_rollouts/{method}/seed{seed}/{i}.parquet" for i in range(config["sampling"]["shards"])]
 
 
 def policy_dir(method, seed):
@@ -190,18 +138,7 @@ def policy_dir(method, seed):
     return f"{OUT}/train/{spec['checkpoint_of'] or method}/seed{seed}/final"
 
 
-BASE_SEEDS = config["evaluate"].get("base_seeds", schema_defaults("evaluate")["base_seeds"])
-BASE_SEED_STRIDE = 104729  # a prime: base draw i samples at evaluate.seed + i * it, apart from shard offsets
-
-
-def evaluate_settings(method, seed):
-    """The evaluate stage's settings of one (method, seed): the base's i-th draw samples at its
-    own seed; every policy at evaluate.seed (common random numbers across policies). base_seeds
-    itself is left out, so adding it reruns no finished evaluation."""
-    ev = {k: v for k, v in config["evaluate"].items() if k != "base_seeds"}
-    if method == BASE and seed:
-        ev["seed"] += BASE_SEED_STRIDE * seed
-    return {"evaluate": ev}
+BASE_SEEDS = settings.base_seeds(config)
 
 
 def eval_targets(bench):
@@ -210,28 +147,6 @@ def eval_targets(bench):
     for method in config["methods"]:
         for seed in seeds_of(method):
             yield f"{OUT}/eval/{bench}/{method}/seed{seed}/counts.parquet"
-
-
-def calibration_settings(split):
-    """The calibration section; adaptive runs add the regimes' cuts (the stopping rule reads
-    them), full runs drop the adaptive keys, so they rerun nothing while adaptive is off."""
-    cal = dict(config["calibration"])
-    extra = {}
-    if cal["adaptive"]:
-        extra["regimes"] = config["regimes"]
-    else:
-        for key in ("adaptive", "rounds", "delta"):
-            cal.pop(key, None)
-    return {"calibration": cal, **extra, **sampling_settings(split)}
-
-
-def gate_draw_settings():
-    """One cache for every gate mask: the largest G0 any of them reads, every epoch."""
-    sizes = [mask_settings(m)["G0"] for m, s in config["masks"].items()
-             if s["kind"] in ("gate", "soft", "solved")]
-    gate = {k: config["gate"][k] for k in ("seed", "temperature", "top_p")}
-    return {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": refresh_epochs()},
-            **sampling_settings("train")}
 
 
 def eval_split(wc):
@@ -243,37 +158,6 @@ def eval_split(wc):
 def train_outputs(method):
     steps = [s for s in config["train"]["checkpoints"] if s < config["train"]["steps"]]
     return [directory(f"{OUT}/train/{method}/seed{{seed}}/step{s}") for s in steps]
-
-
-def report_settings():
-    """Report settings derived from the config; the config's `report:` section overrides."""
-    methods = config["methods"]
-    ablation_masks = {m for m, s in config["masks"].items() if s["kind"] in ("gate", "soft")}
-    pba_mask = methods.get("pba", {}).get("mask")
-    derived = {
-        "labels": {m: s.get("label", m) for m, s in methods.items()},
-        "benchmarks": {b: b for b in BENCHMARKS},
-        "ks": config["evaluate"]["ks"],
-        "controls": [
-            {"method": m, "label": s.get("label", m), "setting": s["setting"]}
-            for m, s in methods.items()
-            if "setting" in s
-        ],
-        "ablations": [
-            {"method": m, "mask": s["mask"], "G0": mask_settings(s["mask"])["G0"],
-             "tau": mask_settings(s["mask"])["tau"], "kind": config["masks"][s["mask"]]["kind"]}
-            for m, s in methods.items()
-            if s["mask"] in ablation_masks and s["masked_action"] == "anchor"
-            and (m == "pba" or s["mask"] != pba_mask)
-        ],
-        "ranked": list(methods),
-        "group_size": config["train"]["num_generations"],
-        "gate_G0": config["gate"]["G0"],
-    }
-    return {**derived, **config["report"]}
-
-
-
 
 
 def report_outputs():
@@ -297,10 +181,16 @@ def run_artifacts():
     be done" beside a report whose inputs are gone. Now it is made again, with all downstream."""
     masks = mask_files()
     kinds = {config["masks"][Path(m).stem]["kind"] for m in masks}
-    files = [f"{OUT}/splits/train.parquet", f"{OUT}/splits/diagnostic.parquet",
-             *[f"{OUT}/splits/bench_{b}.parquet" for b in BENCHMARKS],
-             f"{OUT}/rollouts/base_calibration.parquet", f"{OUT}/regimes/regimes.parquet", *masks,
-             base_model(), *arithmetic_files()]
+    files = [
+        f"{OUT}/splits/train.parquet",
+        f"{OUT}/splits/diagnostic.parquet",
+        *[f"{OUT}/splits/bench_{b}.parquet" for b in BENCHMARKS],
+        f"{OUT}/rollouts/base_calibration.parquet",
+        f"{OUT}/regimes/regimes.parquet",
+        *masks,
+        base_model(),
+        *arithmetic_files(),
+    ]
     if masks:
         files.append(f"{OUT}/rollouts/base_gate.parquet")
     if "oracle" in kinds:
@@ -318,9 +208,9 @@ def run_artifacts():
 
 
 try:
-    REPORT = load_settings(dumps(report_settings()))
+    REPORT = settings.report_key(config)
 except BoundaryError as err:  # the config's report: section
-    stop(f"{', '.join(map(str, workflow.configfiles)) or 'config'}: config: {err}")
+    stop(f"{', '.join(map(str, workflow.configfiles)) or 'config'}: {err}")
 
 
 def edited_artifacts():
@@ -334,8 +224,15 @@ def edited_artifacts():
 # in silence: name it before anything runs. Jobs that Snakemake starts for itself skip this,
 # and so do the commands that run no job but clear the way (the Snakefile is read before
 # Snakemake acts on them, and a user needs --unlock after a kill whatever else is wrong).
-HOUSEKEEPING = {"--unlock", "--touch", "-t", "--delete-all-output", "--delete-temp-output",
-                "--cleanup-metadata", "--cm"}
+HOUSEKEEPING = {
+    "--unlock",
+    "--touch",
+    "-t",
+    "--delete-all-output",
+    "--delete-temp-output",
+    "--cleanup-metadata",
+    "--cm",
+}
 if not (workflow.remote_exec or workflow.subprocess_exec or HOUSEKEEPING & set(sys.argv)):
     try:  # a missing data file: named now, not in a failed job's log ("At least one job did not complete")
         check_data_files(config, arithmetic_files())
@@ -344,5 +241,7 @@ if not (workflow.remote_exec or workflow.subprocess_exec or HOUSEKEEPING & set(s
     _edited = edited_artifacts()
     if _edited:
         _more = f" (and {len(_edited) - 1} more)" if len(_edited) > 1 else ""
-        raise WorkflowError(f"{_edited[0]}{_more}: changed since the pipeline wrote it; delete it "
-                            "to have it made again (with what depends on it), or move it elsewhere to keep it")
+        raise WorkflowError(
+            f"{_edited[0]}{_more}: changed since the pipeline wrote it; delete it "
+            "to have it made again (with what depends on it), or move it elsewhere to keep it"
+        )

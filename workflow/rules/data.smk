@@ -3,26 +3,29 @@
 if config["arithmetic"]:
 
     rule arithmetic:
-        output:
-            arithmetic_files(),
         input:
             code=code("arithmetic"),
-        params:
-            out_dir=f"{OUT}/arithmetic",
-            splits=" ".join(f"--split {k}={v}" for k, v in config["arithmetic"]["splits"].items()),
-            seed=config["arithmetic"]["seed"],
-            levels=levels_text(config["arithmetic"]["levels"]),
-            share=(f"--max-answer-share {config['arithmetic']['max_answer_share']}"
-                   if config["arithmetic"]["max_answer_share"] is not None else ""),
-        threads: job_threads("cpu")
-        resources:
-            **job_resources("cpu"),
+        output:
+            arithmetic_files(),
         log:
             f"{OUT}/logs/arithmetic.log",
         benchmark:
             f"{OUT}/benchmarks/arithmetic.tsv"
         conda:
             "../../envs/boundary.yaml"
+        threads: job_threads("cpu")
+        resources:
+            **job_resources("cpu"),
+        params:
+            out_dir=f"{OUT}/arithmetic",
+            splits=" ".join(f"--split {k}={v}" for k, v in config["arithmetic"]["splits"].items()),
+            seed=config["arithmetic"]["seed"],
+            levels=levels_text(config["arithmetic"]["levels"]),
+            share=(
+                f"--max-answer-share {config['arithmetic']['max_answer_share']}"
+                if config["arithmetic"]["max_answer_share"] is not None
+                else ""
+            ),
         shell:
             "boundary arithmetic --out {params.out_dir} {params.splits} --seed {params.seed} "
             "--levels {params.levels:q} {params.share} > {log} 2>&1"
@@ -34,57 +37,56 @@ if config["arithmetic"]:
 if TESTBED:
 
     rule splits:
+        input:
+            code=code("data"),
         output:
             train=f"{OUT}/splits/train.parquet",
             diagnostic=f"{OUT}/splits/diagnostic.parquet",
             benchmarks=expand(f"{OUT}/splits/bench_{{b}}.parquet", b=BENCHMARKS),
-        input:
-            code=code("data"),
-        params:
-            settings=as_param(
-                {"testbed": config["testbed"], "data": config["data"], "prompt": config["prompt"]}
-            ),
-            out_dir=lambda wc, output: Path(output.train).parent,
-        threads: job_threads("cpu")
-        resources:
-            **job_resources("cpu"),
         log:
             f"{OUT}/logs/splits.log",
         benchmark:
             f"{OUT}/benchmarks/splits.tsv"
         conda:
             "../../envs/boundary.yaml"
+        threads: job_threads("cpu")
+        resources:
+            **job_resources("cpu"),
+        params:
+            settings=as_param(settings.data_key(config)),
+            out_dir=lambda wc, output: Path(output.train).parent,
         shell:
             "boundary data --settings {params.settings:q} --out {params.out_dir} > {log} 2>&1"
 
 else:
 
     rule splits:
-        output:
-            f"{OUT}/splits/{{split}}.parquet",
         input:
             # The chat template is the imported base model's tokenizer's.
             model=[base_model()] if config["prompt"]["chat"] else [],
             data=lambda wc: generated_data(wc.split),
             code=code("data"),
-        wildcard_constraints:
-            split="|".join(["train", "diagnostic"] + [f"bench_{b}" for b in BENCHMARKS]),
-        params:
-            settings=lambda wc: dumps({"data": split_data(wc.split), "prompt": config["prompt"]}),
-            # A file a rule of this run writes is an input instead (its digest is unknown
-            # until that rule has run).
-            data=content(lambda wc: None if generated_data(wc.split) else dataset_spec(wc.split)["path"]),
-            out_dir=lambda wc, output: Path(output[0]).parent,
-            model_arg=lambda wc, input: f"--model {input.model}" if input.model else "",
-        threads: job_threads("cpu")
-        resources:
-            **job_resources("cpu"),
+        output:
+            f"{OUT}/splits/{{split}}.parquet",
         log:
             f"{OUT}/logs/splits/{{split}}.log",
         benchmark:
             f"{OUT}/benchmarks/splits/{{split}}.tsv"
+        wildcard_constraints:
+            split="|".join(["train", "diagnostic"] + [f"bench_{b}" for b in BENCHMARKS]),
         conda:
             "../../envs/boundary.yaml"
+        threads: job_threads("cpu")
+        resources:
+            **job_resources("cpu"),
+        params:
+            settings=lambda wc: settings.text(settings.data_key(config, wc.split)),
+            # A file a rule of this run writes is an input instead (its digest is unknown
+            # until that rule has run).
+            data=content(
+                lambda wc: None if generated_data(wc.split) else settings.dataset_spec(config, wc.split)["path"]
+            ),
+            out_dir=lambda wc, output: Path(output[0]).parent,
+            model_arg=lambda wc, input: f"--model {input.model}" if input.model else "",
         shell:
-            "boundary data --settings {params.settings:q} --out {params.out_dir} "
-            "{params.model_arg} > {log} 2>&1"
+            "boundary data --settings {params.settings:q} --out {params.out_dir} " "{params.model_arg} > {log} 2>&1"

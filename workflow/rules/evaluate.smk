@@ -3,75 +3,76 @@
 if config["sampling"]["shards"] == 1:
 
     rule evaluate:
-        output:
-            samples=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/samples.parquet",
-            counts=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/counts.parquet",
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
             split=eval_split,
             code=code("evaluate"),
-        params:
-            settings=lambda wc: dumps({**evaluate_settings(wc.method, int(wc.seed)), **sampling_settings(wc.bench)}),
-        threads: job_threads("sample")
-        resources:
-            **job_resources("sample", SAMPLE_GPUS),
+        output:
+            samples=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/samples.parquet",
+            counts=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/counts.parquet",
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
         benchmark:
             f"{OUT}/benchmarks/evaluate/{{bench}}/{{method}}/seed{{seed}}.tsv"
         conda:
             "../../envs/boundary.yaml"
+        threads: job_threads("sample")
+        resources:
+            **job_resources("sample", SAMPLE_GPUS),
+        params:
+            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench, wc.method, int(wc.seed))),
         shell:
-            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} --split {input.split} "
-            "--settings {params.settings:q} --samples {output.samples} --counts {output.counts} "
+            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} "
+            "--split {input.split} --settings {params.settings:q} --samples {output.samples} --counts {output.counts} "
             "> {log} 2>&1"
 
 else:
 
     rule evaluate_shard:
-        output:
-            temp(f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/shards/{{shard}}.parquet"),
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
             split=eval_split,
             code=code("evaluate"),
-        params:
-            settings=lambda wc: dumps({**evaluate_settings(wc.method, int(wc.seed)), **sampling_settings(wc.bench)}),
-            shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
-        threads: job_threads("sample")
-        resources:
-            **job_resources("sample", SAMPLE_GPUS),
+        output:
+            temp(f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/shards/{{shard}}.parquet"),
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}/shard{{shard}}.log",
         benchmark:
             f"{OUT}/benchmarks/evaluate/{{bench}}/{{method}}/seed{{seed}}/shard{{shard}}.tsv"
         conda:
             "../../envs/boundary.yaml"
+        threads: job_threads("sample")
+        resources:
+            **job_resources("sample", SAMPLE_GPUS),
+        params:
+            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench, wc.method, int(wc.seed))),
+            shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
         shell:
-            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} --split {input.split} "
-            "--settings {params.settings:q} --shard {params.shard} --samples {output} > {log} 2>&1"
+            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} "
+            "--split {input.split} --settings {params.settings:q} --shard {params.shard} --samples {output} "
+            "> {log} 2>&1"
 
     rule evaluate:
-        output:
-            samples=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/samples.parquet",
-            counts=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/counts.parquet",
         input:
             shards=lambda wc: expand(
                 f"{OUT}/eval/{wc.bench}/{wc.method}/seed{wc.seed}/shards/{{i}}.parquet",
                 i=range(config["sampling"]["shards"]),
             ),
             code=code("evaluate"),
-        params:
-            settings=lambda wc: dumps({**evaluate_settings(wc.method, int(wc.seed)), **sampling_settings(wc.bench)}),
-        threads: job_threads("cpu")
-        resources:
-            **job_resources("cpu"),
+        output:
+            samples=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/samples.parquet",
+            counts=f"{OUT}/eval/{{bench}}/{{method}}/seed{{seed}}/counts.parquet",
         log:
             f"{OUT}/logs/evaluate/{{bench}}/{{method}}/seed{{seed}}.log",
         benchmark:
             f"{OUT}/benchmarks/evaluate/{{bench}}/{{method}}/seed{{seed}}.tsv"
         conda:
             "../../envs/boundary.yaml"
+        threads: job_threads("cpu")
+        resources:
+            **job_resources("cpu"),
+        params:
+            settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench, wc.method, int(wc.seed))),
         shell:
             "boundary evaluate --settings {params.settings:q} --gather {input.shards} "
             "--samples {output.samples} --counts {output.counts} > {log} 2>&1"

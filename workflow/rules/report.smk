@@ -3,8 +3,6 @@
 
 
 rule report:
-    output:
-        report_outputs(),
     input:
         counts=[t for b in [DIAGNOSTIC] + BENCHMARKS for t in eval_targets(b)],
         regimes=f"{OUT}/regimes/regimes.parquet",
@@ -12,18 +10,20 @@ rule report:
         masks=mask_files(),
         logs=[f"{OUT}/train/{m}/seed{s}/log.parquet" for m in TRAINED for s in seeds_of(m)],
         code=code("report"),
-    params:
-        settings=as_param(REPORT),
-        results=lambda wc, input: Path(input.regimes).parent.parent,
-    threads: job_threads("cpu")
-    resources:
-        **job_resources("cpu"),
+    output:
+        report_outputs(),
     log:
         f"{OUT}/logs/report.log",
     benchmark:
         f"{OUT}/benchmarks/report.tsv"
     conda:
         "../../envs/boundary.yaml"
+    threads: job_threads("cpu")
+    resources:
+        **job_resources("cpu"),
+    params:
+        settings=as_param(REPORT),
+        results=lambda wc, input: Path(input.regimes).parent.parent,
     shell:
         "boundary report --results {params.results} --settings {params.settings:q} "
         "--counts {input.counts} --masks {input.masks} --logs {input.logs} > {log} 2>&1"

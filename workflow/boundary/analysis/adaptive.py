@@ -23,12 +23,12 @@ has risk 0 and always stops. delta = 0 stops only there.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import signal, special
 
-from boundary.analysis.regimes import Thresholds, label
+from boundary.analysis.regimes import PAPER, Thresholds, label
 from boundary.core.errors import BoundaryError
 
 DESIGN_GRID = 801  # p values (uniform in arcsin sqrt p) the bisection on tau evaluates
@@ -65,7 +65,7 @@ class StoppingRule:
     n: int
     rounds: tuple[int, ...]
     delta: float
-    thresholds: Thresholds = field(default_factory=Thresholds)
+    thresholds: Thresholds = PAPER  # the schema's cutoffs
 
     def __post_init__(self):
         if not 0 <= self.delta < 1:

@@ -71,6 +71,7 @@ from boundary.analysis.stats import (
     zero_predictive,
     zero_upper_bound,
 )
+from boundary.core import settings
 from boundary.core.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.names import BASE
@@ -78,6 +79,8 @@ from boundary.core.passk import DEFAULT_KS, modal_answers, pass_at_k, pass_at_k_
 from boundary.readers.problems import named, snippet
 from boundary.training.gate import read_mask
 
+# The report's and the verifier's defaults (the schema's), for the options they share.
+REPORT, VERIFY = settings.defaults("report"), settings.defaults("verify")
 OWNER = "boundary diagnose"
 ALL = "all"
 RUN_KEYS = ["method", "seed"]
@@ -403,7 +406,7 @@ class Diagnosis:
     crossover: pd.DataFrame | None = None    # [crossover.csv] k* with its interval
     curves: pd.DataFrame | None = None       # [curves.csv] base and trained pass@k at every k <= K
     prompts: pd.DataFrame | None = None      # [prompts.csv] per-prompt evidence
-    level: float = 0.95
+    level: float = REPORT["level"]
     base_draws: int = 1            # independent base evaluations pooled into the base's counts
     thresholds: rg.Thresholds | None = None
     bins: tuple = rg.DEFAULT_BINS
@@ -496,10 +499,10 @@ def cluster_labels(prompt_ids, clusters) -> np.ndarray | None:
 
 
 def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None = None, ks=DEFAULT_KS,
-            resamples: int = 10_000, boot_seed: int = 0, pairs=(), bins=rg.DEFAULT_BINS,
-            masks: dict | None = None, names: dict | None = None, level: float = 0.95,
-            prior: str = "fit", attribution: bool = True, problems: dict | None = None,
-            regime_source: str = "frozen-base calibration", clusters=None) -> Diagnosis:
+            resamples: int = REPORT["bootstrap"]["resamples"], boot_seed: int = REPORT["bootstrap"]["seed"],
+            pairs=(), bins=rg.DEFAULT_BINS, masks: dict | None = None, names: dict | None = None,
+            level: float = REPORT["level"], prior: str = "fit", attribution: bool = True,
+            problems: dict | None = None, regime_source: str = "frozen-base calibration", clusters=None) -> Diagnosis:
     """Diagnose trained runs against the base on one split (regimes None: no regime split).
     `base` is one counts frame or a list of independent draws (pooled; their spread widens
     every Δ's seed interval); `clusters` maps prompt_id -> cluster id for the bootstrap.
@@ -591,7 +594,7 @@ def make_parser():
                     help="display name of a method in tables and figures")
     ap.add_argument("--ks", type=KS, default=",".join(map(str, DEFAULT_KS)),
                     help="the ks of pass@k; a k above a file's n is dropped, with a warning")
-    th0 = rg.Thresholds()
+    th0 = rg.PAPER
     ap.add_argument("--easy", type=FRACTION, default=th0.easy, help="SolvedEasy: p_base above this")
     ap.add_argument("--boundary", type=FRACTION, default=th0.boundary,
                     help="Boundary: p_base below this, coverage above --coverage-min")
@@ -601,8 +604,9 @@ def make_parser():
                     help="OutOfReach: coverage at most this")
     ap.add_argument("--bins", type=EDGES, default=",".join(f"{b:g}" for b in rg.DEFAULT_BINS),
                     help="p_base strata edges")
-    ap.add_argument("--resamples", type=POSITIVE, default=10_000, help="prompt-bootstrap resamples")
-    ap.add_argument("--seed", type=NONNEGATIVE, default=0, help="bootstrap seed")
+    ap.add_argument("--resamples", type=POSITIVE, default=REPORT["bootstrap"]["resamples"],
+                    help="prompt-bootstrap resamples")
+    ap.add_argument("--seed", type=NONNEGATIVE, default=REPORT["bootstrap"]["seed"], help="bootstrap seed")
     ap.add_argument("--no-figures", action="store_true", help="skip figures and the HTML page (faster)")
     ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
     tools = ap.add_argument_group("inputs from other tools (docs/how-to/other_tools_formats.md)")
@@ -611,14 +615,17 @@ def make_parser():
     tools.add_argument("--gold", help="gold answers (prompt_id and/or problem, answer): key prompts by it "
                                       "and re-grade every sample-level input with the project's verifier")
     tools.add_argument("--keep-scores", action="store_true", help="with --gold: key prompts only, keep the tools' verdicts")
-    tools.add_argument("--extractor", default="boxed", help="answer extractor for re-grading (boxed, last_number)")
-    tools.add_argument("--verify-timeout", type=POSITIVE, default=5, help="seconds per math-verify check")
-    tools.add_argument("--verify-workers", type=POSITIVE, default=2, help="math-verify worker processes")
+    tools.add_argument("--extractor", default=VERIFY["extractor"],
+                       help="answer extractor for re-grading (boxed, last_number)")
+    tools.add_argument("--verify-timeout", type=POSITIVE, default=VERIFY["timeout"],
+                       help="seconds per math-verify check")
+    tools.add_argument("--verify-workers", type=POSITIVE, default=VERIFY["workers"],
+                       help="math-verify worker processes")
     tools.add_argument("--reward-threshold", type=FINITE, default=0.5, help="reward/score above it is correct")
     tools.add_argument("--step", type=int, help="verl dump folder: the step to read (default: latest); "
                                                 "one input's own: PATH@step=N")
     ev = ap.add_argument_group("uncertainty")
-    ev.add_argument("--level", type=FRACTION, default=0.95, help="level of every interval and of the lost test")
+    ev.add_argument("--level", type=FRACTION, default=REPORT["level"], help="level of every interval and of the lost test")
     ev.add_argument("--prior", default="fit", choices=PRIORS,
                     help="per-prompt p intervals: Beta-Binomial prior fitted per run, or Jeffreys'")
     return ap

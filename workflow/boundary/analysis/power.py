@@ -37,8 +37,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from boundary.analysis.regimes import Thresholds, counts_from_calibration, coverage, label, load_settings
+from boundary.analysis.regimes import Thresholds, counts_from_calibration, coverage, label
 from boundary.analysis.stats import bootstrap_means, nested_over_seeds, percentile_interval, seed_weights
+from boundary.core import settings
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
 from boundary.core.options import COUNTS, FRACTION, KS, LEVEL, POSITIVE, ArgumentParser, description
@@ -165,12 +166,14 @@ def make_parser() -> ArgumentParser:
                         help="drop in Boundary pass@k to resolve, by an even shrink (0: none)")
     parser.add_argument("--collapse", type=COUNTS, default="0",
                         help="Boundary prompts collapsed to success 0 on top of the shrink (a list: one row each)")
-    parser.add_argument("--base-draws", type=POSITIVE, default=1, help="base evaluations pooled (evaluate.base_seeds)")
+    parser.add_argument("--base-draws", type=POSITIVE, default=settings.defaults("evaluate")["base_seeds"],
+                        help="base evaluations pooled (evaluate.base_seeds)")
     parser.add_argument("--prompts", type=KS, default=[100, 200, 400], help="diagnostic prompt counts")
     parser.add_argument("--seeds", type=KS, default=[1, 3], help="training seed counts")
     parser.add_argument("--sims", type=POSITIVE, default=200, help="simulated studies per design")
     parser.add_argument("--resamples", type=POSITIVE, default=2000, help="bootstrap resamples per simulated study")
-    parser.add_argument("--level", type=LEVEL, default=0.95, help="level of the bootstrap interval")
+    parser.add_argument("--level", type=LEVEL, default=settings.defaults("report")["level"],
+                        help="level of the bootstrap interval")
     parser.add_argument("--out", help="power table parquet to write (default: printed only)")
     return parser
 
@@ -179,7 +182,7 @@ def main(argv=None) -> None:
     args = make_parser().parse_args(argv)
     frame = read_table(args.calibration, nonempty=True)
     counts = frame if {"n", "c"} <= set(frame.columns) else counts_from_calibration(frame)
-    th = load_settings(args.settings)
+    th = Thresholds.from_dict(settings.load("regimes", args.settings))
     table = power_table(counts, th, prompts=args.prompts, seeds=args.seeds, effect=args.effect,
                         n_eval=args.eval_n, k=args.k, sims=args.sims, resamples=args.resamples,
                         level=args.level, collapse=args.collapse, base_draws=args.base_draws)

@@ -21,26 +21,25 @@ SETTINGS.json holds {"easy": 0.6, "boundary": 0.10, "coverage_k": 256, "coverage
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from boundary.core import settings
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.passk import counts_of
 
 REGIMES = ("SolvedEasy", "Reachable", "Boundary", "OutOfReach")
-DEFAULT_BINS = (0.0, 0.01, 0.05, 0.10, 0.25, 0.60, 1.0)
+DEFAULT_BINS = tuple(settings.defaults("report")["strata_bins"])
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    easy: float = 0.6
-    boundary: float = 0.10
-    coverage_k: int = 256
-    coverage_min: float = 0.4
+    easy: float
+    boundary: float
+    coverage_k: int
+    coverage_min: float
 
     def __post_init__(self):
         if not 0 <= self.boundary <= self.easy <= 1:
@@ -50,17 +49,18 @@ class Thresholds:
 
     @classmethod
     def from_dict(cls, d: dict) -> Thresholds:
-        unknown = set(d) - {"easy", "boundary", "coverage_k", "coverage_min"}
-        if unknown:
-            raise BoundaryError(f"regimes settings: unknown key(s) {', '.join(sorted(unknown))}")
+        """From complete regimes settings (core/settings.py checks them), as numbers."""
         return cls(**{k: (int(v) if k == "coverage_k" else float(v)) for k, v in d.items()})
+
+
+PAPER = Thresholds.from_dict(settings.defaults("regimes"))  # the schema's: the paper's cutoffs
 
 
 def coverage(p_base, coverage_k: int) -> np.ndarray:
     return 1.0 - (1.0 - np.asarray(p_base, dtype=float)) ** coverage_k
 
 
-def label(p_base, th: Thresholds = Thresholds()) -> np.ndarray:
+def label(p_base, th: Thresholds = PAPER) -> np.ndarray:
     """Regime name per prompt, by the ordered rules in the module docstring."""
     p = np.asarray(p_base, dtype=float)
     cov = coverage(p, th.coverage_k)
@@ -74,12 +74,12 @@ RULES = {"OutOfReach": "coverage@{coverage_k} <= {coverage_min:g}", "SolvedEasy"
          "Boundary": "p_base < {boundary:g} with coverage@{coverage_k} > {coverage_min:g}"}
 
 
-def reachable_at(n: int, th: Thresholds = Thresholds()) -> set[str]:
+def reachable_at(n: int, th: Thresholds = PAPER) -> set[str]:
     """The regimes a prompt sampled n times can land in: p_base = c / n takes n + 1 values."""
     return set(label(np.arange(n + 1) / n, th))
 
 
-def unpopulated(ns, th: Thresholds = Thresholds()) -> list[str]:
+def unpopulated(ns, th: Thresholds = PAPER) -> list[str]:
     """One line per regime that no prompt can hold at the calibration's n (every n present),
     with the n it needs: the smallest N from which every n up to max(1024, 2 x the largest n
     present) can hold one. With 8 samples a prompt the smallest nonzero p_base is 0.125, above
@@ -111,7 +111,7 @@ def counts_from_calibration(samples: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def label_counts(counts: pd.DataFrame, th: Thresholds = Thresholds(), source="calibration") -> pd.DataFrame:
+def label_counts(counts: pd.DataFrame, th: Thresholds = PAPER, source="calibration") -> pd.DataFrame:
     """Per-prompt (prompt_id, n, c) -> the regimes.parquet table, thresholds as columns; one
     warning naming `source` per regime its n cannot populate."""
     for line in unpopulated(counts["n"], th):
@@ -129,7 +129,7 @@ def thresholds_of(regimes: pd.DataFrame) -> Thresholds:
     """The thresholds a regimes table was labelled with (stored as columns)."""
     cols = ["easy", "boundary", "coverage_k", "coverage_min"]
     if not set(cols) <= set(regimes.columns):
-        return Thresholds()
+        return PAPER
     return Thresholds.from_dict({c: regimes[c].iloc[0] for c in cols})
 
 
@@ -149,7 +149,7 @@ def strata_order(bins=DEFAULT_BINS) -> list[str]:
     return ["0"] + [f"({a:g},{b:g}]" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def sensitivity_grid(th: Thresholds = Thresholds()) -> list[Thresholds]:
+def sensitivity_grid(th: Thresholds = PAPER) -> list[Thresholds]:
     """Nearby cutoffs, one knob at a time: the base cutoffs first, then each variation."""
     grid = [th]
     for b in (0.5, 0.75, 1.25, 1.5):
@@ -163,19 +163,3 @@ def sensitivity_grid(th: Thresholds = Thresholds()) -> list[Thresholds]:
             grid.append(replace(th, coverage_k=int(k)))
     return grid
 
-
-def load_settings(path) -> Thresholds:
-    try:
-        from boundary.core.config import load_stage_settings  # the lead's loader, where it exists
-    except ImportError:
-        load_stage_settings = None
-    if load_stage_settings is not None:
-        settings = load_stage_settings(str(path))  # a JSON file or a JSON string
-    else:
-        try:
-            settings = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise BoundaryError(f"{path}: file not found") from None
-        except json.JSONDecodeError as err:
-            raise BoundaryError(f"{path}: not valid JSON ({err})") from None
-    return Thresholds.from_dict(dict(settings))

@@ -163,7 +163,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
             check_regimes(base[0], regimes_or_none, str(results / "regimes" / "regimes.parquet"), problems)
         have = {m for m, _ in runs}
         pr = [p for p in pairs if set(p) <= have]
-        return analyse(base, runs, regimes_or_none, ks, int(boot.get("resamples", 10_000)), int(boot.get("seed", 0)),
+        return analyse(base, runs, regimes_or_none, ks, int(boot["resamples"]), int(boot["seed"]),
                        pr, bins, masks if split == diag_split else None, names, level, problems=problems,
                        clusters=split_clusters(results, split, diag_split))
 

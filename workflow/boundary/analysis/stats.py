@@ -327,6 +327,7 @@ def seed_keys(df: pd.DataFrame) -> list[str]:
 
 def make_parser():
     from boundary.core.options import LEVEL, ArgumentParser, description
+    from boundary.core.settings import defaults
 
     ap = ArgumentParser(prog="boundary seeds", description=description(__doc__),
                         epilog="example:\n  boundary seeds results/testbed/diagnostics/diagnostic/metrics.csv "
@@ -334,7 +335,7 @@ def make_parser():
     ap.add_argument("file", help="long table (CSV, parquet or JSONL): method, metric, seed, value "
                                  "[, benchmark, regime, k]")
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"), help="seed-paired differences A - B (pairs.csv)")
-    ap.add_argument("--level", type=LEVEL, default=0.95, help="level of the t intervals")
+    ap.add_argument("--level", type=LEVEL, default=defaults("report")["level"], help="level of the t intervals")
     ap.add_argument("--out", required=True, help="output folder, replaced as a whole")
     return ap
 

@@ -20,8 +20,11 @@ import numpy as np
 import pandas as pd
 
 from boundary.analysis.regimes import REGIMES
+from boundary.core import settings
 from boundary.core.artifacts import write_table, write_text
 from boundary.core.names import BASE
+
+REPORT = settings.defaults("report")
 
 NOT_RUN = "not run"
 
@@ -45,16 +48,16 @@ def absent(summary, method, regime="all") -> str:
 class View:
     """Which methods a table shows and how they are called (from the report settings)."""
 
-    baseline: str | None = "grpo"
-    method: str | None = "pba"
+    baseline: str | None = REPORT["baseline"]
+    method: str | None = REPORT["method"]
     labels: dict = field(default_factory=dict)
     main: list = field(default_factory=list)      # methods of the seed-resolved tables
     controls: list = field(default_factory=list)  # [{method, label, setting}]
     ablations: list = field(default_factory=list)  # [{method, mask, G0, tau}]
     benchmarks: dict = field(default_factory=dict)  # name -> display name
-    headline: str | None = None                   # benchmark of the mechanism/headline tables
-    group_size: int = 8                            # GRPO rollouts per prompt (gate resolution)
-    gate_G0: int = 8
+    headline: str | None = REPORT["headline"]     # benchmark of the mechanism/headline tables
+    group_size: int = REPORT["group_size"]         # GRPO rollouts per prompt (gate resolution)
+    gate_G0: int = REPORT["gate_G0"]
     ranked: list = field(default_factory=list)     # methods of the ranking table (empty: every one)
 
     def label(self, method: str) -> str:
@@ -72,12 +75,11 @@ class View:
 
     @classmethod
     def from_settings(cls, s: dict) -> View:
-        baseline, method = s.get("baseline", "grpo"), s.get("method", "pba")
-        return cls(baseline=baseline, method=method, labels=dict(s.get("labels", {})),
-                   main=list(s.get("main", [baseline, method])), controls=list(s.get("controls", [])),
-                   ablations=list(s.get("ablations", [])), benchmarks=dict(s.get("benchmarks", {})),
-                   headline=s.get("headline"), group_size=int(s.get("group_size", 8)),
-                   gate_G0=int(s.get("gate_G0", 8)), ranked=list(s.get("ranked", [])))
+        """From the report's complete settings (core/settings.py)."""
+        return cls(baseline=s["baseline"], method=s["method"], labels=dict(s["labels"]), main=list(s["main"]),
+                   controls=list(s["controls"]), ablations=list(s["ablations"]),
+                   benchmarks=dict(s["benchmarks"]), headline=s["headline"], group_size=int(s["group_size"]),
+                   gate_G0=int(s["gate_G0"]), ranked=list(s["ranked"]))
 
 
 # ----------------------------------------------------------------------------- cells

@@ -26,7 +26,9 @@ def _schema_text() -> str:
     return SCHEMA_PATH.read_text()
 
 
+@functools.cache
 def _schema() -> dict:
+    """The schema, parsed once (read only: callers copy what they change)."""
     return yaml.safe_load(_schema_text())
 
 
@@ -43,28 +45,30 @@ def _is_object(schema: dict) -> bool:
     return kind == "object" or isinstance(kind, list) and "object" in kind
 
 
-def _fill_defaults(node: dict, schema: dict, root: dict | None = None) -> None:
-    """Fill `default:` values of the schema into the config, recursively (objects only)."""
+def _fill_defaults(node: dict, schema: dict, root: dict | None = None, words=("default",)) -> None:
+    """Fill the schema's `default:` values (and with `words`, `x-default:` ones) into the
+    config, recursively (objects only)."""
     root = root or schema
     for key, sub in schema.get("properties", {}).items():
         sub = _resolve(sub, root)
-        if key not in node and "default" in sub:
-            node[key] = copy.deepcopy(sub["default"])
+        for word in words:
+            if key not in node and word in sub:
+                node[key] = copy.deepcopy(sub[word])
         if isinstance(node.get(key), dict) and _is_object(sub):
-            _fill_defaults(node[key], sub, root)
+            _fill_defaults(node[key], sub, root, words)
     extra = schema.get("additionalProperties")
     extra = _resolve(extra, root) if isinstance(extra, dict) else None
     if extra and _is_object(extra):
         for key, value in node.items():
             if key not in schema.get("properties", {}) and isinstance(value, dict):
-                _fill_defaults(value, extra, root)
+                _fill_defaults(value, extra, root, words)
 
 
 def _where(error) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "<top level>"
 
 
-def _validator():
+def _validator(schema: dict | None = None):
     """Draft 7, except that an integer is an int: JSON schema takes 32.0 for 32, and a count
     or seed written as a float would crash a stage only after every upstream one has run."""
     import jsonschema
@@ -73,7 +77,7 @@ def _validator():
         return isinstance(value, int) and not isinstance(value, bool)
 
     checker = jsonschema.Draft7Validator.TYPE_CHECKER.redefine("integer", is_integer)
-    return jsonschema.validators.extend(jsonschema.Draft7Validator, type_checker=checker)(_schema())
+    return jsonschema.validators.extend(jsonschema.Draft7Validator, type_checker=checker)(schema or _schema())
 
 
 def _message(err) -> str:
@@ -156,9 +160,9 @@ def _check_references(config: dict) -> None:
     if any(step > config["train"]["steps"] for step in config["train"].get("checkpoints", [])):
         raise BoundaryError("config: train.checkpoints: every step must be <= train.steps")
     regimes = config["regimes"]
-    if regimes.get("boundary", 0) > regimes.get("easy", 1):
+    if regimes["boundary"] > regimes["easy"]:  # filled: every regimes key has a default
         raise BoundaryError("config: regimes: boundary must be <= easy")
-    if regimes.get("coverage_min", 0) >= 1:
+    if regimes["coverage_min"] >= 1:
         raise BoundaryError("config: regimes.coverage_min: must be < 1")
     if "{problem}" not in config["prompt"]["template"]:
         raise BoundaryError("config: prompt.template: must contain {problem}")
@@ -186,7 +190,7 @@ METHOD_KNOBS = {
     "cov_kl_coef": (lambda m: m.get("cov_select") == "kl", "cov_select: kl"),
     "beta_a": (lambda m: m.get("anchor") is not None, "an anchor"),
     "masked_action": (lambda m: m.get("mask") is not None, "a mask"),
-    "kl_estimator": (lambda m: m.get("anchor") == "policy" or m.get("beta_kl", 0) > 0,
+    "kl_estimator": (lambda m: m.get("anchor") == "policy" or m["beta_kl"] > 0,
                      "anchor: policy or beta_kl > 0"),
 }
 # What a checkpoint_of method reads: it evaluates another method's policy, trains nothing.
@@ -213,7 +217,7 @@ def _check_settings_used(raw: dict, config: dict) -> None:
         raise BoundaryError(f"config: calibration.{unread[0]}: read only with calibration.adaptive: true")
     if config["calibration"]["adaptive"] and config["sampling"]["backend"] != "hf":
         raise BoundaryError("config: calibration.adaptive: true needs sampling.backend: hf (vllm would "
-                            "start its engine once per round, about 85-90 s each on a GPU)")
+                            "start its engine once per round, about 80-90 s each on a GPU)")
     vllm = sorted(k for k in raw.get("train") or {} if k.startswith("vllm_"))
     if vllm and config["train"].get("rollout_engine") != "vllm":
         raise BoundaryError(f"config: train.{vllm[0]}: read only with train.rollout_engine: vllm")
@@ -401,10 +405,13 @@ def schema_defaults(section: str) -> dict:
     """The defaults the schema gives a section's keys (`methods` means one method entry):
     `default:` values, which validation fills into the config, and `x-default:` values, which
     it leaves unset so a method's settings (and its training key) don't change when another
-    method gains a knob; code that reads an unset key takes its `x-default` from here."""
+    method gains a knob. Code reads them through core.settings.defaults (rendered as JSON).
+    A dotted section is a nested one ("testbed.task")."""
     schema = _schema()
-    node = _resolve(schema["properties"][section], schema)
-    if section == "methods":
+    node = schema
+    for key in section.split("."):
+        node = _resolve(node["properties"][key], schema)
+    if section in ("methods", "masks"):
         node = node["additionalProperties"]
     out = {}
     for key, sub in node.get("properties", {}).items():

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-DEFAULT_KS = (1, 4, 16, 64, 256)
+from boundary.core import settings
+
+DEFAULT_KS = tuple(settings.defaults("evaluate")["ks"])
 
 
 def pass_at_k(n, c, k: int) -> np.ndarray:

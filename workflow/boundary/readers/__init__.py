@@ -37,7 +37,7 @@ from boundary.readers import counts as counts_format
 from boundary.readers import lighteval, openrlhf, verl
 from boundary.readers import samples as samples_format
 from boundary.readers.common import biased_columns, columns_of, counts_from_samples, problems_of, warn_biased
-from boundary.readers.gold import Grader
+from boundary.readers.gold import VERIFY, Grader
 from boundary.readers.pairing import pair as pair  # re-exported: diagnose keys its runs alike
 from boundary.readers.problems import key_by_text
 
@@ -50,9 +50,9 @@ class Options:
     reward_threshold: float = 0.5   # reward/score above it counts as correct
     step: int | None = None         # verl: which {step}.jsonl of a dump folder (default: latest)
     grader: Grader | None = None    # gold-answer file: key prompts by it and re-grade samples
-    extractor: str = "boxed"        # for a verl main_generation file graded on its own ground truth
-    verify_timeout: int = 5
-    verify_workers: int = 2
+    extractor: str = VERIFY["extractor"]  # for a verl main_generation file graded on its own ground truth
+    verify_timeout: int = VERIFY["timeout"]
+    verify_workers: int = VERIFY["workers"]
 
 
 @dataclass

@@ -19,9 +19,12 @@ import pandas as pd
 
 from boundary.core.artifacts import blank_row, read_table
 from boundary.core.errors import BoundaryError, warn
+from boundary.core.settings import defaults
 from boundary.readers import verl
 from boundary.readers.common import columns_of
 from boundary.readers.problems import ProblemIndex, field_texts, message_text, normalise, text_id
+
+VERIFY = defaults("verify")  # re-grading as the pipeline verifies (the schema's defaults)
 
 
 def gold_table(path) -> pd.DataFrame:
@@ -39,7 +42,8 @@ def gold_table(path) -> pd.DataFrame:
 class Grader:
     """Keys prompts by a gold file's prompt_id and re-grades completions against its answers."""
 
-    def __init__(self, path, extractor: str = "boxed", timeout: int = 5, workers: int = 2, regrade: bool = True):
+    def __init__(self, path, extractor: str = VERIFY["extractor"], timeout: int = VERIFY["timeout"],
+                 workers: int = VERIFY["workers"], regrade: bool = True):
         from boundary.tasks.verify import EXTRACTORS
 
         if extractor not in EXTRACTORS:

@@ -25,9 +25,12 @@ from typing import NamedTuple
 
 import pandas as pd
 
-BACKENDS = ("hf", "vllm")
+from boundary.core import settings
+
+BACKENDS = settings.allowed("sampling", "backend")
+SAMPLING = settings.defaults("sampling")
 ADAPTIVE_BACKEND = ("calibration.adaptive: true needs sampling.backend: hf (vllm would start its engine "
-                    "once per round, about 85-90 s each on a GPU)")
+                    "once per round, about 80-90 s each on a GPU)")
 COMPLETION_COLUMNS = ["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"]
 
 
@@ -40,14 +43,17 @@ class Completion(NamedTuple):
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """One sampling call: a stage's n, temperature, top_p and seed, and the config's `sampling:`
+    section (unset: the schema's defaults)."""
+
     n: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    seed: int = 0
-    batch_size: int | str = "auto"  # completions in flight (hf); "auto": what fits the device
-    vllm_max_num_seqs: int | None = None  # sequences in flight on one GPU (vllm); None: the schema's
-    backend: str = "hf"
+    temperature: float
+    top_p: float
+    seed: int
+    max_new_tokens: int = SAMPLING["max_new_tokens"]
+    batch_size: int | str = SAMPLING["batch_size"]  # completions in flight (hf); "auto": what fits the device
+    vllm_max_num_seqs: int = SAMPLING["vllm_max_num_seqs"]  # sequences in flight on one GPU (vllm)
+    backend: str = SAMPLING["backend"]
 
 
 def peak_memory_gib() -> tuple[float, str]:
@@ -102,7 +108,7 @@ def sample(model_path: str, prompt_ids: list[str], prompts: list[str],
     """params.n completions per prompt; with `adaptive` (`rounds.Adaptive`), each prompt's first
     draws, in rounds until it is settled: `hf` keeps its seats full from every prompt still
     running (sample k is the full run's sample k). vllm has no adaptive path yet: a round per
-    engine start (about 85-90 s each on a GPU) would cost more than the draws it saves."""
+    engine start (about 80-90 s each on a GPU) would cost more than the draws it saves."""
     if params.backend == "hf":
         from boundary.sampling import hf as backend
     elif params.backend == "vllm":

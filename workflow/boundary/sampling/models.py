@@ -192,5 +192,6 @@ def load_model(path: str, device: str | None = None):
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = from_pretrained(path, dtype=dtype)
     # Frozen, as the trainer holds its base: parameters without grad take other CPU matmul
-    # kernels, so the same rollouts then carry bit-identical log-probs in stage and trainer.
+    # kernels. Stage and trainer get bit-identical log-probs only when both load the base from
+    # this folder (the same memory alignment) at equal thread counts: MKL promises no more.
     return model.to(device).eval().requires_grad_(False), tokenizer

@@ -94,4 +94,4 @@ def sampling_params(stage: dict, sampling: dict, seed: int, n: int) -> SamplingP
     return SamplingParams(n=n, temperature=stage["temperature"], top_p=stage["top_p"],
                           max_new_tokens=sampling["max_new_tokens"], seed=seed,
                           batch_size=sampling["batch_size"], backend=sampling["backend"],
-                          vllm_max_num_seqs=sampling.get("vllm_max_num_seqs"))
+                          vllm_max_num_seqs=sampling["vllm_max_num_seqs"])

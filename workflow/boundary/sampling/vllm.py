@@ -31,11 +31,11 @@ def max_num_seqs(completions: int, per_gpu: int | None = None) -> int:
     sampling.vllm_max_num_seqs) over the jobs sharing the GPU, as its KV cache is, and no more
     than the call's completions. vLLM 0.26's own default is 1024 on an H100 (256 under 70 GiB,
     `EngineArgs.get_batch_defaults`), which a 135M model leaves mostly idle (docs/results/2026-11-27-sampling-speed-h100.md)."""
-    from boundary.core.config import schema_defaults
     from boundary.core.gpus import jobs_per_gpu
+    from boundary.core.settings import defaults
 
     if per_gpu is None:
-        per_gpu = schema_defaults("sampling")["vllm_max_num_seqs"]
+        per_gpu = defaults("sampling")["vllm_max_num_seqs"]
     return max(1, min(completions, per_gpu // jobs_per_gpu()))
 
 

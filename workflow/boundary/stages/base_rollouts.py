@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
+from boundary.core import settings as stage_settings
 from boundary.core.errors import BoundaryError
 from boundary.core.options import ArgumentParser, description
 from boundary.training.anchors import BASE_SAMPLED
@@ -28,7 +27,8 @@ def make_parser() -> ArgumentParser:
     parser.add_argument("--mask", required=True, help="masks/{mask}.parquet of the method")
     parser.add_argument("--settings", required=True, help="JSON string or file: train + method, as `train` takes")
     parser.add_argument("--seed", type=int, required=True, help="the training run's seed")
-    parser.add_argument("--backend", default="hf", choices=("hf", "vllm"), help="sampling backend")
+    parser.add_argument("--backend", default=stage_settings.defaults("sampling")["backend"],
+                        choices=stage_settings.allowed("sampling", "backend"), help="sampling backend")
     parser.add_argument("--shard", help="I/K: draw only blocks I, I+K, ... (cluster scatter; default: all)")
     parser.add_argument("--out", required=True, help="base_rollouts/{method}/seed{S}/{I}.parquet")
     return parser
@@ -36,7 +36,6 @@ def make_parser() -> ArgumentParser:
 
 def main(argv=None):
     from boundary.core.artifacts import read_table, write_table
-    from boundary.core.config import load_stage_settings
     from boundary.sampling.scoring import parse_shard
     from boundary.training.gate import read_mask
     from boundary.training.schedule import action_sampler, anchor_weights_for
@@ -44,15 +43,14 @@ def main(argv=None):
 
     args = make_parser().parse_args(argv)
     index, count = parse_shard(args.shard)
-    settings = load_stage_settings(args.settings)
-    cfg = make_config(settings, args.seed, "unused")  # validated exactly as training reads them
+    cfg = make_config(stage_settings.load("base-rollouts", args.settings), args.seed, "unused")  # as training reads them
     if cfg.anchor not in BASE_SAMPLED or cfg.masked_action != "anchor":
         raise BoundaryError(f"--settings: anchor {cfg.anchor!r} with masked_action {cfg.masked_action!r} "
                             f"draws no base rollouts (needs an anchor of {BASE_SAMPLED}, masked_action anchor)")
     split = read_table(args.train_split, ["prompt_id"], nonempty=True)
     texts = (split["prompt"] if "prompt" in split else split["problem"]).tolist()
     names = split["prompt_id"].tolist()
-    epochs = math.ceil(cfg.max_steps / cfg.refresh_steps)
+    epochs = stage_settings.refresh_epochs(cfg.max_steps, cfg.refresh_steps)
     weights = anchor_weights_for(read_mask(args.mask), names, epochs, args.mask)
     batches = action_sampler(cfg, weights).schedule
     size = cfg.base_generation_batch_size or cfg.generation_batch_size

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from boundary.core import settings as stage_settings
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.options import ArgumentParser
 from boundary.sampling import end_to_end
@@ -41,14 +42,12 @@ def make_parser_gate_draws() -> ArgumentParser:
 
 
 def main_calibrate(argv=None):
-    from boundary.core.config import load_stage_settings
-
     args = make_parser_calibrate().parse_args(argv)
-    s = load_stage_settings(args.settings)
+    s = stage_settings.load("calibrate", args.settings)
     cal = s["calibration"]
     split = read_table(args.split, ["prompt_id", "answer"])
     rule = None
-    if cal.get("adaptive"):
+    if cal["adaptive"]:
         from boundary.analysis.adaptive import StoppingRule
 
         rule = StoppingRule.from_settings(cal, s["regimes"])
@@ -65,10 +64,8 @@ def main_calibrate(argv=None):
 
 
 def main_gate_draws(argv=None):
-    from boundary.core.config import load_stage_settings
-
     args = make_parser_gate_draws().parse_args(argv)
-    s = load_stage_settings(args.settings)
+    s = stage_settings.load("gate-draws", args.settings)
     gate = s["gate"]
     split = read_table(args.split, ["prompt_id", "answer"])
     epochs = []

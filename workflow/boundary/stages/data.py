@@ -109,10 +109,10 @@ def make_parser() -> ArgumentParser:
 
 
 def main(argv=None):
-    from boundary.core.config import load_stage_settings
+    from boundary.core import settings as stage_settings
 
     args = make_parser().parse_args(argv)
-    splits = build_splits(load_stage_settings(args.settings), args.model)
+    splits = build_splits(stage_settings.load("data", args.settings), args.model)
     for name, df in splits.items():
         write_table(df, Path(args.out) / f"{name}.parquet")
         print(f"{name}: {len(df)} prompts")

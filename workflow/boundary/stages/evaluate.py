@@ -43,10 +43,10 @@ def make_parser() -> ArgumentParser:
 
 
 def main(argv=None):
-    from boundary.core.config import load_stage_settings
+    from boundary.core import settings as stage_settings
 
     args = make_parser().parse_args(argv)
-    s = load_stage_settings(args.settings)
+    s = stage_settings.load("evaluate", args.settings)
     ev = s["evaluate"]
     if args.gather:
         samples = pd.concat([read_table(p, SCORED_COLUMNS) for p in args.gather], ignore_index=True)

@@ -19,10 +19,15 @@ def make_parser() -> ArgumentParser:
 
 
 def main(argv=None):
+    from boundary.core import settings as stage_settings
     from boundary.core.config import load_stage_settings
+    from boundary.core.errors import BoundaryError
 
     args = make_parser().parse_args(argv)
-    settings = load_stage_settings(args.settings)
+    given = load_stage_settings(args.settings)
+    if given.get("kind", args.kind) != args.kind:
+        raise BoundaryError(f"--settings: kind {given['kind']!r} is not --kind {args.kind!r}")
+    settings = stage_settings.resolve("masks", {**given, "kind": args.kind})
     split = read_table(args.train_split, ["prompt_id"])
     draws = (read_table(args.gate_draws, ["prompt_id", "epoch", "draw_idx", "correct"])
              if args.gate_draws else None)

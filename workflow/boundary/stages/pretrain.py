@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from boundary.core.errors import BoundaryError
 from boundary.tasks.testbed import PretrainConfig, TinyModelConfig, pretrain, task_from_settings
 
 
@@ -18,17 +17,13 @@ def make_parser():
 
 
 def main(argv=None):
+    from boundary.core import settings as stage_settings
     from boundary.core.artifacts import output_folder
-    from boundary.core.config import load_stage_settings
 
     args = make_parser().parse_args(argv)
     output_folder(args.out, "boundary pretrain")  # a bad --out fails before pretraining
-    settings = load_stage_settings(args.settings)
-    try:  # the rule passes the validated testbed section; a hand-written one may not fit
-        task = task_from_settings(settings)
-        model, config = TinyModelConfig(**settings["model"]), PretrainConfig(**settings["pretrain"])
-    except (KeyError, TypeError, AttributeError) as err:
-        raise BoundaryError(f"--settings: not testbed settings {{task, model, pretrain}} "
-                            f"({type(err).__name__}: {err})") from None
+    settings = stage_settings.load("pretrain", args.settings)
+    task = task_from_settings(settings)
+    model, config = TinyModelConfig(**settings["model"]), PretrainConfig(**settings["pretrain"])
     stats = pretrain(task, model, config, args.out)
     print(json.dumps(stats, sort_keys=True))

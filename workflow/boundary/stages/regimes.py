@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from boundary.analysis.regimes import REGIMES, counts_from_calibration, label_counts, load_settings
+from boundary.analysis.regimes import REGIMES, Thresholds, counts_from_calibration, label_counts
+from boundary.core import settings as stage_settings
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import warn
 from boundary.core.options import ArgumentParser, description
@@ -18,9 +19,9 @@ def make_parser() -> ArgumentParser:
 
 def main(argv=None) -> None:
     args = make_parser().parse_args(argv)
-    th = load_settings(args.settings)
+    th = Thresholds.from_dict(stage_settings.load("regimes", args.settings))
     samples = read_table(args.calibration, ["prompt_id", "correct"])
-    table = label_counts(counts_from_calibration(samples), th)
+    table = label_counts(counts_from_calibration(samples), th, args.calibration)
     if table["n"].nunique() > 1:  # an adaptive calibration: each prompt's drawn prefix
         warn(f"regimes: calibration n varies by prompt ({table['n'].min()}-{table['n'].max()}, adaptive): the "
              "labels at these cutoffs are the full run's up to calibration.delta; p_base, its strata and the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from boundary.analysis.report import build
-from boundary.analysis.report_settings import load_settings
+from boundary.core import settings as stage_settings
 from boundary.core.artifacts import publish, scratch_dir
 from boundary.core.options import ArgumentParser, description
 
@@ -27,7 +27,7 @@ def main(argv=None) -> None:
     args = make_parser().parse_args(argv)
     results = Path(args.results)
     out = Path(args.out or args.results)
-    settings = load_settings(args.settings)
+    settings = stage_settings.load("report", args.settings)
     with scratch_dir(out / "report") as tmp:  # a killed report leaves nothing the next one keeps
         build(results, settings, tmp, {"counts": args.counts, "masks": args.masks, "logs": args.logs})
         publish(tmp, out, "boundary report")  # tables/, figures/, ...: replaced only where it wrote them

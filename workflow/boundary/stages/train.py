@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -22,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from boundary.core import settings as stage_settings
 from boundary.core import sources
-from boundary.core.config import batch_split_error, load_stage_settings
+from boundary.core.config import batch_split_error
 from boundary.core.errors import BoundaryError
 from boundary.core.gpus import visible
 from boundary.core.options import ArgumentParser, description
@@ -63,25 +63,22 @@ def main(argv=None):
             stop_processes(finished)
         return leave()
     known = make_parser().parse_args(argv)  # --help, and a bad option, before any process starts
-    from boundary.training.trainer_config import filled
-
     if known.processes is not None and known.processes < 1:
         raise BoundaryError(f"--processes: {known.processes} is not a process count")
-    settings = filled(load_stage_settings(known.settings)) if known.settings else filled({})
+    settings = stage_settings.load("train", known.settings)  # a bad one: one line, before any process
     gpus = int(settings["gpus"])
     launch = launch_plan(gpus, known.processes, visible() if gpus else [])
     # Refused here, before any process starts or anything is written.
     sharding.check_launch(settings["sharding"], gpus, launch.processes)
-    if "prompts_per_step" in settings and "num_generations" in settings:  # else make_config says so
-        why = batch_split_error(int(settings["prompts_per_step"]) * int(settings["num_generations"]),
-                                int(settings["gradient_accumulation_steps"]), launch.processes)
-        if why:
-            raise BoundaryError(why)
+    why = batch_split_error(int(settings["prompts_per_step"]) * int(settings["num_generations"]),
+                            int(settings["gradient_accumulation_steps"]), launch.processes)
+    if why:
+        raise BoundaryError(why)
     if settings["sharding"] == "fsdp" and launch.processes == 1:
         print("train: sharding fsdp with 1 GPU shards nothing: the one process holds the whole model", flush=True)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
     if launch.processes == 1:
-        return run(argv)
+        return run(argv, settings)
     env = dict(os.environ)
     # The job's CPU threads are shared by its processes.
     threads = int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
@@ -99,7 +96,7 @@ def main(argv=None):
                             "its error is above in this log")
 
 
-def make_reward(extractor: str, timeout: int, workers: int = 2):
+def make_reward(extractor: str, timeout: int, workers: int):
     from boundary.tasks.verify import Verifier, extract_answer
 
     verifier = Verifier(timeout=timeout, workers=workers)  # one pool per process
@@ -190,7 +187,9 @@ def log_table(history: list[dict]) -> pd.DataFrame:
 
 def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, checkpoint_dir,
           mask: pd.DataFrame | None = None, mask_path="--mask", callbacks=(),
-          base_rollout_files: list | None = None) -> dict:
+          base_rollout_files: list | None = None, full: dict | None = None) -> dict:
+    """Train one run. `settings`: as given (they key the run's checkpoints); `full`: their
+    complete settings (core/settings.py), resolved here unless the caller has them."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -199,23 +198,24 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     from boundary.training import rollout_engine
     from boundary.training.schedule import anchor_weights_for
     from boundary.training.trainer import PBATrainer, needs_frozen_base
-    from boundary.training.trainer_config import filled, make_config
+    from boundary.training.trainer_config import make_config
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out_dir = Path(out_dir)
-    cfg = make_config(settings, seed, str(checkpoint_dir))
+    full = full or stage_settings.resolve("train", settings)
+    cfg = make_config(full, seed, str(checkpoint_dir))
     rollout_engine.check_device(cfg)
     if cfg.use_vllm:
         from boundary.sampling.vllm import without_flashinfer_sampler
 
         without_flashinfer_sampler()  # TRL builds its colocated engine with the trainer
-    if settings.get("mask") and mask is None:
-        raise BoundaryError(f"--mask: method uses mask {settings['mask']!r}, none given")
+    if full["mask"] and mask is None:
+        raise BoundaryError(f"--mask: method uses mask {full['mask']!r}, none given")
     text = split["prompt"] if "prompt" in split else split["problem"]
     prompts = {"prompt": text.tolist(), "answer": split["answer"].astype(str).tolist(),
                "prompt_id": split["prompt_id"].tolist()}
     data = Dataset.from_dict(prompts)
-    epochs = math.ceil(cfg.max_steps / cfg.refresh_steps)
+    epochs = stage_settings.refresh_epochs(cfg.max_steps, cfg.refresh_steps)
     weights = (None if mask is None else
                anchor_weights_for(mask, split["prompt_id"].tolist(), epochs, mask_path))
     checkpoint_dir = Path(checkpoint_dir) / run_key(model_dir, settings, seed, prompts, weights)
@@ -225,9 +225,8 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     anchoring = weights is not None and cfg.masked_action == "anchor" and bool(weights.any())
     needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollout_files))
     base = from_pretrained(model_dir) if needs_base else None
-    full = filled(settings)
     reward = make_reward(full["extractor"], int(full["verify_timeout"]), int(full["verify_workers"]))
-    checkpoints = sorted(int(s) for s in settings.get("checkpoints", []))
+    checkpoints = sorted(int(s) for s in full.get("checkpoints", []))
     snapshots = checkpoint_dir / "snapshots"
     snapshots.mkdir(parents=True, exist_ok=True)
     snapshot = step_snapshots([c for c in checkpoints if c < cfg.max_steps], snapshots)
@@ -288,8 +287,9 @@ def make_parser() -> ArgumentParser:
     return parser
 
 
-def run(argv=None):
-    """One training process: parse the stage's options, train, write the outputs."""
+def run(argv=None, full: dict | None = None):
+    """One training process: parse the stage's options, train, write the outputs. `full`: the
+    complete settings, where the caller has resolved them."""
     from boundary.core.artifacts import read_table
     from boundary.core.config import load_stage_settings
     from boundary.training.gate import read_mask
@@ -303,4 +303,4 @@ def run(argv=None):
         raise BoundaryError(f"{args.train_split}: missing column problem (or prompt)")
     mask = read_mask(args.mask) if args.mask else None
     train(args.model, split, settings, args.seed, args.out, args.checkpoint_dir, mask, args.mask,
-          base_rollout_files=args.base_rollouts)
+          base_rollout_files=args.base_rollouts, full=full)

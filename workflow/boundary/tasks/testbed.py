@@ -25,8 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from boundary.core import settings
 from boundary.core.artifacts import atomic_dir, write_json
 from boundary.core.errors import BoundaryError
+
+# The config's testbed defaults (the schema's): a dataclass built by hand gets the same.
+TASK, MODEL, PRETRAIN = (settings.defaults(f"testbed.{k}") for k in ("task", "model", "pretrain"))
 
 METHODS = "ABCDEF"
 # Each method's rearrangement of the prompt digits (a, b, c, d) -> four answer digits.
@@ -44,14 +48,14 @@ class TestbedTask:
 
     __test__ = False  # not a pytest class, despite the name
 
-    seed: int = 0
-    n_cells: int = 10
-    dominant_min: float = 0.60  # dominant-mode mass in the cell with the lowest dominance
-    dominant_max: float = 0.90
+    seed: int = TASK["seed"]
+    n_cells: int = TASK["n_cells"]
+    dominant_min: float = TASK["dominant_min"]  # dominant-mode mass in the cell with the lowest dominance
+    dominant_max: float = TASK["dominant_max"]
     # Shares of the non-dominant mass for the methods of rank 1..5 within a cell.
-    tail_shares: tuple[float, ...] = (0.80, 0.13, 0.05, 0.015, 0.005)
+    tail_shares: tuple[float, ...] = tuple(TASK["tail_shares"])
     # Probability that a prompt's hidden key is the cell's method of rank 0..5.
-    key_rank_probs: tuple[float, ...] = (0.30, 0.20, 0.18, 0.12, 0.08, 0.12)
+    key_rank_probs: tuple[float, ...] = tuple(TASK["key_rank_probs"])
 
     def __post_init__(self):
         if len(self.tail_shares) != len(METHODS) - 1:
@@ -141,10 +145,10 @@ def build_tokenizer():
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    hidden: int = 96
-    layers: int = 3
-    heads: int = 4
-    intermediate: int = 256
+    hidden: int = MODEL["hidden"]
+    layers: int = MODEL["layers"]
+    heads: int = MODEL["heads"]
+    intermediate: int = MODEL["intermediate"]
 
 
 def build_model(cfg: TinyModelConfig, tokenizer, seed: int = 0):
@@ -170,11 +174,11 @@ def build_model(cfg: TinyModelConfig, tokenizer, seed: int = 0):
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    steps: int = 2000
-    batch_prompts: int = 128
-    lr: float = 3e-3
-    warmup: int = 100
-    seed: int = 0
+    steps: int = PRETRAIN["steps"]
+    batch_prompts: int = PRETRAIN["batch_prompts"]
+    lr: float = PRETRAIN["lr"]
+    warmup: int = PRETRAIN["warmup"]
+    seed: int = PRETRAIN["seed"]
 
 
 def expected_loss_table(task: TestbedTask, tokenizer):

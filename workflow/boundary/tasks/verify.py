@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from boundary.core.errors import BoundaryError
+from boundary.core.settings import defaults
+
+VERIFY = defaults("verify")  # the config's verify section's defaults (the schema's)
 
 EXTRACTORS = ("boxed", "last_number", "boxed_or_last_number")
 _NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:/\d+)?")
@@ -203,8 +206,8 @@ class Verifier:
     BoundaryError, never a column of False.
     """
 
-    timeout: int = 5
-    workers: int = 2
+    timeout: int = VERIFY["timeout"]
+    workers: int = VERIFY["workers"]
     chunk: int = 64
     check_one: Callable = _check  # module-level, so spawned workers can import it
     start_timeout: float = 120.0  # seconds a new worker may take to import math-verify

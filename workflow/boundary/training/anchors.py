@@ -41,11 +41,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from boundary.core.settings import allowed
+
 if TYPE_CHECKING:  # tensor methods only: the Snakefile reads the anchor kinds without torch
     import torch
 
-ESTIMATORS = ("k1", "k2", "k3")
-ANCHORS = ("policy", "base", "support", "forward_kl", "js")
+ESTIMATORS = allowed("methods", "kl_estimator")  # the schema's, as every allowed value
+ANCHORS = allowed("methods", "anchor")
 # anchors that draw the anchored prompt's rollouts from the base
 BASE_SAMPLED = ("base", "support", "forward_kl", "js")
 # anchors that read frozen-base log-probs of those rollouts

@@ -22,7 +22,6 @@ the trainer refuses rollouts drawn for other prompt tokens.
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from boundary.core.errors import BoundaryError
+from boundary.core.settings import refresh_epochs
 from boundary.training.schedule import step_weights
 
 COLUMNS = ["epoch", "block", "step", "position", "prompt_id", "prompt_hash", "completion_ids",
@@ -48,7 +48,7 @@ def plan_blocks(batches: list[list[int]], anchor_weights: np.ndarray, num_genera
     """Every base rollout of a run's schedule, in blocks: refresh epoch by epoch, keys in
     (step, position) order, `block_size` at a time."""
     G, blocks = num_generations, []
-    for epoch in range(math.ceil(len(batches) / refresh_steps)):
+    for epoch in range(refresh_epochs(len(batches), refresh_steps)):  # one batch a step
         keys = []
         for step in range(epoch * refresh_steps, min((epoch + 1) * refresh_steps, len(batches))):
             w = step_weights(anchor_weights, step, batches[step], refresh_steps, seed, base_sampled=True)

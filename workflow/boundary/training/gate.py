@@ -7,7 +7,7 @@ the previous epoch: the base is frozen, so a flip is pure gate noise, which the 
 reports. Masks never say "drop": a method with `masked_action: drop` turns anchor rows into
 drop at train time, so the drop control reuses the PBA mask exactly.
 
-Kinds (settings JSON):
+Kinds (complete settings, core/settings.py: the soft gate's confidence is the schema's when unset):
   gate   {G0, tau, epochs}                sharpen iff w_hat >= tau (G0 = 8, tau = 0.10 is the
                                           paper's one-success rule)
   soft   {G0, tau, confidence, epochs}    weight = clip(1 - LCB / tau, 0, 1), LCB the
@@ -29,11 +29,9 @@ import pandas as pd
 
 from boundary.core.artifacts import read_table
 from boundary.core.errors import BoundaryError
+from boundary.core.settings import GATED  # kinds that read the first G0 gate draws of each epoch
 
 KINDS = ("gate", "soft", "random", "oracle", "solved")
-GATED = ("gate", "soft", "solved")  # kinds that read the first G0 gate draws of each epoch
-REQUIRED = {"gate": ("G0", "tau", "epochs"), "soft": ("G0", "tau", "epochs"),
-            "solved": ("G0", "tau", "epochs"), "random": ("fraction", "seed", "epochs"), "oracle": ("epochs",)}
 COLUMNS = ["prompt_id", "epoch", "successes", "G0", "w_hat", "action", "weight", "flip"]
 
 
@@ -81,14 +79,10 @@ def soft_weight(successes, G0, tau: float, confidence: float) -> np.ndarray:
 
 def build_mask(kind: str, settings: dict, draws: pd.DataFrame | None, prompt_ids,
                regimes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A mask of `kind` from its complete settings (core.settings.resolve("masks", ...))."""
     if kind not in KINDS:
         raise BoundaryError(f"--kind: unknown mask kind {kind!r} (one of {', '.join(KINDS)})")
-    missing = [k for k in REQUIRED[kind] if k not in settings]
-    if missing:
-        raise BoundaryError(f"mask settings ({kind}): missing {', '.join(missing)}")
     epochs = int(settings["epochs"])
-    if epochs < 1:
-        raise BoundaryError("mask settings: epochs must be >= 1")
     prompt_ids = list(prompt_ids)
     G0 = int(settings["G0"]) if kind in GATED else None
     if draws is None:
@@ -106,7 +100,7 @@ def build_mask(kind: str, settings: dict, draws: pd.DataFrame | None, prompt_ids
         weight = (ev["w_hat"] >= float(settings["tau"])).astype(float)
     elif kind == "soft":
         weight = pd.Series(soft_weight(ev["successes"], ev["G0"], float(settings["tau"]),
-                                       float(settings.get("confidence", 0.9))), index=ev.index)
+                                       float(settings["confidence"])), index=ev.index)
     elif kind == "random":
         # One draw for the whole run: the control asks whether protecting *any* fixed 70%
         # of prompts helps, so it has no gate noise and never flips.

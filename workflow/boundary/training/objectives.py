@@ -29,8 +29,6 @@ import torch
 
 from boundary.core.errors import BoundaryError
 
-ADVANTAGES = ("grpo", "passk", "reinforce")
-COV_SELECTIONS = ("clip", "kl")
 # Method settings of these objectives, passed to the trainer's config as they are (epsilon_high
 # is TRL's own: DAPO's clip-higher).
 METHOD_SETTINGS = ("advantage", "passk_k", "positive_weight", "negative_weight", "unlikeliness", "cov_select", "cov_fraction",

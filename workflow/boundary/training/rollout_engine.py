@@ -36,7 +36,7 @@ from boundary.core.errors import BoundaryError, warn
 # torch is imported where it is used: trainer_config (and so `boundary train --help`) reads
 # this module's names without it.
 
-ENGINES = ("generate", "vllm")
+# The engines are the schema's `train.rollout_engine` values (core.settings.allowed).
 # GRPOConfig's own vLLM fields, passed through; the others are PBAConfig's (trainer_config.py).
 TRL_KEYS = ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode",
             "vllm_max_model_length", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",
@@ -50,7 +50,7 @@ CHECK_SEQUENCES, CHECK_TOKENS = 4, 32
 
 
 def engine_args(settings: dict) -> dict:
-    """GRPOConfig / PBAConfig arguments of `rollout_engine: vllm` from filled train settings."""
+    """GRPOConfig / PBAConfig arguments of `rollout_engine: vllm` from complete train settings."""
     return {"use_vllm": True, **{k: settings[k] for k in TRL_KEYS + OWN_KEYS if settings.get(k) is not None}}
 
 

@@ -1,10 +1,10 @@
 """PBAConfig: TRL's GRPOConfig plus the per-prompt action knobs of PBA, its controls and the
-field's methods; and `make_config`, the one translation of a run's settings (the train
-section plus one method entry, as the train rule passes them) into it.
+field's methods; and `make_config`, the one translation of a run's complete settings (the
+train section plus one method entry, resolved by core/settings.py) into it.
 
 In TRL's shape (trl/experimental/gmpo/gmpo_config.py): the config is its own module beside the
-trainer. Every default comes from the schema (workflow/schemas/config.schema.yaml), so a
-method trains the same through the pipeline and through `boundary train`.
+trainer. Every default and every allowed value comes from the schema through the settings
+layer, so a method trains the same through the pipeline and through `boundary train`.
 """
 
 from __future__ import annotations
@@ -15,44 +15,43 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
-from boundary.core.config import REPLACED_TRAIN_KEYS, batch_split_error, schema_defaults, schema_keys
+from boundary.core import settings as stage_settings
+from boundary.core.config import batch_split_error
 from boundary.core.errors import BoundaryError
 from boundary.training import objectives
-from boundary.training.anchors import ANCHORS, ESTIMATORS
-from boundary.training.rollout_engine import ENGINES, engine_args
-from boundary.training.sharding import SHARDINGS, config_args
+from boundary.training.rollout_engine import engine_args
+from boundary.training.sharding import config_args
 
-MASKED_ACTIONS = ("anchor", "drop")
-TRAIN = schema_defaults("train")
-METHOD = schema_defaults("methods")
-GATE = schema_defaults("gate")
-VERIFY = schema_defaults("verify")
+# Defaults of a PBAConfig built by hand (make_config sets every field from the settings).
+TRAIN = stage_settings.defaults("train")
+METHOD = stage_settings.defaults("methods")
+GATE = stage_settings.defaults("gate")
 
 
 @dataclass
 class PBAConfig(GRPOConfig):
     """GRPOConfig plus the per-prompt action knobs of PBA and its controls."""
 
-    anchor: str | None = field(default=None, metadata={"help": "policy | base | support | None"})
-    kl_estimator: str = field(default=METHOD["kl_estimator"], metadata={"help": "k1 | k2 | k3 (policy anchor, global KL)"})
+    anchor: str | None = field(default=METHOD["anchor"], metadata={"help": "see the schema's methods.anchor"})
+    kl_estimator: str = field(default=METHOD["kl_estimator"], metadata={"help": "policy anchor and global KL's estimator"})
     beta_a: float = field(default=METHOD["beta_a"], metadata={"help": "anchor weight beta_a"})
     support_floor: float = field(default=METHOD["support_floor"], metadata={
         "help": "support anchor: a base token is held at min(pi_base, support_floor)"})
     beta_kl: float = field(default=METHOD["beta_kl"], metadata={"help": "global KL(pi || pi_base) weight"})
-    masked_action: str = field(default=METHOD["masked_action"], metadata={"help": "anchor | drop for masked prompts"})
+    masked_action: str = field(default=METHOD["masked_action"], metadata={"help": "what masked prompts get"})
     refresh_steps: int = field(default=GATE["refresh_steps"], metadata={"help": "gate refresh period (steps)"})
     base_generation_batch_size: int | None = field(default=None, metadata={
         "help": "base-anchor rollouts per block: one sampling call, seeded by (seed, epoch, block) "
                 "(None: generation_batch_size)"})
     # The field's methods (objectives.py): the group advantage, the reward, covariance selection.
-    advantage: str = field(default=METHOD["advantage"], metadata={"help": "grpo | passk | reinforce"})
+    advantage: str = field(default=METHOD["advantage"], metadata={"help": "the group advantage"})
     passk_k: int = field(default=METHOD["passk_k"], metadata={"help": "passk advantage: k <= num_generations"})
     positive_weight: float = field(default=METHOD["positive_weight"], metadata={
         "help": "reinforce advantage: a correct rollout's weight lambda (0: negatives only, NSR)"})
     negative_weight: float = field(default=METHOD["negative_weight"], metadata={
         "help": "reinforce advantage: a wrong rollout's weight (0 with positive_weight 1: PSR)"})
     unlikeliness: float = field(default=METHOD["unlikeliness"], metadata={"help": "unlikeliness reward beta_rank (0: off)"})
-    cov_select: str | None = field(default=None, metadata={"help": "clip (Clip-Cov) | kl (KL-Cov) | None"})
+    cov_select: str | None = field(default=METHOD["cov_select"], metadata={"help": "Clip-Cov or KL-Cov selection"})
     cov_fraction: float = field(default=METHOD["cov_fraction"], metadata={"help": "fraction of tokens Clip-Cov / KL-Cov select"})
     cov_bounds: tuple = field(default=tuple(METHOD["cov_bounds"]), metadata={"help": "Clip-Cov covariance band (lb, ub)"})
     cov_kl_coef: float = field(default=METHOD["cov_kl_coef"], metadata={"help": "KL-Cov penalty coefficient"})
@@ -69,34 +68,20 @@ class PBAConfig(GRPOConfig):
         "help": "how the colocated engine starts: dummy (random weights; the first sync fills them)"})
 
     def __post_init__(self):
+        # Allowed values and ranges are the schema's, checked by the settings layer; here only
+        # what ties fields together.
         super().__post_init__()
-        if self.anchor not in (None, *ANCHORS):
-            raise BoundaryError(f"anchor: {self.anchor!r} is not one of {ANCHORS} or null")
-        if self.kl_estimator not in ESTIMATORS:
-            raise BoundaryError(f"kl_estimator: {self.kl_estimator!r} is not one of {ESTIMATORS}")
-        if not 0.0 < self.support_floor <= 1.0:
-            raise BoundaryError(f"support_floor: {self.support_floor} is not in (0, 1]")
-        if self.masked_action not in MASKED_ACTIONS:
-            raise BoundaryError(f"masked_action: {self.masked_action!r} is not one of {MASKED_ACTIONS}")
         if self.beta != 0.0:
             raise BoundaryError("beta: use beta_kl (TRL's beta is k3-only and loads its own reference)")
-        if self.advantage not in objectives.ADVANTAGES:
-            raise BoundaryError(f"advantage: {self.advantage!r} is not one of {objectives.ADVANTAGES}")
         if self.advantage == "reinforce" and self.positive_weight == 0 and self.negative_weight == 0:
             raise BoundaryError("positive_weight, negative_weight: both 0 gives every rollout a zero "
                                 "advantage (nothing to learn)")
-        if self.cov_select not in (None, *objectives.COV_SELECTIONS):
-            raise BoundaryError(f"cov_select: {self.cov_select!r} is not one of {objectives.COV_SELECTIONS} or null")
         if self.regrouped and self.scale_rewards == "batch":
             raise BoundaryError("scale_rewards: batch is not supported with advantage, unlikeliness or "
                                 "cov_select (they recompute the group advantage per process)")
         # One generation batch per optimizer step, so a batch's refresh epoch is its step's.
         if self.num_iterations != 1 or self.steps_per_generation != self.gradient_accumulation_steps:
             raise BoundaryError("num_iterations must be 1 and steps_per_generation = gradient_accumulation_steps")
-        if self.rollout_engine not in ENGINES:
-            raise BoundaryError(f"rollout_engine: {self.rollout_engine!r} is not one of {', '.join(ENGINES)}")
-        if self.sharding not in SHARDINGS:
-            raise BoundaryError(f"sharding: {self.sharding!r} is not one of {', '.join(SHARDINGS)}")
 
     @property
     def regrouped(self) -> bool:
@@ -105,36 +90,14 @@ class PBAConfig(GRPOConfig):
 
 
 
-# Settings the pipeline derives for training from other sections (gate, verify).
-DERIVED_KEYS = {"refresh_steps", "extractor", "verify_timeout"}
-# The vllm engine's settings (rollout_engine.py reads them; TRL's under their GRPOConfig names).
-VLLM_KEYS = {k for k in schema_keys("train") if k.startswith("vllm_")}
-# Settings that schedule or launch runs rather than shape one (training ignores them).
-PIPELINE_KEYS = {"seeds", "gpus", "label"}
-KEYS = schema_keys("train") | schema_keys("methods") | DERIVED_KEYS
-REQUIRED = ("steps", "lr", "num_generations", "prompts_per_step")
-
-
-
-def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
-    """A run's PBAConfig from its settings; an unset key takes the schema's default."""
-    for key in set(settings) & set(REPLACED_TRAIN_KEYS):
-        raise BoundaryError(f"train settings: {key}: {REPLACED_TRAIN_KEYS[key]}")
-    unknown = set(settings) - KEYS - PIPELINE_KEYS
-    if unknown:
-        raise BoundaryError(f"train settings: unknown key(s) {', '.join(sorted(unknown))}")
-    missing = [k for k in REQUIRED if k not in settings]
-    if missing:
-        raise BoundaryError(f"train settings: missing {', '.join(missing)}")
-    s = {**filled(settings)}
+def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
+    """A run's PBAConfig from its complete settings (`core.settings.resolve("train", ...)`)."""
     bf16 = s["bf16"]
-    if bf16 not in ("auto", True, False):
-        raise BoundaryError(f"train settings: bf16 must be auto, true or false, not {bf16!r}")
     if bf16 == "auto":  # GRPOConfig turns bf16 on by default, which a CPU cannot run
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     # TRL checkpoints activations by default: a memory saver for large models on a GPU, pure
     # recomputation for a CPU-sized model.
-    checkpointing = s.get("gradient_checkpointing", "auto")
+    checkpointing = s["gradient_checkpointing"]
     if checkpointing == "auto":
         checkpointing = torch.cuda.is_available()
     G, P = int(s["num_generations"]), int(s["prompts_per_step"])
@@ -164,7 +127,7 @@ def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         beta_a=float(s["beta_a"]), beta_kl=float(s["beta_kl"]),
         support_floor=float(s["support_floor"]),
         masked_action=s["masked_action"], refresh_steps=int(s["refresh_steps"]),
-        base_generation_batch_size=s.get("base_generation_batch_size"),
+        base_generation_batch_size=s.get("base_generation_batch_size"),  # unset: one generation batch
         **{k: tuple(v) if isinstance(v, list) else v for k, v in s.items() if k in objectives.METHOD_SETTINGS},
         save_strategy="steps", save_steps=int(s.get("save_steps", max(1, min(50, steps // 4)))),
         save_total_limit=2, logging_steps=1, report_to="none", disable_tqdm=True,
@@ -175,9 +138,3 @@ def make_config(settings: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         **(engine_args(s) if s["rollout_engine"] == "vllm" else {}),
     )
 
-
-def filled(settings: dict) -> dict:
-    """Settings with every unset key at the schema's default (train, method, derived keys)."""
-    derived = {"refresh_steps": GATE["refresh_steps"], "extractor": VERIFY["extractor"],
-               "verify_timeout": VERIFY["timeout"]}
-    return {**TRAIN, **METHOD, **derived, **settings}
