@@ -63,6 +63,19 @@ def test_the_config_reference_is_the_schema_rendered():
         assert row in page, row
 
 
+def test_every_key_of_the_config_reference_has_a_description():
+    """Each key row of docs/reference/config.md (every leaf key of the schema, and each section
+    it lists) says what the key does: a `description:` in the schema or a comment above the key."""
+    from boundary.core import config_reference
+
+    rows = [re.split(r"(?<!\\)\|", line)[1:-1] for line in config_reference.render().splitlines()
+            if line.startswith("| `")]
+    keys = {cells[0].strip() for cells in rows}
+    assert len(rows) > 200 and "`gate.tau`" in keys and "`methods.<name>.anchor`" in keys
+    bare = [cells[0].strip() for cells in rows if not cells[3].strip()]
+    assert not bare, f"schema keys without a description (add `description:`): {bare}"
+
+
 def test_the_cli_reference_is_the_parsers_rendered():
     """docs/reference/cli.md is generated from every command's parser; an option change must
     regenerate it (PYTHONPATH=workflow python workflow/scripts/cli_reference.py)."""
