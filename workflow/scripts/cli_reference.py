@@ -38,6 +38,8 @@ def _cell(text) -> str:
 
 
 def _shown(value) -> str:
+    if isinstance(value, (str, Path)) and str(value).startswith(f"{PAGE.parents[2]}/"):
+        value = Path(value).relative_to(PAGE.parents[2])  # the checkout's path is no default of the CLI
     if isinstance(value, (list, tuple, dict)):
         return "`" + json.dumps(value if not isinstance(value, tuple) else list(value)) + "`"
     return f"`{value}`"
