@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from boundary import cli
+from boundary.core.config_reference import write_or_check
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 HEADER = """# CLI reference
@@ -106,16 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=PAGE, help="the page to write (default: %(default)s)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page is out of date")
     args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        same = args.out.exists() and args.out.read_text() == text
-        print(f"{args.out}: {'up to date' if same else 'out of date: run without --check'}")
-        return 0 if same else 1
-    from boundary.core.artifacts import write_text
-
-    write_text(text, args.out)
-    print(f"wrote {args.out}")
-    return 0
+    return write_or_check(render(), args.out, args.check)
 
 
 if __name__ == "__main__":
