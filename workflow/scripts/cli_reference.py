@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from boundary import cli
-from boundary.core.config_reference import write_or_check
+from boundary.core.config_reference import page_main
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 HEADER = """# CLI reference
@@ -103,11 +103,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="cli_reference.py", description="Write docs/reference/cli.md from the parsers.")
-    ap.add_argument("--out", type=Path, default=PAGE, help="the page to write (default: %(default)s)")
-    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page is out of date")
-    args = ap.parse_args(argv)
-    return write_or_check(render(), args.out, args.check)
+    return page_main("cli_reference.py", "Write docs/reference/cli.md from the parsers.", PAGE, render, argv)
 
 
 if __name__ == "__main__":

@@ -157,26 +157,28 @@ def render(schema: dict | None = None) -> str:
     return "\n".join(parts)
 
 
-def write_or_check(text: str, out: Path, check: bool) -> int:
-    """Write a generated reference page, or with `check` only say whether it is current (exit status)."""
-    if check:
-        same = out.exists() and out.read_text() == text
-        print(f"{out}: {'up to date' if same else 'out of date: run without --check'}")
+def page_main(prog: str, description: str, page: Path, render_page, argv: list[str] | None = None) -> int:
+    """The command line of a generated reference page: write it, or with --check only say whether it
+    is current (exit status)."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--out", type=Path, default=page, help="the page to write (default: %(default)s)")
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page is out of date")
+    args = ap.parse_args(argv)
+    text = render_page()
+    if args.check:
+        same = args.out.exists() and args.out.read_text() == text
+        print(f"{args.out}: {'up to date' if same else 'out of date: run without --check'}")
         return 0 if same else 1
     from boundary.core.artifacts import write_text
 
-    write_text(text, out)
-    print(f"wrote {out}")
+    write_text(text, args.out)
+    print(f"wrote {args.out}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m boundary.core.config_reference",
-                                 description="Write docs/reference/config.md from the config schema.")
-    ap.add_argument("--out", type=Path, default=PAGE, help="the page to write (default: %(default)s)")
-    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page is out of date")
-    args = ap.parse_args(argv)
-    return write_or_check(render(), args.out, args.check)
+    return page_main("python -m boundary.core.config_reference",
+                     "Write docs/reference/config.md from the config schema.", PAGE, render, argv)
 
 
 if __name__ == "__main__":
