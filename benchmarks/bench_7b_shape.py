@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from launched import run_logged
+from launched import engine_options, run_logged
 
 WORKER = Path(__file__).parent / "multi_gpu_steps.py"
 RUNS = (("fsdp", "grpo"), ("fsdp", "pba"), ("ddp", "grpo"))
@@ -45,6 +45,8 @@ def main():
     p.add_argument("--engine", choices=("generate", "vllm"), default="generate",
                    help="train.rollout_engine (vllm: starts from dummy weights, the trainer's synced in)")
     p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
+    p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
+    p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
     p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
     p.add_argument("--cpu", action="store_true", help="gloo processes on the CPU (a dry run of this script)")
     p.add_argument("--logs", help="keep each run's log in this folder (default: a temporary one)")
@@ -67,7 +69,7 @@ def main():
                    "--prompts", str(args.prompts), "--G", str(args.G), "--prompt-len", str(args.prompt_len),
                    "--completion-len", str(args.completion_len), "--steps", str(args.steps),
                    "--warmup", str(args.warmup), "--shape", args.shape, "--out", str(out),
-                   "--engine", args.engine, *(["--vllm-mem", str(args.vllm_mem)] if args.vllm_mem else []),
+                   "--engine", args.engine, *engine_options(args),
                    "--accum", str(args.accum)]
             log = logs / f"{sharding}_{method}.log"
             started = time.monotonic()

@@ -42,11 +42,14 @@ sys.path.insert(0, str(ROOT / "workflow"))
 
 
 def _settings(config_path: str | None, overrides: dict) -> dict:
+    """The calibrate stage's complete settings of the diagnostic split, as the workflow passes
+    them (calibration, regimes, sampling, verify with the split's extractor)."""
+    from boundary.core import settings
     from boundary.core.config import load_config
 
     config = load_config(config_path or ROOT / "config" / "config.yaml")
-    config["calibration"].update({k: v for k, v in overrides.items() if v is not None})
-    return config
+    config["calibration"].update({k: v for k, v in overrides.items() if v is not None}, adaptive=True)
+    return settings.resolve("calibrate", settings.calibrate_key(config, "diagnostic"))
 
 
 def _rule(config):
@@ -120,6 +123,8 @@ def real(args) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     from dataclasses import replace
 
+    import pandas as pd
+
     from boundary.analysis.regimes import counts_from_calibration, label_counts
     from boundary.core.artifacts import read_table
     from boundary.sampling.scoring import sampling_params, scored_samples
@@ -130,11 +135,10 @@ def real(args) -> None:
     if args.batch_size:
         sampling["batch_size"] = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     split = read_table(args.split, ["prompt_id", "answer"])
-    if args.prompts:
-        split = split.head(args.prompts)
+    split = split.iloc[args.offset:args.offset + args.prompts if args.prompts else None]
     rule = _rule(config)
     params = replace(sampling_params(cal, sampling, cal["seed"], cal["n"]), backend=args.backend)
-    extractor = config["verify"]["extractor"]
+    extractor = config["verify"]["extractor"]  # the diagnostic split's
     results = {}
     for name, r in (("full", None), ("adaptive", rule)):
         verifier = Verifier(timeout=config["verify"]["timeout"], workers=config["verify"]["workers"])
@@ -153,8 +157,8 @@ def real(args) -> None:
             samples.to_parquet(Path(args.out) / f"{name}.parquet")
     (full, t_full), (adaptive, t_adaptive) = results["full"], results["adaptive"]
     th = rule.thresholds
-    labels = {k: label_counts(counts_from_calibration(v[0]), th).set_index("prompt_id")["regime"]
-              for k, v in results.items()}
+    counts = {k: counts_from_calibration(v[0]) for k, v in results.items()}
+    labels = {k: label_counts(v, th).set_index("prompt_id")["regime"] for k, v in counts.items()}
     print(f"machine: {machine()}; device {args.device}, backend {args.backend}")
     print(f"prompts: {len(split)} of {args.split}; n = {cal['n']}, seed {cal['seed']}")
     _confusion(labels["full"].to_numpy(), labels["adaptive"].reindex(labels["full"].index).to_numpy())
@@ -173,6 +177,11 @@ def real(args) -> None:
         first = full[full["prompt_id"] == pid].head(len(rows))
         prefix += rows["completion"].tolist() == first["completion"].tolist()
     print(f"exact prefix of the full run's samples: {prefix} of {adaptive['prompt_id'].nunique()} prompts")
+    if args.out:  # per prompt, small enough to commit beside the results page
+        per_prompt = pd.DataFrame({f"{k}_{col}": v for k in ("full", "adaptive")
+                                   for col, v in counts[k].set_index("prompt_id")[["n", "c"]].items()})
+        per_prompt = per_prompt.join(pd.DataFrame({f"{k}_regime": v for k, v in labels.items()}))
+        per_prompt.reindex(labels["full"].index).to_csv(Path(args.out) / "counts.csv")
 
 
 def main(argv=None) -> None:
@@ -181,13 +190,15 @@ def main(argv=None) -> None:
                                      "sampling, verify")
     ap.add_argument("--model", help="base model folder (results/{run}/models/base)")
     ap.add_argument("--split", help="split parquet (results/{run}/splits/diagnostic.parquet)")
-    ap.add_argument("--prompts", type=int, help="the split's first K prompts only")
+    ap.add_argument("--prompts", type=int, help="K prompts only (from --offset)")
+    ap.add_argument("--offset", type=int, default=0, help="skip the split's first J prompts (shards across GPUs)")
     ap.add_argument("--backend", default="hf", choices=["hf", "vllm"])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--batch-size", help="sampling.batch_size override (an integer or auto)")
     ap.add_argument("--rounds", type=lambda s: [int(x) for x in s.split(",")], help="e.g. 16,32,64,128")
     ap.add_argument("--delta", type=float)
-    ap.add_argument("--out", help="folder for both runs' samples (full.parquet, adaptive.parquet)")
+    ap.add_argument("--out", help="folder for both runs' samples (full.parquet, adaptive.parquet) and "
+                                 "per-prompt n, c and regime of each (counts.csv)")
     ap.add_argument("--simulate", help="per-prompt counts (prompt_id, n, c): simulate instead of sampling")
     ap.add_argument("--replicates", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)

@@ -26,16 +26,28 @@ import tempfile
 import time
 from pathlib import Path
 
-from launched import run_logged
+from launched import engine_options, run_logged
 
 WORKER = Path(__file__).parent / "multi_gpu_steps.py"
 GOALS = {2: 1.8, 4: 3.2}
 
 
+def accumulation(n: int, args) -> int:
+    """Micro-batches a step on n processes: --accum, or as many as keep --micro-batch rows a process
+    (the same memory a process at every count: a 1-GPU row of a large batch otherwise runs out)."""
+    if not args.micro_batch:
+        return args.accum
+    rows = args.prompts * args.G
+    if rows % (n * args.micro_batch):
+        raise SystemExit(f"--micro-batch {args.micro_batch}: {rows} completions do not split into "
+                         f"{n} processes x micro-batches of {args.micro_batch}")
+    return rows // (n * args.micro_batch)
+
+
 def run(n: int, args, out: Path, logs: Path) -> dict | None:
     worker = [str(WORKER), "--method", "grpo", "--sharding", args.sharding, "--shape", args.shape,
               "--engine", args.engine, *(["--eos"] if args.eos else []),
-              *(["--vllm-mem", str(args.vllm_mem)] if args.vllm_mem else []), "--accum", str(args.accum),
+              *engine_options(args), "--accum", str(accumulation(n, args)),
               "--prompt-len", str(args.prompt_len), "--prompts", str(args.prompts),
               "--G", str(args.G), "--completion-len", str(args.completion_len), "--steps", str(args.steps),
               "--warmup", str(args.warmup), "--out", str(out),
@@ -65,7 +77,11 @@ def main():
     p.add_argument("--engine", choices=("generate", "vllm"), default="generate", help="train.rollout_engine")
     p.add_argument("--eos", action="store_true", help="eos left on (random weights seldom emit it)")
     p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
+    p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
+    p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
     p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
+    p.add_argument("--micro-batch", type=int, help="completions a process a micro-batch at every GPU count "
+                                                   "(sets the accumulation per count; overrides --accum)")
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--sharding", default="ddp")
     p.add_argument("--prompts", type=int, default=32)
@@ -83,7 +99,7 @@ def main():
           f"(eos {'on' if args.eos else 'suppressed'}), {args.steps - args.warmup} timed steps, "
           f"sharding {args.sharding}", flush=True)
     print("gpus  step_s  speedup  goal            tokens/s  generate_s  sync_s  score_s  fwd_bwd_s  optimizer_s"
-          "  peak_GiB  mean_len  logp_diff  device", flush=True)
+          "  peak_GiB  mean_len  logp_diff  accum  device", flush=True)
     base, steps = None, {}
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(args.logs or tmp)
@@ -105,7 +121,7 @@ def main():
             print(f"{n:>4}  {r['step_s']:6.3f}  {speedup:7.2f}  {verdict:<14}  {r['tokens_per_s']:8.0f}  "
                   f"{r['generate_s']:10.3f}  {r['sync_s']:6.3f}  {r['score_s']:7.3f}  {r['fwd_bwd_s']:9.3f}  "
                   f"{r['optimizer_s']:11.3f}  {max(r['peak_alloc_gib_per_gpu']):8.2f}  "
-                  f"{'-' if length is None else f'{length:.0f}':>8}  {max(diff) if diff else '-':>9}  {r['device']}",
+                  f"{'-' if length is None else f'{length:.0f}':>8}  {max(diff) if diff else '-':>9}  {r.get('accum', '-'):>5}  {r['device']}",
                   flush=True)
     if 1 in steps and counts[0] != 1:  # counts measured before the 1-GPU row: their speedup now
         print("speedup over 1 GPU: " + ", ".join(f"{n} GPUs {steps[1] / steps[n]:.2f}x" for n in steps if n != 1),

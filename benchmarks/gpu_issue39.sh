@@ -12,9 +12,14 @@
 #      weights synced in), 8 prompts x G = 4 of 128 + 128 tokens (the issue's small shape)
 #   b  bench_scaling.py: SmolLM2 shape, engine vllm, 1 and 4 GPUs, 256 x 8 = 2,048 completions of
 #      up to 512 tokens after 128-token prompts, eos on, 8 micro-batches a step
-#   c  the same for the Qwen2.5-1.5B shape, 4 GPUs first
+#   c  the same for the Qwen2.5-1.5B shape, 4 GPUs first, then 1; 64 completions a process a
+#      micro-batch at each count (so the 1-GPU row holds what a 4-GPU process does)
+#   h  row c on 2 GPUs
 #   d  bench_7b_shape.py at 64 prompts x 8 of 1,024 tokens, engine vllm
 #   e  row a with the generate engine (the baseline, on the same machine)
+#   f  row a with the engine's sleep mode off (no wake-up or empty_cache around the sync)
+#   g  row f with the engine in tensor parallel over the 4 GPUs (vllm_tensor_parallel_size 4)
+# ROW_LIMIT (default 230): seconds each 7B row may take.
 set -u
 ROWS=${1:-abc}
 CPU=0; [ "${2:-}" = "--cpu" ] && CPU=1
@@ -38,21 +43,29 @@ stop_gpu_leftovers() {
   nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | xargs -r kill -9 2>/dev/null; sleep 2
 }
 L=/tmp/gpu_issue39_logs
+RL=${ROW_LIMIT:-230}
 if [ $CPU = 1 ]; then
   SEVEN=(--cpu --shape tiny-qwen2 --gpus 2 --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1)
   SCALE=(--cpu --shape tiny-qwen2 --gpus 1,2 --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1 --accum 2)
-  ENGINE=generate; SMOL=tiny-qwen2; MID=tiny-qwen2
+  ENGINE=generate; SMOL=tiny-qwen2; MID=tiny-qwen2; MICRO=2; TP=2
 else
   SEVEN=(--gpus 4 --prompts 8 --G 4 --prompt-len 128 --completion-len 128 --steps 3 --warmup 1)
   SCALE=(--gpus 1,4 --prompts 256 --G 8 --prompt-len 128 --completion-len 512 --eos --steps 2 --warmup 1 --accum 8)
-  ENGINE=vllm; SMOL=smollm2-135m; MID=qwen2.5-1.5b
+  ENGINE=vllm; SMOL=smollm2-135m; MID=qwen2.5-1.5b; MICRO=64; TP=4
 fi
 for row in $(echo "$ROWS" | grep -o .); do
   echo "=== row $row ($(date -u +%H:%M:%S))"
   case $row in
-    a) timeout 230 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --timeout 220 --logs $L/a ;;
+    a) timeout $RL $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --timeout $((RL - 10)) --logs $L/a ;;
+    f) timeout $RL $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --sleep off \
+         --timeout $((RL - 10)) --logs $L/f ;;
+    g) timeout $RL $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --sleep off \
+         --vllm-tp $TP --timeout $((RL - 10)) --logs $L/g ;;
     b) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --shape $SMOL --engine $ENGINE --timeout 150 --logs $L/b ;;
-    c) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus 4,1 --shape $MID --engine $ENGINE --timeout 330 --logs $L/c ;;
+    c) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus 4,1 --micro-batch $MICRO --shape $MID --engine $ENGINE \
+         --timeout 330 --logs $L/c ;;
+    h) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus 2 --micro-batch $MICRO --shape $MID --engine $ENGINE \
+         --timeout 250 --logs $L/h ;;
     d) timeout 300 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --prompts 64 --G 8 --completion-len 1024 --accum 4 \
          --steps 2 --runs fsdp:grpo --engine $ENGINE --timeout 290 --logs $L/d ;;
     e) timeout 230 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine generate --timeout 220 --logs $L/e ;;

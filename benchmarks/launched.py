@@ -87,3 +87,10 @@ def _echo(log: Path, seen: int, echo: str, label: str) -> int:
         if line.startswith(echo):
             print(f"{label}{line}", flush=True)
     return max(seen, done)
+
+
+def engine_options(args) -> list[str]:
+    """The worker's (multi_gpu_steps.py) vLLM engine options that a front-end was given."""
+    flags = {"--vllm-mem": args.vllm_mem, "--vllm-tp": args.vllm_tp, "--sleep": args.sleep}
+    return [x for flag, value in flags.items() if value for x in (flag, str(value))]
+

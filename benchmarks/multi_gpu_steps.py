@@ -169,6 +169,8 @@ def main():
     p.add_argument("--eos", action="store_true", help="leave eos on (default: suppressed, full-length rollouts)")
     p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
     p.add_argument("--check-every", type=int, default=1, help="vllm_check_every (engine vs policy log-probs)")
+    p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
+    p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     args.vocab = SHAPES[args.shape][1]["vocab_size"]
@@ -184,9 +186,11 @@ def main():
         without_flashinfer_sampler()  # as the train stage does
         settings.update(rollout_engine="vllm", vllm_check_every=args.check_every,
                         vllm_max_model_length=args.prompt_len + args.completion_len + 8,
-                        **({"vllm_gpu_memory_utilization": args.vllm_mem} if args.vllm_mem else {}))
+                        **({"vllm_gpu_memory_utilization": args.vllm_mem} if args.vllm_mem else {}),
+                        **({"vllm_tensor_parallel_size": args.vllm_tp} if args.vllm_tp else {}),
+                        **({"vllm_enable_sleep_mode": args.sleep == "on"} if args.sleep else {}))
     result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
-              "processes": world, "engine": args.engine, "eos": args.eos,
+              "processes": world, "engine": args.engine, "eos": args.eos, "accum": args.accum,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
     phases, trainer, stage, t0 = Phases(), None, "build", time.perf_counter()
     checks, lengths = [], []  # the engine's log-prob checks; each timed step's mean completion length
