@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# One GPU lease's share of a study: run the pipeline's own Snakemake on a machine that keeps
+# nothing after the lease, from the artifacts earlier leases brought back, and pack what must
+# come back (docs/how-to/run_a_study_across_gpu_leases.md). Run from the repository root:
+#
+#   OUT=<folder> bash workflow/scripts/lease.sh --configfile CFG [--carry DIR] [--wheels DIR]...
+#       [--budget SECONDS] [--cores N] [--gpus N] [TARGET...]
+#
+#   --configfile  the study's config (its `run:` names results/RUN)
+#   --carry       a folder made by `lease_in.sh carry` (lease_RUN.manifest and its parts): restored
+#                 into results/RUN and .snakemake/metadata once per lease (the first call that
+#                 names it; a later call of the same warm lease keeps what the machine made since)
+#   --wheels      a folder of wheels: one holding snakemake-*.whl is installed with pip's resolver
+#                 from that folder alone (only what the interpreter lacks); any other with --no-deps
+#                 into /tmp/site (first on PYTHONPATH). vLLM's parts /tmp/vllm_part_* (a tar.xz of
+#                 its wheel, benchmarks/gpu_issue39.sh) are unpacked there if vllm is not importable.
+#   --budget      seconds this call may take in all (default 590); Snakemake is stopped (SIGINT,
+#                 then SIGKILL 20 s later) 60 s before, to leave time to pack
+#   --cores       Snakemake's --cores (default all); --gpus: its --resources gpu= (default: the
+#                 devices nvidia-smi lists, 0 without one): one sampling or 1-GPU training job a
+#                 device, so 4 GPUs hold the three methods' trainings and one evaluation at once
+#   TARGET        Snakemake targets (default: its default target, the whole run); for seed S of a
+#                 study: $(python workflow/scripts/lease_pack.py targets --configfile CFG --seed S)
+#
+# Before Snakemake: data/ is linked to .lease/data if data/ is missing and that folder was carried;
+# a GGUF base_model that is missing is joined from /tmp/lease-gguf/NAME.part_* and checked against
+# the config/*.sha256 pin naming it. If artifacts were restored and the base model folder is
+# missing, it is made first (a separate Snakemake run) and the restored files are then dated
+# after it: otherwise the newer base would rerun every stage below it. Calling this again in the
+# same warm lease goes on where the last call stopped (--rerun-incomplete; training resumes from
+# checkpoints/). Every call ends by packing results/RUN's small artifacts and their metadata into
+# $OUT (lease_pack.py: at most 4 parts of 15 MiB, 60 MiB in all; never model weights), with
+# $OUT/lease.log, this call's console.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+start=$(date +%s)
+cfg="" carry="" budget=590 cores=all gpus="" wheels=() targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --configfile) cfg="$2"; shift 2 ;;
+    --carry) carry="$2"; shift 2 ;;
+    --wheels) wheels+=("$2"); shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
+    --cores) cores="$2"; shift 2 ;;
+    --gpus) gpus="$2"; shift 2 ;;
+    -*) echo "lease.sh: unknown option $1" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+: "${OUT:?lease.sh: set OUT to the folder that comes back}"
+[ -f "$cfg" ] || { echo "lease.sh: --configfile ${cfg:-(none)}: no such file" >&2; exit 2; }
+mkdir -p "$OUT" .snakemake/lease
+exec > >(tee -a "$OUT/lease.log") 2>&1
+PY="${PYTHON:-python3}"
+SITE="${LEASE_SITE:-/tmp/site}"
+export PYTHONPATH="$SITE:$ROOT/workflow${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
+  NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+left() { echo $((start + budget - $(date +%s))); }
+say() { echo "lease.sh [$(($(date +%s) - start)) s]: $*"; }
+git log -1 --format='lease.sh: commit %H' 2>/dev/null || true
+
+# 1. Software: Snakemake and the carried wheel sets; `boundary` runs this checkout's package.
+want=$(sed -n 's/.*"snakemake==\([^"]*\)".*/\1/p' pyproject.toml)
+mkdir -p "$SITE"
+for dir in "${wheels[@]}"; do
+  if ls "$dir"/snakemake-*.whl >/dev/null 2>&1; then
+    [ "$($PY -m snakemake --version 2>/dev/null)" = "$want" ] ||
+      $PY -m pip install -q --no-index --find-links "$dir" "snakemake==$want" ||
+      { say "installing snakemake $want from $dir failed"; exit 1; }
+  else
+    stamp="$SITE/.lease-$(ls "$dir" | sha256sum | cut -c1-16)"
+    [ -e "$stamp" ] || { $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
+      "$dir"/*.whl && touch "$stamp"; } || { say "installing the wheels of $dir failed"; exit 1; }
+  fi
+done
+if ls /tmp/vllm_part_* >/dev/null 2>&1 && ! $PY -c "import vllm" 2>/dev/null; then
+  cat /tmp/vllm_part_* | xz -d | tar -x -C "$SITE" || { say "unpacking vllm from /tmp/vllm_part_* failed"; exit 1; }
+fi
+[ "$($PY -m snakemake --version 2>/dev/null)" = "$want" ] ||
+  { say "snakemake $want is not installed: pass --wheels with the folder of its wheel set"; exit 1; }
+mkdir -p /tmp/lease-bin
+printf '#!/bin/sh\nexec %s -m boundary.cli "$@"\n' "$(command -v "$PY")" > /tmp/lease-bin/boundary
+chmod +x /tmp/lease-bin/boundary
+export PATH="/tmp/lease-bin:$PATH"
+run=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['run'])" "$cfg") || exit 1
+base_model=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1])).get('base_model') or '')" "$cfg")
+
+# 2. Data and the base model's file.
+[ -e data ] || [ ! -d .lease/data ] || ln -s .lease/data data
+if [ "${base_model##*.}" = gguf ] && [ ! -f "$base_model" ]; then
+  pin=$(grep -l " $base_model\$" config/*.sha256 | head -1)
+  parts=(/tmp/lease-gguf/"$(basename "$base_model")".part_*)
+  if [ -n "$pin" ] && [ -f "${parts[0]}" ]; then
+    mkdir -p "$(dirname "$base_model")"
+    cat "${parts[@]}" > "$base_model.partial"
+    if [ "$(sha256sum "$base_model.partial" | cut -c1-64)" = "$(cut -c1-64 "$pin")" ]; then
+      mv "$base_model.partial" "$base_model" && say "$base_model: joined from ${#parts[@]} slices, SHA-256 as $pin pins"
+    else
+      rm -f "$base_model.partial"; say "$base_model: the ${#parts[@]} slices in /tmp/lease-gguf join to another SHA-256 than $pin pins; refused"; exit 1
+    fi
+  fi
+fi
+
+smk() { $PY -m snakemake --cores "$cores" --resources gpu="$ngpu" --scheduler greedy --configfile "$cfg" "$@"; }
+ngpu=${gpus:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
+ngpu=${ngpu:-0}
+$PY -m snakemake --unlock --configfile "$cfg" >/dev/null 2>&1 || true  # a lock left by a killed call
+
+# 3. Restore what earlier leases brought back (once a lease), then date it after the base.
+if [ -n "$carry" ]; then
+  key=$(sha256sum "$carry"/lease_*.manifest 2>/dev/null | cut -c1-64)
+  [ -n "$key" ] || { say "--carry $carry: no lease_*.manifest"; exit 1; }
+  if [ "$(cat .snakemake/lease/restored 2>/dev/null)" != "$key" ] && [ "$(cat .snakemake/lease/pending 2>/dev/null)" != "$key" ]; then
+    $PY workflow/scripts/lease_pack.py unpack "$carry" || exit 1
+    echo "$key" > .snakemake/lease/pending
+  fi
+fi
+if [ -f .snakemake/lease/pending ]; then
+  base="results/$run/models/base"
+  if [ ! -d "$base" ]; then
+    say "making $base before the restored stages are dated"
+    timeout -s INT -k 20 $(($(left) - 60)) bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk '$base'"
+  fi
+  if [ -d "$base" ]; then
+    $PY workflow/scripts/lease_pack.py touch .snakemake/lease/restored.txt &&
+      mv .snakemake/lease/pending .snakemake/lease/restored
+  fi
+fi
+
+# 4. The run, stopped in time to pack.
+if [ -f .snakemake/lease/pending ]; then
+  say "the base model is not made yet: the run waits for the next call"
+elif [ "$(left)" -gt 90 ]; then
+  say "snakemake on $ngpu GPU(s), $(($(left) - 60)) s: ${targets[*]:-the default target}"
+  timeout -s INT -k 20 $(($(left) - 60)) \
+    bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk --rerun-incomplete --keep-going \"\$@\"" _ "${targets[@]}"
+  rc=$?
+  [ $rc = 124 ] && say "stopped at the time limit: call again to go on" || say "snakemake exit status $rc"
+else
+  say "too little time left to run anything"
+fi
+
+# 5. What comes back.
+[ -d "results/$run" ] && $PY workflow/scripts/lease_pack.py pack --results "results/$run" --out "$OUT"
+say "done"

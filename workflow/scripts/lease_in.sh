@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The local side of a study run across GPU leases (docs/how-to/run_a_study_across_gpu_leases.md):
+# what goes to a lease's machine (in ignored folders under .lease/, named in the device call's
+# `carry`) and what comes back. Run from the repository root with the project's Python on PATH.
+#
+#   lease_in.sh data CFG             .lease/data: a copy of the data files CFG names (the data/
+#                                    link does not travel); lease.sh links data/ to it
+#   lease_in.sh carry RUN [MIB]      .lease/carry: results/RUN's small artifacts and their Snakemake
+#                                    metadata, at most MIB (default 30) MiB (lease_pack.py pack)
+#   lease_in.sh merge RUN FOLDER     restores a lease's returned parts (FOLDER: where the device
+#                                    call's files landed) into results/RUN and .snakemake/metadata,
+#                                    dated now, so `snakemake -n` here or the next lease's carry
+#                                    sees those stages as done
+#   lease_in.sh gguf FILE [MIB]      .lease/gguf/NN/NAME.part_NN: FILE in MIB-MiB slices (default
+#                                    54: a slice and the 8 MiB working tree fit the 64 MiB a call
+#                                    carries), one folder a call; the device call for slice NN is
+#                                    mkdir -p /tmp/lease-gguf && cp .lease/gguf/NN/* /tmp/lease-gguf/
+#                                    and lease.sh joins them and checks the SHA-256 pin
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+PACK=workflow/scripts/lease_pack.py
+case "${1:-}" in
+  data)
+    cfg="${2:?usage: lease_in.sh data CFG}"
+    rm -rf .lease/data
+    python - "$cfg" <<'PY'
+import shutil, sys, yaml
+from pathlib import Path
+config = yaml.safe_load(open(sys.argv[1]))
+data = config.get("data") or {}
+specs = [data.get("train"), data.get("diagnostic"), *(data.get("benchmarks") or {}).values()]
+for path in sorted({s["path"] for s in specs if s and str(s.get("path", "")).startswith("data/")}):
+    target = Path(".lease") / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, target)  # follows the data/ link
+    print(f"lease_in: {target} ({target.stat().st_size / 2**20:.1f} MiB)")
+PY
+    ;;
+  carry)
+    run="${2:?usage: lease_in.sh carry RUN [MIB]}"
+    rm -rf .lease/carry
+    python "$PACK" pack --results "results/$run" --out .lease/carry --limit-mib "${3:-30}" --part-mib 64
+    ;;
+  merge)
+    run="${2:?usage: lease_in.sh merge RUN FOLDER}" folder="${3:?usage: lease_in.sh merge RUN FOLDER}"
+    grep -qx "run $run" "$folder"/lease_*.manifest ||
+      { echo "lease_in: $folder: no lease_*.manifest of run $run" >&2; exit 1; }
+    python "$PACK" unpack "$folder" --list .snakemake/lease/merged.txt
+    python "$PACK" touch .snakemake/lease/merged.txt
+    grep "^left_out \|^unfinished " "$folder"/lease_*.manifest | sed 's/^/lease_in: not in this lease'"'"'s files: /' || true
+    ;;
+  gguf)
+    file="${2:?usage: lease_in.sh gguf FILE [MIB]}" mib="${3:-54}"
+    [ -f "$file" ] || { echo "lease_in: $file: no such file (workflow/scripts/qwen05b.sh makes the 0.5B one)" >&2; exit 1; }
+    rm -rf .lease/gguf && mkdir -p .lease/gguf/split
+    split -b "${mib}M" -d -a 2 "$file" ".lease/gguf/split/$(basename "$file").part_"
+    for part in .lease/gguf/split/*; do
+      nn="${part##*_}"; mkdir -p ".lease/gguf/$nn"; mv "$part" ".lease/gguf/$nn/"
+      echo "lease_in: .lease/gguf/$nn ($(du -m ".lease/gguf/$nn" | cut -f1) MB)"
+    done
+    rmdir .lease/gguf/split
+    tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+    [ $((tree + mib * 1048576)) -le $((64 * 1048576)) ] ||
+      echo "lease_in: warning: the tracked tree ($((tree / 1048576)) MiB) and a $mib MiB slice exceed the 64 MiB a call carries: use a smaller MIB"
+    ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
