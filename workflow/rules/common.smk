@@ -83,8 +83,10 @@ def as_param(value):
 def code(command):
     """The package sources `boundary <command>` runs, derived from the import graph (dispatcher
     and stage module, and everything they import): an edit reruns exactly the rules that run
-    it, compared by content (a touch alone reruns nothing)."""
-    return [str(path) for path in sources.files("boundary.cli", COMMANDS[command][0])]
+    it, compared by content (a touch alone reruns nothing). Relative to the working directory:
+    Snakemake keys its records by the path, so results made in one checkout are up to date in
+    another (a GPU lease's, docs/how-to/run_a_study_across_gpu_leases.md)."""
+    return [os.path.relpath(path) for path in sources.files("boundary.cli", COMMANDS[command][0])]
 
 
 def content(path_of):

@@ -103,7 +103,8 @@ if [ "${base_model##*.}" = gguf ] && [ ! -f "$base_model" ]; then
   fi
 fi
 
-smk() { $PY -m snakemake --cores "$cores" --resources gpu="$ngpu" --scheduler greedy --configfile "$cfg" "$@"; }
+# Targets first: --configfile takes every word after it.
+smk() { $PY -m snakemake "$@" --cores "$cores" --resources gpu="$ngpu" --scheduler greedy --configfile "$cfg"; }
 ngpu=${gpus:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
 ngpu=${ngpu:-0}
 $PY -m snakemake --unlock --configfile "$cfg" >/dev/null 2>&1 || true  # a lock left by a killed call
@@ -135,7 +136,7 @@ if [ -f .snakemake/lease/pending ]; then
 elif [ "$(left)" -gt 90 ]; then
   say "snakemake on $ngpu GPU(s), $(($(left) - 60)) s: ${targets[*]:-the default target}"
   timeout -s INT -k 20 $(($(left) - 60)) \
-    bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk --rerun-incomplete --keep-going \"\$@\"" _ "${targets[@]}"
+    bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk \"\$@\" --rerun-incomplete --keep-going" _ "${targets[@]}"
   rc=$?
   [ $rc = 124 ] && say "stopped at the time limit: call again to go on" || say "snakemake exit status $rc"
 else
