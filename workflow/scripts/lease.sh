@@ -10,8 +10,8 @@
 #   --carry       a folder made by `lease_in.sh carry` (lease_RUN.manifest and its parts): restored
 #                 into results/RUN and .snakemake/metadata once per lease (the first call that
 #                 names it; a later call of the same warm lease keeps what the machine made since)
-#   --wheels      a folder of wheels: one holding snakemake-*.whl is installed with pip's resolver
-#                 from that folder alone (only what the interpreter lacks); any other with --no-deps
+#   --wheels      a folder of wheels: of one holding snakemake-*.whl, the distributions the interpreter
+#                 lacks go into its site-packages; any other folder's wheels go with --no-deps
 #                 into /tmp/site (first on PYTHONPATH). vLLM's parts /tmp/vllm_part_* (a tar.xz of
 #                 its wheel, benchmarks/gpu_issue39.sh) are unpacked there if vllm is not importable.
 #   --budget      seconds this call may take in all (default 590); Snakemake is stopped (SIGINT,
@@ -66,8 +66,23 @@ want=$(sed -n 's/.*"snakemake==\([^"]*\)".*/\1/p' pyproject.toml)
 mkdir -p "$SITE"
 for dir in "${wheels[@]}"; do
   if ls "$dir"/snakemake-*.whl >/dev/null 2>&1; then
-    [ "$($PY -m snakemake --version 2>/dev/null)" = "$want" ] ||
-      $PY -m pip install -q --no-index --find-links "$dir" "snakemake==$want" ||
+    # Only the distributions the interpreter lacks, into its own site-packages: nothing it has is
+    # shadowed. Not pip's resolver: snakemake requires pulp (16 MB of ILP solvers) that the set
+    # leaves out; --scheduler greedy below needs none.
+    [ "$($PY -m snakemake --version 2>/dev/null)" = "$want" ] || {
+      missing=$($PY - "$dir" <<'PY'
+import sys, importlib.metadata as md
+from pathlib import Path
+for wheel in sorted(Path(sys.argv[1]).glob("*.whl")):
+    try:
+        md.version(wheel.name.split("-")[0])
+    except md.PackageNotFoundError:
+        print(wheel)
+PY
+)
+      # shellcheck disable=SC2086
+      $PY -m pip install -q --no-index --no-deps --no-compile $missing &&
+        say "installed from $dir: $(echo $missing | xargs -n1 basename | cut -d- -f1 | tr '\n' ' ')"; } ||
       { say "installing snakemake $want from $dir failed"; exit 1; }
   else
     stamp="$SITE/.lease-$(ls "$dir" | sha256sum | cut -c1-16)"
@@ -80,10 +95,11 @@ if ls /tmp/vllm_part_* >/dev/null 2>&1 && ! $PY -c "import vllm" 2>/dev/null; th
 fi
 [ "$($PY -m snakemake --version 2>/dev/null)" = "$want" ] ||
   { say "snakemake $want is not installed: pass --wheels with the folder of its wheel set"; exit 1; }
-mkdir -p /tmp/lease-bin
-printf '#!/bin/sh\nexec %s -m boundary.cli "$@"\n' "$(command -v "$PY")" > /tmp/lease-bin/boundary
-chmod +x /tmp/lease-bin/boundary
-export PATH="/tmp/lease-bin:$PATH"
+BIN="$SITE.bin"  # beside the site: one per LEASE_SITE
+mkdir -p "$BIN"
+printf '#!/bin/sh\nexec %s -m boundary.cli "$@"\n' "$(command -v "$PY")" > "$BIN/boundary"
+chmod +x "$BIN/boundary"
+export PATH="$BIN:$PATH"
 run=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['run'])" "$cfg") || exit 1
 base_model=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1])).get('base_model') or '')" "$cfg")
 
