@@ -4,7 +4,7 @@
 # come back (docs/how-to/run_a_study_across_gpu_leases.md). Run from the repository root:
 #
 #   OUT=<folder> bash workflow/scripts/lease.sh --configfile CFG [--carry DIR] [--wheels DIR]...
-#       [--budget SECONDS] [--cores N] [--gpus N] [TARGET...]
+#       [--seed S] [--budget SECONDS] [--cores N] [--gpus N] [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
 #   --carry       a folder made by `lease_in.sh carry` (lease_RUN.manifest and its parts): restored
@@ -19,8 +19,10 @@
 #   --cores       Snakemake's --cores (default all); --gpus: its --resources gpu= (default: the
 #                 devices nvidia-smi lists, 0 without one): one sampling or 1-GPU training job a
 #                 device, so 4 GPUs hold the three methods' trainings and one evaluation at once
-#   TARGET        Snakemake targets (default: its default target, the whole run); for seed S of a
-#                 study: $(python workflow/scripts/lease_pack.py targets --configfile CFG --seed S)
+#   --seed        adds the targets of seed S of every method and the base's draw S (its training
+#                 logs and evaluations: `lease_pack.py targets`), listed once the software is in
+#   TARGET        more Snakemake targets (with neither: its default target, the whole run, whose
+#                 model weights a later lease lacks), e.g. results/RUN/report.html in the last lease
 #
 # Before Snakemake: data/ is linked to .lease/data if data/ is missing and that folder was carried;
 # a GGUF base_model that is missing is joined from /tmp/lease-gguf/NAME.part_* and checked against
@@ -35,11 +37,12 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
-cfg="" carry="" budget=590 cores=all gpus="" wheels=() targets=()
+cfg="" carry="" seed="" budget=590 cores=all gpus="" wheels=() targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
     --wheels) wheels+=("$2"); shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --cores) cores="$2"; shift 2 ;;
@@ -101,6 +104,11 @@ printf '#!/bin/sh\nexec %s -m boundary.cli "$@"\n' "$(command -v "$PY")" > "$BIN
 chmod +x "$BIN/boundary"
 export PATH="$BIN:$PATH"
 run=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['run'])" "$cfg") || exit 1
+if [ -n "$seed" ]; then
+  seeded=$($PY workflow/scripts/lease_pack.py targets --configfile "$cfg" --seed "$seed") || exit 1
+  read -r -d '' -a more <<< "$seeded" || true
+  targets+=("${more[@]}")
+fi
 base_model=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1])).get('base_model') or '')" "$cfg")
 
 # 2. Data and the base model's file.

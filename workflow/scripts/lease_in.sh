@@ -56,7 +56,7 @@ PY
     split -b "${mib}M" -d -a 2 "$file" ".lease/gguf/split/$(basename "$file").part_"
     for part in .lease/gguf/split/*; do
       nn="${part##*_}"; mkdir -p ".lease/gguf/$nn"; mv "$part" ".lease/gguf/$nn/"
-      echo "lease_in: .lease/gguf/$nn ($(du -m ".lease/gguf/$nn" | cut -f1) MB)"
+      echo "lease_in: .lease/gguf/$nn ($(($(stat -c %s ".lease/gguf/$nn"/*) / 1048576)) MiB)"
     done
     rmdir .lease/gguf/split
     tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)

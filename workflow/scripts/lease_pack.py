@@ -85,7 +85,7 @@ def candidates(results: Path) -> tuple[list[Path], list[Path]]:
             unfinished.append(path)
         else:
             keep.append(path)
-    keep.sort(key=lambda p: (tier(p.relative_to(results)), p.stat().st_size if tier(p.relative_to(results)) else 0))
+    keep.sort(key=lambda p: (tier(p.relative_to(results)), p.stat().st_size))
     return keep, unfinished
 
 
@@ -119,14 +119,15 @@ def pack(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     files, unfinished = candidates(results)
     budget = int(args.limit_mib * MiB) - MiB  # a MiB for the tar headers and the metadata records
-    chosen, left = [], []
-    for path in files:
-        size = path.stat().st_size + 1024
-        if size <= budget:
+    chosen, left, full = [], [], False
+    for path in files:  # by priority, each tier's smallest first: past the first that does not
+        size = path.stat().st_size + 1024  # fit, nothing of a lower priority goes in
+        if size <= budget and not full:
             chosen.append(path)
             budget -= size
         else:
             left.append(path)
+            full = full or tier(path.relative_to(results)) > 0
     members = chosen + records(chosen, results)
     archive = out / f"lease_{run}.tgz"
     for old in out.glob(f"lease_{run}.tgz.*"):

@@ -1,0 +1,142 @@
+"""What a GPU lease carries in and out (workflow/scripts/lease_pack.py): every small artifact of a
+run with Snakemake's record of it, by priority under the size limit, never model weights;
+restored byte for byte with the mtimes packed, then dated now. The whole cycle, with Snakemake
+on the smoke config, is benchmarks/lease_cycle_cpu.sh (minutes: not a test)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("lease_pack", ROOT / "workflow" / "scripts" / "lease_pack.py")
+lease_pack = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lease_pack)
+
+
+def write(path: Path, size: int = 100, when: float | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))  # incompressible, like parquet
+    if when is not None:
+        os.utime(path, (when, when))
+    return path
+
+
+def record(path: str) -> Path:
+    return write(lease_pack.record_path(lease_pack.METADATA, path), 50)
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """A run's folder as a lease leaves it: small artifacts, samples, weights, one unfinished job."""
+    monkeypatch.chdir(tmp_path)
+    out = Path("results/r")
+    old = time.time() - 3600
+    for rel in ["splits/diagnostic.parquet", "regimes/regimes.parquet", "masks/pba.parquet",
+                "train/grpo/seed0/log.parquet", "eval/diagnostic/grpo/seed0/counts.parquet",
+                "logs/calibrate_base.log", "tables/headline.md"]:
+        write(out / rel, 1000, old)
+        record(str(out / rel))
+    write(out / "rollouts/base_calibration.parquet", 300_000, old)
+    write(out / "eval/diagnostic/grpo/seed0/samples.parquet", 400_000, old)
+    write(out / "eval/math500/grpo/seed0/samples.parquet", 200_000, old)
+    write(out / "models/base/model.safetensors", 50_000)
+    write(out / "train/grpo/seed0/final/config.json", 500)
+    write(out / "train/grpo/seed0/step30/optimizer.pt", 500)
+    write(out / "eval/diagnostic/pba/seed0/counts.parquet", 1000)
+    write(lease_pack.record_path(lease_pack.INCOMPLETE, str(out / "eval/diagnostic/pba/seed0/counts.parquet")), 10)
+    record(str(out / "diagnostics"))  # a directory() output's record, keyed by the folder
+    write(out / "diagnostics/summary.md", 100, old)
+    return out
+
+
+def pack(out: Path, dest: str, limit_mib: float) -> None:
+    lease_pack.main(["pack", "--results", str(out), "--out", dest, "--limit-mib", str(limit_mib),
+                     "--part-mib", "0.25"])
+
+
+def manifest(dest: str) -> dict[str, list[str]]:
+    lines = Path(dest, "lease_r.manifest").read_text().splitlines()
+    kinds: dict[str, list[str]] = {}
+    for line in lines:
+        kind, _, rest = line.partition(" ")
+        kinds.setdefault(kind, []).append(rest.split(" ")[0])
+    return kinds
+
+
+def test_record_paths_are_where_snakemake_keeps_them(tmp_path):
+    from snakemake.persistence.file import FilePersistence
+
+    persistence = FilePersistence.__new__(FilePersistence)  # only its path arithmetic is used
+    persistence._max_len = None
+    for path in ["results/r/masks/pba.parquet", "results/r/" + "eval/a_long_benchmark_name/" * 12 + "c.parquet"]:
+        assert lease_pack.record_path(tmp_path, path) == Path(persistence._record_path(str(tmp_path), path))
+
+
+def test_a_pack_holds_the_small_artifacts_and_their_records_never_weights(run, capsys):
+    pack(run, "back", limit_mib=60)
+    packed = manifest("back")["packed"]
+    assert "results/r/masks/pba.parquet" in packed and "results/r/diagnostics/summary.md" in packed
+    assert "results/r/eval/math500/grpo/seed0/samples.parquet" in packed
+    assert not [p for p in packed if "/models/" in p or "/final/" in p or "/step30/" in p]
+    assert manifest("back")["unfinished"] == ["results/r/eval/diagnostic/pba/seed0/counts.parquet"]
+    assert len(list(Path("back").glob("lease_r.tgz.*"))) >= 2  # 0.25 MiB parts
+    assert "files of unfinished jobs left out" in capsys.readouterr().out
+
+
+def test_over_the_limit_samples_go_first_and_are_named(run, capsys):
+    pack(run, "back", limit_mib=1.5)  # a MiB for headers and records leaves 0.5 MiB of files
+    kinds = manifest("back")
+    # the diagnostic split's samples do not fit, so the smaller ones of lower priority stay out too
+    assert kinds["left_out"] == ["results/r/eval/diagnostic/grpo/seed0/samples.parquet",
+                                 "results/r/eval/math500/grpo/seed0/samples.parquet"]
+    assert "results/r/rollouts/base_calibration.parquet" in kinds["packed"]
+    assert "warning: 2 files over the 1.5 MiB limit left out" in capsys.readouterr().out
+    pack(run, "back", limit_mib=1.2)
+    kinds = manifest("back")
+    assert "results/r/regimes/regimes.parquet" in kinds["packed"]
+    assert "results/r/rollouts/base_calibration.parquet" not in kinds["packed"]
+
+
+def test_a_restore_is_byte_for_byte_with_the_packed_mtimes_then_dated_now(run, tmp_path, monkeypatch):
+    pack(run, str(tmp_path / "back"), limit_mib=60)
+    files = {p: (p.read_bytes(), p.stat().st_mtime) for p in run.rglob("*") if p.is_file()}
+    records = {p: p.read_bytes() for p in lease_pack.METADATA.rglob("*") if p.is_file()}
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    monkeypatch.chdir(fresh)
+    lease_pack.main(["unpack", str(tmp_path / "back")])
+    restored = Path(".snakemake/lease/restored.txt").read_text().split()
+    for path in restored:
+        data, mtime = files[Path(path)]
+        assert Path(path).read_bytes() == data and Path(path).stat().st_mtime == pytest.approx(mtime, abs=1)
+    assert all(Path(p).read_bytes() == data for p, data in records.items())
+    assert not Path("results/r/models").exists()
+    before = time.time()
+    lease_pack.main(["touch", ".snakemake/lease/restored.txt"])
+    assert all(Path(p).stat().st_mtime >= before - 1 for p in restored)
+
+
+def test_a_changed_part_restores_nothing(run, tmp_path, monkeypatch):
+    pack(run, str(tmp_path / "back"), limit_mib=60)
+    part = sorted((tmp_path / "back").glob("lease_r.tgz.*"))[0]
+    part.write_bytes(b"x" + part.read_bytes()[1:])
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    monkeypatch.chdir(fresh)
+    with pytest.raises(SystemExit, match="not the SHA-256 lease_r.manifest names; nothing restored"):
+        lease_pack.main(["unpack", str(tmp_path / "back")])
+    assert not Path("results").exists()
+
+
+def test_a_seeds_targets_are_its_training_logs_and_evaluations(capsys):
+    lease_pack.main(["targets", "--configfile", str(ROOT / "config" / "smoke.yaml"), "--seed", "0"])
+    targets = capsys.readouterr().out.split()
+    assert "results/smoke/train/grpo/seed0/log.parquet" in targets
+    assert "results/smoke/eval/testbed/early_stop/seed0/counts.parquet" in targets  # a checkpoint's
+    assert "results/smoke/eval/diagnostic/base/seed0/counts.parquet" in targets
+    assert not [t for t in targets if "seed1" in t or "/models/" in t or "/final" in t]
