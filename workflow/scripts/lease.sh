@@ -144,9 +144,9 @@ if [ -n "$carry" ]; then
 fi
 if [ -f .snakemake/lease/pending ]; then
   base="results/$run/models/base"
-  if [ ! -d "$base" ]; then
+  if [ ! -d "$base" ] && [ "$(left)" -gt 120 ]; then
     say "making $base before the restored stages are dated"
-    timeout -s INT -k 20 $(($(left) - 60)) bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk '$base'"
+    timeout -s INT -k 20 $(($(left) - 60)) bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk '$base' --rerun-incomplete"
   fi
   if [ -d "$base" ]; then
     $PY workflow/scripts/lease_pack.py touch .snakemake/lease/restored.txt &&
