@@ -119,7 +119,7 @@ if [ "${base_model##*.}" = gguf ] && [ ! -f "$base_model" ]; then
   if [ -n "$pin" ] && [ -f "${parts[0]}" ]; then
     mkdir -p "$(dirname "$base_model")"
     cat "${parts[@]}" > "$base_model.partial"
-    if [ "$(sha256sum "$base_model.partial" | cut -c1-64)" = "$(cut -c1-64 "$pin")" ]; then
+    if [ "$(sha256sum "$base_model.partial" | cut -c1-64)" = "$(head -n 1 "$pin" | cut -c1-64)" ]; then
       mv "$base_model.partial" "$base_model" && say "$base_model: joined from ${#parts[@]} slices, SHA-256 as $pin pins"
     else
       rm -f "$base_model.partial"; say "$base_model: the ${#parts[@]} slices in /tmp/lease-gguf join to another SHA-256 than $pin pins; refused"; exit 1
