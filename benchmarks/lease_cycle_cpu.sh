@@ -25,7 +25,7 @@ ls -l "$S/out1"
 
 t "local: merge lease 1, make the carry folder"
 (cd "$S/local" && bash workflow/scripts/lease_in.sh merge $RUN "$S/out1" && bash workflow/scripts/lease_in.sh carry $RUN)
-(cd "$S/local" && python -m snakemake results/$RUN/masks/pba.parquet results/$RUN/regimes/regimes.parquet -n --configfile $CFG 2>&1 | tail -3)
+(cd "$S/local" && python -m snakemake results/$RUN/masks/pba.parquet results/$RUN/regimes/regimes.parquet -n --configfile $CFG 2>&1 | grep -E "^(rule|localrule) |reason|Nothing")
 
 t "lease 2 (dev2): restore, re-make the base, date the restored files"
 cp -r "$S/local/.lease" "$S/dev2/.lease"  # the device call's carry
@@ -41,5 +41,5 @@ t "lease 2: both seeds and the report"
   --carry .lease/carry) | grep "lease" || true
 t "local: merge lease 2; snakemake -n for the report"
 (cd "$S/local" && bash workflow/scripts/lease_in.sh merge $RUN "$S/out2")
-(cd "$S/local" && python -m snakemake results/$RUN/report.html -n --configfile $CFG 2>&1 | tail -2)
+(cd "$S/local" && python -m snakemake results/$RUN/report.html -n --configfile $CFG 2>&1 | grep -E "^(rule|localrule) |reason|Nothing|missing")
 t "end"

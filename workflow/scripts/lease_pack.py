@@ -38,7 +38,7 @@ import os
 import sys
 import tarfile
 import time
-from base64 import urlsafe_b64encode
+from base64 import urlsafe_b64decode, urlsafe_b64encode
 from pathlib import Path
 
 WEIGHTS = {".safetensors", ".bin", ".pt", ".pth", ".gguf"}
@@ -89,17 +89,21 @@ def candidates(results: Path) -> tuple[list[Path], list[Path]]:
     return keep, unfinished
 
 
-def records(paths: list[Path], results: Path) -> list[Path]:
-    """The metadata records of the packed files and of the folders above them (a directory()
-    output's record is keyed by the folder)."""
-    found = set()
-    for path in paths:
-        for q in [path, *path.parents]:
-            if q == results.parent:
-                break
-            rec = record_path(METADATA, str(q))
-            if rec.is_file():
-                found.add(rec)
+def records(results: Path) -> list[Path]:
+    """Snakemake's records of every output under results/RUN (a directory() output's is keyed by
+    the folder; weights' records too: a record of a missing file makes nothing look present, and
+    with them every job of the run keeps its full provenance)."""
+    found = []
+    prefix = f"{results}/"
+    for rec in METADATA.rglob("*") if METADATA.is_dir() else []:
+        if rec.is_file():
+            pieces = [part.removeprefix("@") for part in rec.relative_to(METADATA).parts]
+            try:
+                path = urlsafe_b64decode("".join(pieces)).decode()
+            except ValueError:
+                continue  # not a record of Snakemake's
+            if path.startswith(prefix):
+                found.append(rec)
     return sorted(found)
 
 
@@ -128,7 +132,7 @@ def pack(args) -> None:
         else:
             left.append(path)
             full = full or tier(path.relative_to(results)) > 0
-    members = chosen + records(chosen, results)
+    members = chosen + records(results)
     archive = out / f"lease_{run}.tgz"
     for old in out.glob(f"lease_{run}.tgz.*"):
         old.unlink()
