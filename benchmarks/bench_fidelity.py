@@ -223,8 +223,8 @@ def stock_completions(model, tokenizer, prompt: str, s: dict, rows: int, seed: i
 
 def run_stock(args, s: dict, split, out: Path, device: str) -> None:
     """Stock `generate` on this shard's prompts (rows I, I+K, ... of the split), one file a
-    prompt; prompts whose file exists are kept; with --deadline, no prompt is begun that the
-    slowest one so far says would end after it."""
+    prompt; prompts whose file exists are kept; at most --max-prompts of them; with --deadline,
+    no prompt is begun that the slowest one so far says would end after it."""
     import pandas as pd
 
     from boundary.core.artifacts import write_json, write_table
@@ -249,7 +249,7 @@ def run_stock(args, s: dict, split, out: Path, device: str) -> None:
     verifier = Verifier(timeout=verify["timeout"], workers=max(1, verify["workers"] // count))
     slowest = 0.0
     try:
-        for i in todo:
+        for i in todo[:args.max_prompts]:
             if args.deadline and time.monotonic() - began + 1.1 * slowest > args.deadline:
                 print(f"stock {index}/{count}: deadline: stopped before prompt {i} ({split['prompt_id'][i]})")
                 break
@@ -466,6 +466,7 @@ def main(argv=None) -> None:
     ap.add_argument("--only", choices=["project", "stock", "compare"], help="one part (default: all three)")
     ap.add_argument("--shard", help="I/K: stock on prompts I, I+K, ... (K processes share a GPU)")
     ap.add_argument("--deadline", type=float, help="stock: seconds after start past which no prompt is begun")
+    ap.add_argument("--max-prompts", type=int, help="stock: at most M prompts in this process")
     ap.add_argument("--rows", type=int, help="stock: rows a generate call (default n: one call a prompt)")
     ap.add_argument("--batch-size", help="project: sampling.batch_size override (an integer or auto)")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (the tiny path)")
