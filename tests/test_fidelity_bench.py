@@ -142,3 +142,35 @@ def test_halves_made_with_other_settings_are_refused(bench, split, tmp_path, mon
         _run(bench, monkeypatch, "--split", split, "--out", out, "--only", "compare", "--n", "16")
     with pytest.raises(BoundaryError, match="needs project.json"):
         _run(bench, monkeypatch, "--split", split, "--out", tmp_path / "empty", "--only", "compare")
+
+
+def test_the_split_is_the_data_stages_and_checked_against_the_models_tokenizer(bench, tmp_path, tiny_model_dir):
+    """--make-split: the config's diagnostic split (its template, the model's chat template), the
+    first --prompts rows of --data; a split another tokenizer rendered is refused."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from boundary.core.errors import BoundaryError
+
+    model = tmp_path / "chat_model"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.chat_template = "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}[assistant]"
+    tokenizer.save_pretrained(model)
+    data = tmp_path / "test.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i}+1?", "answer": f"... #### {i + 1}"}) + "\n"
+                            for i in range(5)))
+    out = tmp_path / "split.parquet"
+    bench.main(["--make-split", str(out), "--model", str(model), "--data", str(data), "--prompts", "3",
+                "--config", str(ROOT / "config" / "qwen15b.yaml")])
+    split = pd.read_parquet(out)
+    assert split["prompt_id"].tolist() == ["diagnostic-00000", "diagnostic-00001", "diagnostic-00002"]
+    assert split["answer"].tolist() == ["1", "2", "3"]
+    assert split["prompt"][0] == ("[user]What is 0+1?\nPlease reason step by step, and put your final answer "
+                                  "within \\boxed{}.[assistant]")
+    s = bench.resolved(str(ROOT / "config" / "qwen15b.yaml"))
+    bench.check_prompts(split, s["prompt"], str(model))
+    tokenizer.chat_template = tokenizer.chat_template.replace("[assistant]", "[bot]")
+    tokenizer.save_pretrained(model)
+    with pytest.raises(BoundaryError, match="3 prompts .first diagnostic-00000. differ"):
+        bench.check_prompts(split, s["prompt"], str(model))
