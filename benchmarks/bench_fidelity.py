@@ -223,16 +223,18 @@ def stock_completions(model, tokenizer, prompt: str, s: dict, rows: int, seed: i
 
 def run_stock(args, s: dict, split, out: Path, device: str) -> None:
     """Stock `generate` on this shard's prompts (rows I, I+K, ... of the split), one file a
-    prompt; prompts whose file exists are kept; at most --max-prompts of them; with --deadline,
-    no prompt is begun that the slowest one so far says would end after it."""
+    prompt; prompts whose file exists are kept; at most --max-prompts of them; with --deadline
+    (seconds after the process started), no prompt is begun that the slowest one so far says
+    would end after it."""
     import pandas as pd
+    import torch
 
     from boundary.core.artifacts import write_json, write_table
-    from boundary.sampling import COMPLETION_COLUMNS
+    from boundary.sampling import COMPLETION_COLUMNS, process_seconds
     from boundary.sampling.scoring import parse_shard
     from boundary.tasks.verify import Verifier, score_samples, unextracted_warning
 
-    began = time.monotonic()
+    began = time.monotonic() - (process_seconds() or 0.0)  # the process's start, as `timeout` counts
     index, count = parse_shard(args.shard)
     folder = out / "stock"
     folder.mkdir(parents=True, exist_ok=True)
@@ -245,7 +247,7 @@ def run_stock(args, s: dict, split, out: Path, device: str) -> None:
     model, tokenizer, stop, pad = stock_model(args.model, device)
     print(f"stock {index}/{count}: model loaded in {time.perf_counter() - start:.1f} s; {len(todo)} prompts to do; "
           f"stop ids {stop}, pad {pad}")
-    verify = s["verify"]
+    verify, rows = s["verify"], args.rows or s["calibration"]["n"]
     verifier = Verifier(timeout=verify["timeout"], workers=max(1, verify["workers"] // count))
     slowest = 0.0
     try:
@@ -255,15 +257,24 @@ def run_stock(args, s: dict, split, out: Path, device: str) -> None:
                 break
             row = split.iloc[i]
             t0, started = time.monotonic(), time.time()
-            tokens, seconds = stock_completions(model, tokenizer, row["prompt"], s, args.rows or s["calibration"]["n"],
-                                                s["calibration"]["seed"] + STOCK_SEED_STRIDE * (i + 1), stop, pad)
+            while True:  # out of memory: half the rows a call, from this prompt on (still identical rows)
+                try:
+                    tokens, seconds = stock_completions(model, tokenizer, row["prompt"], s, rows,
+                                                        s["calibration"]["seed"] + STOCK_SEED_STRIDE * (i + 1), stop, pad)
+                    break
+                except torch.cuda.OutOfMemoryError:
+                    if rows == 1:
+                        raise
+                    rows = (rows + 1) // 2
+                    torch.cuda.empty_cache()
+                    print(f"stock {index}/{count}: out of GPU memory at prompt {i}; {rows} rows a call from here")
             texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
             frame = pd.DataFrame([(row["prompt_id"], k, text, len(t), "stop" if t and t[-1] in stop else "length",
                                    float("nan")) for k, (t, text) in enumerate(zip(tokens, texts))],
                                  columns=COMPLETION_COLUMNS)
             frame = score_samples(frame, {row["prompt_id"]: row["answer"]}, verify["extractor"], verifier,
                                   log=lambda *_: None)
-            frame["generate_s"], frame["started"] = seconds, started
+            frame["generate_s"], frame["started"], frame["rows"] = seconds, started, rows
             write_table(frame, folder / f"{i:04d}.parquet")
             slowest = max(slowest, time.monotonic() - t0)
             print(f"stock {index}/{count}: prompt {i} ({row['prompt_id']}): {int(frame['correct'].sum())}/{len(frame)} "
@@ -465,7 +476,8 @@ def main(argv=None) -> None:
     ap.add_argument("--out", help="folder of both halves' samples and the comparison (kept between calls)")
     ap.add_argument("--only", choices=["project", "stock", "compare"], help="one part (default: all three)")
     ap.add_argument("--shard", help="I/K: stock on prompts I, I+K, ... (K processes share a GPU)")
-    ap.add_argument("--deadline", type=float, help="stock: seconds after start past which no prompt is begun")
+    ap.add_argument("--deadline", type=float, help="stock: seconds after the process's start past which no prompt "
+                                                   "is begun")
     ap.add_argument("--max-prompts", type=int, help="stock: at most M prompts in this process")
     ap.add_argument("--rows", type=int, help="stock: rows a generate call (default n: one call a prompt)")
     ap.add_argument("--batch-size", help="project: sampling.batch_size override (an integer or auto)")

@@ -21,8 +21,8 @@
 # left), then stock `generate` in $WORKERS processes sharing the GPU (each one prompt a call;
 # a prompt's samples are kept as it ends, so a call that runs out of time loses only prompts in
 # progress), then the comparison of what both halves hold (a partial one says so in one line).
-# Call `run` again until the last line says 32 prompts; the work folder lives in /tmp, which
-# a warm machine keeps between calls. On a fresh machine set RESUME=<an earlier samples.tgz>.
+# Call `run` again until it prints `stock prompts done: 32 of 32`; the work folder lives in
+# /tmp, which a warm machine keeps between calls. On a fresh machine set RESUME=<an earlier samples.tgz>.
 #
 # Time (estimated, from known rates; nothing here has run on a GPU yet):
 # - import-base of the 1.5B GGUF: 2 min 58 s on this repo's 2-core CPU; assume 1.5-3 min.
@@ -35,11 +35,11 @@
 #   256 x 151,936 logits, the DynamicCache copies itself: 20-35 ms alone on the GPU, 12-20 ms
 #   of GPU work. 32 prompts: 11-19 min in one process; about 6.5-11 min with 3 processes on
 #   the GPU (bounded by its work).
-# So both halves do not fit one 600-s call: call 1 (import, project, stock) leaves about
-# 4-6 min of stock; call 2 about 9 min: 13-15 min of stock in all, enough for the estimate
-# with 1.2-2x margin. If the second call's last line says fewer than 32 prompts, a third
-# `run` finishes them; `import-base` at the end of the last GGUF-shipping call (`setup`) gives
-# call 1 its 1.5-3 min back.
+# So both halves do not fit one 600-s call. Call 1 (import, project, stock) leaves about 3-5
+# min of stock, call 2 about 8.5 min: 11.5-13.5 min in all against the 6.5-11 min estimated
+# (14-15 min when `setup` ran at the end of the last GGUF-shipping call, giving call 1 its
+# import time back: do that if the call has room). If call 2 prints fewer than 32 stock prompts
+# done, a third `run` finishes them; each call's tables cover the prompts done so far.
 #
 # Env: LIMIT (seconds of this call, default 570), WORKERS (stock processes, default 3), CONFIG
 # (default config/qwen15b.yaml), PROMPTS (32), FIDELITY_DIR (default /tmp/q15/fidelity), RESUME,
@@ -65,11 +65,13 @@ else
 fi
 mkdir -p "$OUT" "$W/logs" "$W/run" /tmp/site
 exec > >(tee -a "$OUT/console.log") 2>&1
+TEE=$!
+trap 'exec >&- 2>&-; wait "$TEE" 2>/dev/null' EXIT  # console.log complete before the call returns
 export PYTHONPATH=/tmp/site:$REPO/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 \
   TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 left() { echo $((LIMIT - (SECONDS - START))); }
 stamp() { echo "=== $* ($(date -u +%H:%M:%S), ${SECONDS}s of ${LIMIT}s)"; }
-quiet() { tr '\r' '\n' < "$1" | grep -v -i "it/s]\|s/it]\|^\s*$\|warn"; }  # a log without progress bars
+quiet() { tr '\r' '\n' < "$1" | grep -v "it/s]\|s/it]\|^\s*$"; }  # a log without progress bars
 BENCH=(python3 benchmarks/bench_fidelity.py --model "$W/base" --split "$SPLIT" --config "$CONFIG"
        --prompts "$PROMPTS" --out "$W/run" "${EXTRA[@]}")
 
@@ -111,14 +113,14 @@ stock() {
   [ "$seconds" -gt 30 ] || { echo "stock: $seconds s left, none begun"; return; }
   stamp "stock half: $WORKERS processes, $seconds s"
   for i in $(seq 0 $((WORKERS - 1))); do
-    timeout $((seconds + 15)) "${BENCH[@]}" --only stock --shard "$i/$WORKERS" --deadline "$seconds" \
-      ${STOCK_MAX:+--max-prompts "$STOCK_MAX"} > "$W/logs/stock_$i.log" 2>&1 &
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout $((seconds + 15)) "${BENCH[@]}" --only stock \
+      --shard "$i/$WORKERS" --deadline "$seconds" ${STOCK_MAX:+--max-prompts "$STOCK_MAX"} > "$W/logs/stock_$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do  # wait on these PIDs: a bare `wait` also waits for the tee above
     wait "${pids[$i]}"
     echo "stock $i: exit $?"
-    quiet "$W/logs/stock_$i.log" | grep "model loaded\|: prompt \|deadline\|rror"
+    quiet "$W/logs/stock_$i.log" | grep "model loaded\|: prompt \|deadline\|memory\|rror\|warning: "
   done
 }
 
