@@ -461,6 +461,10 @@ def compare(args, s: dict, split, out: Path) -> None:
              if t["project_sampling_s"] else "")
           + f"stock generate {t['stock_generate_s']:.1f} s in its calls ({t['stock_tok_s_per_call']:,.0f} tok/s a call), "
           f"{t['stock_wall_s']:.1f} s wall ({t['stock_tok_s']:,.0f} tok/s)")
+    done = stock["prompt_id"].nunique()
+    if done < len(split):  # what the next calls need, at this run's pace
+        print(f"stock: {done} of {len(split)} prompts done; the other {len(split) - done} need about "
+              f"{t['stock_wall_s'] / done * (len(split) - done):.0f} s more of stock wall time at this pace")
     print(f"verdict: {'agree' if t['agree'] else 'DIFFER'} within noise (each combined test p >= {AGREE_ALPHA}); "
           f"-> {out / 'fidelity.csv'}, {out / 'totals.csv'}")
 

@@ -24,22 +24,24 @@
 # Call `run` again until it prints `stock prompts done: 32 of 32`; the work folder lives in
 # /tmp, which a warm machine keeps between calls. On a fresh machine set RESUME=<an earlier samples.tgz>.
 #
-# Time (estimated, from known rates; nothing here has run on a GPU yet):
-# - import-base of the 1.5B GGUF: 2 min 58 s on this repo's 2-core CPU; assume 1.5-3 min.
-# - project half: 8,192 completions of about 300 tokens (GSM8K; unmeasured) = 2.5M tokens at
-#   the 27.6k tok/s the 1.5B calibrate stage ran on one H100: about 90 s, plus start, model
-#   load and verification: 2-2.5 min.
-# - stock half: one call per prompt runs until its longest of 256 rows ends, and at 1,024 tokens
-#   in 256 draws some row nearly always runs to the cap: about 1,024 decode steps a prompt. A
-#   step at 256 rows: eager transformers launches about 1,100 kernels (28 layers), top-p sorts
-#   256 x 151,936 logits, the DynamicCache copies itself: 20-35 ms alone on the GPU, 12-20 ms
-#   of GPU work. 32 prompts: 11-19 min in one process; about 6.5-11 min with 3 processes on
-#   the GPU (bounded by its work).
-# So both halves do not fit one 600-s call. Call 1 (import, project, stock) leaves about 3-5
-# min of stock, call 2 about 8.5 min: 11.5-13.5 min in all against the 6.5-11 min estimated
-# (14-15 min when `setup` ran at the end of the last GGUF-shipping call, giving call 1 its
-# import time back: do that if the call has room). If call 2 prints fewer than 32 stock prompts
-# done, a third `run` finishes them; each call's tables cover the prompts done so far.
+# Time (estimated from known rates; nothing here has run on a GPU yet):
+# - setup: the wheels, and import-base of the 1.5B GGUF (2 min 58 s on this repo's 2-core CPU):
+#   2-3.5 min.
+# - project half: 8,192 completions of about 300 tokens (unmeasured) = 2.5M tokens at the
+#   27.6k tok/s the 1.5B calibrate stage ran on one H100: about 90 s; with start, model load
+#   and verification 2-2.5 min.
+# - stock half: a call runs until the longest of its 256 rows ends, and at 1,024 tokens some
+#   row of 256 nearly always reaches the cap: about 1,024 steps a prompt. A step at 256 rows:
+#   top-p sorts 256 x 151,936 float32 logits, about 22 ms at the 0.56 ns a logit top-p cost
+#   stock generate in the SmolLM2 benchmark (88.7 against 33.4 ms a step at 2,048 x 49,152,
+#   docs/results/2026-11-27-sampling-speed-h100.md), plus 5-10 ms of GPU work for the forward
+#   (3.6 GB of weights, the DynamicCache copying itself) and 15-20 ms of CPU for its ~1,100
+#   kernel launches. 32 x 1,024 steps: 15-17 min with the GPU kept busy by 3 processes (the
+#   default), 20-25 min in one; less where a prompt's longest row ends before the cap.
+# So both halves do not fit one 600-s call, nor two: setup, project and stock are about 19-23
+# min of work against 525 s (8.75 min) of work a call. Plan three `run` calls; two suffice only
+# if `setup` ran at the end of the last GGUF-shipping call and the stock half comes in at the
+# fast end (each call's comparison prints how long the prompts left need at its pace).
 #
 # Env: LIMIT (seconds of this call, default 570), WORKERS (stock processes, default 3), CONFIG
 # (default config/qwen15b.yaml), PROMPTS (32), FIDELITY_DIR (default /tmp/q15/fidelity), RESUME,
