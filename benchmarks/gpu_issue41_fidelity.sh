@@ -45,15 +45,16 @@
 #
 # Env: LIMIT (seconds of this call, default 570), WORKERS (stock processes, default 3), CONFIG
 # (default config/qwen15b.yaml), PROMPTS (32), FIDELITY_DIR (default /tmp/q15/fidelity), RESUME,
-# STOCK_MAX (at most so many prompts a stock process, this call). $OUT gets console.log,
-# fidelity.csv and totals.csv (the comparison), samples.tgz (both halves' scored samples:
-# project.parquet, project.json, stock/) and logs.tgz (each process's log).
+# STOCK_MAX (at most so many prompts a stock process, this call), GPUS (default 1; on a machine
+# of several, stock process i runs on GPU i mod GPUS and the project's half on GPU 0: fewer
+# calls). $OUT gets console.log, fidelity.csv and totals.csv (the comparison), samples.tgz (both
+# halves' scored samples: project.parquet, project.json, stock/) and logs.tgz (each process's log).
 set -u
 PART=${1:?usage: gpu_issue41_fidelity.sh run|setup GGUF SPLIT [WHEELS] | dry}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 START=$SECONDS
-LIMIT=${LIMIT:-570}; WORKERS=${WORKERS:-3}; CONFIG=${CONFIG:-config/qwen15b.yaml}; PROMPTS=${PROMPTS:-32}
+LIMIT=${LIMIT:-570}; WORKERS=${WORKERS:-3}; GPUS=${GPUS:-1}; CONFIG=${CONFIG:-config/qwen15b.yaml}; PROMPTS=${PROMPTS:-32}
 MARGIN=45  # seconds kept for the comparison, the archives and the exit
 EXTRA=()
 if [ "$PART" = dry ]; then  # the whole driver on a CPU: a tiny random model, 4 prompts, two calls
@@ -115,10 +116,12 @@ stock() {
   [ "$seconds" -gt 30 ] || { echo "stock: $seconds s left, none begun"; return; }
   stamp "stock half: $WORKERS processes, $seconds s"
   for i in $(seq 0 $((WORKERS - 1))); do
+    [ "$GPUS" -gt 1 ] && export CUDA_VISIBLE_DEVICES=$((i % GPUS))
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout $((seconds + 15)) "${BENCH[@]}" --only stock \
       --shard "$i/$WORKERS" --deadline "$seconds" ${STOCK_MAX:+--max-prompts "$STOCK_MAX"} > "$W/logs/stock_$i.log" 2>&1 &
     pids+=($!)
   done
+  [ "$GPUS" -gt 1 ] && unset CUDA_VISIBLE_DEVICES
   for i in "${!pids[@]}"; do  # wait on these PIDs: a bare `wait` also waits for the tee above
     wait "${pids[$i]}"
     echo "stock $i: exit $?"
@@ -136,7 +139,7 @@ compare() {
 }
 
 if [ "$PART" = dry ]; then
-  python3 - "$DRY" <<'PY'
+  python3 - "$DRY" <<'PY' || { echo "gpu_issue41_fidelity: dry: the tiny model could not be made"; exit 1; }
 import sys
 import pandas as pd
 from boundary.tasks.testbed import TinyModelConfig, build_model, build_tokenizer
