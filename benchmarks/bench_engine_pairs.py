@@ -158,8 +158,10 @@ def passed(checks) -> bool:
 def show(checks):
     """The check lines, but those of sampled values within 3 SE (the table shows them): counted."""
     quiet = [text for ok, text in checks if ok is True and "within 3 SE" in text]
-    print("\n".join(f"  {MARK[ok]} {text}" for ok, text in checks if not (ok is True and "within 3 SE" in text))
-          + f"\n  ok   {len(quiet)} sampled values within 3 SE (table above; checks.txt has each line)", flush=True)
+    lines = [f"  {MARK[ok]} {text}" for ok, text in checks if not (ok is True and "within 3 SE" in text)]
+    if quiet:
+        lines.append(f"  ok   {len(quiet)} sampled values within 3 SE (table above; checks.txt has each line)")
+    print("\n".join(lines), flush=True)
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -450,17 +452,20 @@ def main():
     p.add_argument("--tables", help="where pairs.csv and checks.txt go (default --work)")
     p.add_argument("--cpu", action="store_true", help="a dry run on the CPU (stand-in engine)")
     p.add_argument("--check-only", action="store_true",
-                   help="train nothing: check the runs already in --work (a device's logs.tgz unpacked)")
+                   help="train nothing: check the runs already in --work (a device's logs.tgz unpacked; "
+                        "its bench.json gives --steps and --save-steps)")
     a = p.parse_args()
     t0 = time.time()
     from boundary.core.config import load_config
     from boundary.core.gpus import visible
 
     a.work = Path(a.work)
-    if a.check_only:
+    if a.check_only:  # the run's own steps, checkpoint period and kill, as it wrote them
+        done = json.loads((a.work / "bench.json").read_text()) if (a.work / "bench.json").exists() else {}
+        a.steps, a.save_steps = done.get("steps", a.steps), done.get("save_steps", a.save_steps)
         runs = {name: Run.finished_in(a.work, name) for name in ("generate", "vllm", "killed")
-                if (a.work / name).exists()}
-        sys.exit(0 if passed(report(runs, {}, a)) else 1)
+                if name != "vllm" or (a.work / name).exists()}
+        sys.exit(0 if passed(report(runs, done.get("kill", {}), a)) else 1)
     if list(a.work.glob("ck_*")):
         sys.exit(f"bench_engine_pairs: {a.work} holds checkpoints of an earlier run; give a new --work")
     (a.work / "logs").mkdir(parents=True, exist_ok=True)
@@ -488,6 +493,8 @@ def main():
     runs = {name: Run(name, a, a.work, str(model), split, settings["generate" if name == "generate" else "vllm"], device, mask)
             for name, device in runs_on.items()}
     kill = train_all(runs, a, t0)
+    (a.work / "bench.json").write_text(json.dumps({"steps": a.steps, "save_steps": a.save_steps, "kill": kill,
+                                                   "devices": runs_on, "settings": settings}, indent=1))
     print(f"all runs done ({time.time() - t0:.0f} s)", flush=True)
     checks = report(runs, kill, a)
     sys.exit(0 if passed(checks) else 1)

@@ -25,7 +25,8 @@
 # to catch a broken command before a lease.
 # $OUT (default /tmp/gpu_issue39_pairs) gets: console.log (everything printed), pairs.csv (the
 # tables of sampled values), checks.txt (every check line) and logs.tgz (each run's log,
-# log.parquet and actions.parquet, the mask and the split).
+# log.parquet and actions.parquet, the mask, the split and bench.json: the runs' settings;
+# `bench_engine_pairs.py --check-only --work <it unpacked>` checks them again).
 set -u
 T0=$(date +%s)
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -116,5 +117,5 @@ fi
 if [ $CPU = 0 ]; then  # whatever a stopped run left on the GPUs (this lease runs nothing else)
   nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | xargs -r kill -9 2>/dev/null
 fi
-(cd $WORK && tar -czf "$OUT/logs.tgz" logs import.log mask.parquet splits */log.parquet */actions.parquet 2>/dev/null)
+(cd $WORK && tar -czf "$OUT/logs.tgz" bench.json logs import.log mask.parquet splits */log.parquet */actions.parquet 2>/dev/null)
 say "gpu_issue39_pairs: done"
