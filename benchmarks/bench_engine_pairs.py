@@ -65,6 +65,8 @@ ACTION_COLUMNS = ["step", "epoch", "prompt_id", "weight", "action", "source"]
 NOT_SAMPLED = {"epoch", "step_time", "num_tokens"}
 ENGINE_CHECK = "engine_logp_mean_abs_diff"
 LOGP_TOLERANCE = 0.1  # training/rollout_engine.LOGP_TOLERANCE (not imported: torch-free here)
+EXIT_GRACE = 30  # seconds a run may take to exit after writing its outputs; then it is stopped
+HUNG = f"wrote its outputs, not exited {EXIT_GRACE} s later (stopped; its outputs are checked)"
 
 
 # ---- the checks: pure functions of the runs' tables (tests/test_bench_engine_pairs.py) ----------
@@ -324,7 +326,8 @@ class Run:
         return bool(list(self.ck.glob(f"*/checkpoint-{step}/trainer_state.json")))
 
     def finished(self) -> bool:
-        return self.code == 0 and (self.out / "log.parquet").exists()
+        """Exited 0, or hung after its outputs (stopped then: see train_all), with them written."""
+        return (self.code == 0 or self.code == HUNG) and (self.out / "log.parquet").exists()
 
 
 def train_all(runs: dict[str, Run], a, t0: float) -> dict:
@@ -351,11 +354,19 @@ def train_all(runs: dict[str, Run], a, t0: float) -> dict:
                 kill["first_exit"] = killed.code
                 killed.start("_resumed")
         running = [r for r in runs.values() if r.job is not None and r.poll() is None]
+        for run in running:  # log.parquet is written last, atomically: a run that outlives it hangs
+            if (run.out / "log.parquet").exists() and (run.name != "killed" or kill["at_step"] is not None):
+                run.wrote = getattr(run, "wrote", None) or now
+                if now - run.wrote > EXIT_GRACE:
+                    stop_launch(run.job)
+                    run.poll()
+                    run.code = HUNG
+        running = [r for r in running if r.code is None]
         for run in runs.values():
             if run.ended is not None and not getattr(run, "reported", False) and (run.name != "killed" or
                                                                                   kill["at_step"] is not None):
                 run.reported = True
-                print(f"{'done' if run.code == 0 else 'FAIL'} {run.name}: exit {run.code}, "
+                print(f"{'done' if run.code == 0 else 'hung' if run.code == HUNG else 'FAIL'} {run.name}: exit {run.code}, "
                       f"{run.ended - run.started:.0f} s, at {run.ended - t0:.0f} s; log {run.log}", flush=True)
         if not running:
             break
@@ -391,7 +402,8 @@ def report(runs: dict[str, Run], kill: dict, a) -> list[tuple[bool, str]]:
             checks = [(False, f"not compared: {', '.join(r.name for r in (ref, run) if not r.finished())} "
                               "did not finish")]
         else:
-            checks, table = pairs_checks(*read_run(ref), *read_run(run), names=("generate", run.name))
+            checks, table = pairs_checks(*read_run(ref), *read_run(run),
+                                         names=("generate", "vllm" if run.name == "vllm" else "vllm resumed"))
             print(markdown(table), flush=True)
             frames.append(table.assign(check=title))
             log = read_run(run)[0]

@@ -118,3 +118,12 @@ def test_a_resume_that_continues_the_run_passes_and_each_way_of_not_continuing_f
     from_base = good.assign(reward=np.r_[good["reward"][:8], 0.1 + 0.01 * noise(3, 12)])
     fails("after the resume, reward: |diff|", run=from_base)
     fails("prompt ids per step", acts=actions(shift=2))
+
+
+def test_one_engine_a_gpu_and_the_pairs_run_is_the_resumed_one_on_a_single_gpu():
+    assert pairs.layout(["0"], cpu=False) == {"generate": "0", "killed": "0"}
+    assert pairs.layout(["0", "1"], cpu=False) == {"generate": "0", "killed": "0", "vllm": "1"}
+    assert pairs.layout(["3", "5", "6", "7"], cpu=False) == {"generate": "3", "killed": "6", "vllm": "5"}
+    assert set(pairs.layout([], cpu=True).values()) == {None}
+    with pytest.raises(SystemExit, match="no GPU visible"):
+        pairs.layout([], cpu=False)
