@@ -25,6 +25,18 @@ prompt_id, n, c), each prompt's rate taken as p = c / n:
 prints the same confusion matrix and ratios over the replicates (Bernoulli draws of the full
 run; the adaptive run reads their prefixes), and the exact expected agreement and sample share
 (the stopping rule's dynamic program).
+
+Replayed on GPU runs' per-sample verdicts (pool, run, prompt_id, sample_idx, correct; run full
+or adaptive, as benchmarks/gpu_issue40.sh's runs give them):
+
+    PYTHONPATH=workflow python benchmarks/bench_adaptive_calibration.py --config config/smollm2.yaml \
+        --replay docs/results/2026-11-28-adaptive-calibration/gpu_h200_outcomes.parquet
+
+prints, per pool, the rule applied to the full run's own draws in order (what an adaptive run
+keeps where its draws are the full run's: on a CPU always), the real adaptive run's labels
+against the full run's, how often the two runs' verdicts agree at the same sample index, and the
+agreement with the full run's labels expected of an independent full run and an independent
+adaptive run (a GPU's draws move with the batch shape).
 """
 
 from __future__ import annotations
@@ -118,6 +130,77 @@ def simulate(args) -> None:
     print("expected share of n by regime of p: " + ", ".join(f"{k} {v:.1%}" for k, v in by.items()))
 
 
+def _independent(rule, th, c_full, n, rng, replicates: int):
+    """Expected agreement with the observed full labels of an independent full run and of an
+    independent adaptive run (draws sharing nothing with the observed run, as a GPU's do once a
+    batch shape moves a logit): p drawn from each prompt's Jeffreys posterior Beta(c + 1/2,
+    n - c + 1/2), then n Bernoulli(p) draws a replicate."""
+    import numpy as np
+
+    from boundary.analysis.regimes import label
+
+    observed = label(c_full / n, th)
+    same_full = same_adaptive = 0.0
+    for _ in range(replicates):
+        p = rng.beta(c_full + 0.5, n - c_full + 0.5)
+        running = np.cumsum(rng.random((len(p), n)) < p[:, None], axis=1)
+        draws = np.full(len(p), n)
+        for r in reversed(rule.rounds[:-1]):
+            draws[rule.table[r][running[:, r - 1]]] = r
+        same_full += (label(running[:, -1] / n, th) == observed).mean()
+        same_adaptive += (label(running[np.arange(len(p)), draws - 1] / draws, th) == observed).mean()
+    return same_full / replicates, same_adaptive / replicates
+
+
+def replay(args) -> None:
+    """GPU runs' per-sample outcomes (pool, run, prompt_id, sample_idx, correct; run full or
+    adaptive): the rule replayed on the full run's own draws (what an adaptive run keeps where
+    its draws are the full run's prefix: on a CPU always), against the real adaptive run."""
+    import numpy as np
+    import pandas as pd
+
+    from boundary.analysis.regimes import label
+    from boundary.core.artifacts import read_table
+
+    config = _settings(args.config, {"rounds": args.rounds, "delta": args.delta})
+    rule = _rule(config)
+    th, n = rule.thresholds, rule.n
+    table = read_table(args.replay, ["pool", "run", "prompt_id", "sample_idx", "correct"])
+    rng = np.random.default_rng(args.seed)
+    for pool, rows in table.groupby("pool", sort=True):
+        full = rows[rows["run"] == "full"].sort_values(["prompt_id", "sample_idx"])
+        outcomes = full.groupby("prompt_id", sort=True)["correct"].agg(lambda x: x.to_numpy(int))
+        if not outcomes.map(len).eq(n).all():
+            raise SystemExit(f"{args.replay}: pool {pool}: a full run's prompt without {n} samples")
+        c_full = outcomes.map(np.sum).to_numpy()
+        full_labels = label(c_full / n, th)
+        draws = outcomes.map(rule.draws).to_numpy()
+        c_prefix = np.array([o[:d].sum() for o, d in zip(outcomes, draws)])
+        print(f"\n== {pool}: {len(outcomes)} prompts, n = {n}")
+        print("the rule on the full run's own draws (each prompt's first n_i samples):")
+        _confusion(full_labels, label(c_prefix / draws, th))
+        print(f"samples: {draws.sum():,} of {len(draws) * n:,} = {draws.sum() / (len(draws) * n):.1%}")
+        by = pd.DataFrame({"regime": full_labels, "draws": draws}).groupby("regime")["draws"]
+        print("by the full run's regime: " + "; ".join(
+            f"{k} {len(v)} prompts, {v.mean() / n:.1%} of n, {v.sum() / draws.sum():.1%} of the samples"
+            for k, v in by))
+        adaptive = rows[rows["run"] == "adaptive"]
+        if adaptive.empty:
+            continue
+        counts = adaptive.groupby("prompt_id")["correct"].agg(["sum", "size"]).reindex(outcomes.index)
+        print("the real adaptive run (its own draws):")
+        _confusion(full_labels, label(counts["sum"] / counts["size"], th))
+        paired = adaptive.merge(full, on=["prompt_id", "sample_idx"], suffixes=("_a", "_f"))
+        p = paired["prompt_id"].map(pd.Series(c_full / n, index=outcomes.index))
+        print(f"same sample index, same verdict: {(paired['correct_a'] == paired['correct_f']).mean():.2%} of "
+              f"{len(paired):,} pairs; {(p ** 2 + (1 - p) ** 2).mean():.2%} expected if the draws were "
+              f"independent, 100% if they were the same draws")
+        same_full, same_adaptive = _independent(rule, th, c_full, n, rng, args.replicates)
+        print(f"expected agreement with this full run's labels, draws independent of it "
+              f"({args.replicates} replicates): another full run {same_full:.2%}, an adaptive run "
+              f"{same_adaptive:.2%}")
+
+
 def real(args) -> None:
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -149,6 +232,13 @@ def real(args) -> None:
         finally:
             verifier.close()
         results[name] = (samples, time.perf_counter() - start)
+        if args.device == "cuda":  # the next run sizes its seats on free memory, as a fresh stage does
+            import gc
+
+            import torch
+
+            gc.collect()
+            torch.cuda.empty_cache()
         for line in lines:  # the sampler's own lines: its throughput (all it drew), what it kept
             if line.startswith("sampling (") and "model loaded" not in line:
                 print(f"{name}: {line}")
@@ -200,11 +290,15 @@ def main(argv=None) -> None:
     ap.add_argument("--out", help="folder for both runs' samples (full.parquet, adaptive.parquet) and "
                                  "per-prompt n, c and regime of each (counts.csv)")
     ap.add_argument("--simulate", help="per-prompt counts (prompt_id, n, c): simulate instead of sampling")
+    ap.add_argument("--replay", help="per-sample outcomes of GPU runs (pool, run, prompt_id, sample_idx, "
+                                     "correct): the rule replayed on each pool's full run")
     ap.add_argument("--replicates", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if args.simulate:
         simulate(args)
+    elif args.replay:
+        replay(args)
     elif args.model and args.split:
         real(args)
     else:

@@ -34,12 +34,13 @@ bench() {  # name gpu config split [bench options]
   echo "$name (GPU $gpu): exit $? at $(date -u +%H:%M:%S)"
 }
 echo "start $(date -u +%H:%M:%S): $GPUS GPUs, GSM8K $GSM prompts in shares of $SHARE"
-bench arith 0 config/smollm2_arith_add15.yaml "$SPLITS/arith_diagnostic.parquet" &
+PIDS=()
+bench arith 0 config/smollm2_arith_add15.yaml "$SPLITS/arith_diagnostic.parquet" & PIDS+=($!)
 for g in $(seq 1 $((GPUS - 1))); do
   bench "gsm8k_$g" "$g" config/smollm2.yaml "$SPLITS/gsm8k_diagnostic.parquet" --prompts $SHARE \
-    --offset $(((g - 1) * SHARE)) &
+    --offset $(((g - 1) * SHARE)) & PIDS+=($!)
 done
-wait
+wait "${PIDS[@]}"  # not a bare wait: that also waits for the tee above, which never ends
 for f in "$W"/*.txt; do
   echo "=== $(basename "$f" .txt)"
   grep -v -i "warn\|it/s\]\|s/it\]" "$f" | tail -22

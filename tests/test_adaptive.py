@@ -225,3 +225,35 @@ def test_the_regimes_stage_labels_each_prompt_from_its_own_n_and_says_so(tmp_pat
     assert table["n"].to_dict() == {"a": 16, "b": 256, "c": 256, "d": 64}
     assert table["regime"].to_dict() == {"a": "Reachable", "b": "Boundary", "c": "OutOfReach", "d": "SolvedEasy"}
     assert "calibration n varies by prompt (16-256, adaptive)" in capsys.readouterr().err
+
+
+def test_replay_on_a_full_runs_own_draws(tmp_path, capsys):
+    """bench_adaptive_calibration --replay: an adaptive run whose rows are the full run's prefixes
+    (a CPU's) agrees on every label, matches verdict for verdict, and keeps the rule's draws."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_adaptive_calibration.py"
+    spec = importlib.util.spec_from_file_location("bench_adaptive_calibration", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    resolved = bench._settings(None, {})  # config/config.yaml's, as main() without --config
+    rule = StoppingRule.from_settings(resolved["calibration"], resolved["regimes"])
+    rng = np.random.default_rng(7)
+    rows, kept = [], 0
+    for i, p in enumerate([0.0, 0.004, 0.03, 0.09, 0.3, 0.7, 0.95, 1.0]):
+        draws = (rng.random(rule.n) < p).astype(int)
+        stop = rule.draws(draws)
+        kept += stop
+        for run, upto in (("full", rule.n), ("adaptive", stop)):
+            rows += [("pool", run, f"q{i}", k, bool(draws[k])) for k in range(upto)]
+    table = pd.DataFrame(rows, columns=["pool", "run", "prompt_id", "sample_idx", "correct"])
+    table.to_parquet(tmp_path / "outcomes.parquet")
+    bench.main(["--replay", str(tmp_path / "outcomes.parquet"), "--replicates", "5"])
+    out = capsys.readouterr().out
+    assert out.count("agreement: 100.00% of 8 prompt labels") == 2  # the replay and the "real" run
+    assert f"samples: {kept:,} of {8 * rule.n:,}" in out
+    assert f"same sample index, same verdict: 100.00% of {kept:,} pairs" in out
+    table[~((table["run"] == "full") & (table["sample_idx"] == 0))].to_parquet(tmp_path / "short.parquet")
+    with pytest.raises(SystemExit, match=f"short.parquet: pool pool: a full run's prompt without {rule.n} samples"):
+        bench.main(["--replay", str(tmp_path / "short.parquet")])

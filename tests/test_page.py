@@ -96,3 +96,16 @@ def test_page_renders_in_headless_chromium(page, tmp_path):
 
     pixels = np.asarray(Image.open(shot).convert("RGB"))
     assert pixels.shape[0] >= 1000 and len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50  # drawn, not blank
+
+
+def test_headline_gives_lost_prompts_as_totals_with_each_seed(page):
+    """Lost counts are totals over seeds with each seed's count, never a rounded mean (issue 41)."""
+    from boundary.analysis.tables import counts_text
+
+    text = page.read_text()
+    head = text.split("Lost: total (per seed)", 1)[1].split("</table>", 1)[0]
+    metrics = pd.read_csv(page.parent / "metrics.csv")
+    lost = metrics[(metrics["method"] == "grpo") & (metrics["metric"] == "lost") & (metrics["regime"] == "all")
+                   & metrics["k"].isna()].sort_values("seed")["value"]
+    assert len(lost) == 2
+    assert f"<td>{counts_text(lost.to_numpy(float))}</td>" in head

@@ -201,3 +201,19 @@ def test_an_engine_run_is_killed_resumes_and_takes_the_generate_runs_actions(mod
     columns = ["step", "epoch", "prompt_id", "weight", "action", "source"]
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "engine" / "actions.parquet")[columns],
                                   pd.read_parquet(tmp_path / "generate" / "actions.parquet")[columns])
+
+
+@pytest.mark.parametrize("conf, disabled", [("", False), ("expandable_segments:True", True),
+                                            ("max_split_size_mb:512, expandable_segments:True", True),
+                                            ("expandable_segments:False", False)])
+def test_engine_overrides_pass_what_trl_fixes_or_lacks(monkeypatch, conf, disabled):
+    """TRL's LLM call gets the configured batch tokens and load format; under expandable
+    segments the custom all-reduce is off (a tensor-parallel engine dies at start otherwise)."""
+    vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
+    seen = {}
+    monkeypatch.setattr(vllm_generation, "LLM", lambda *a, **k: seen.update(k), raising=False)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
+    with rollout_engine.engine_overrides(16384, "dummy"):
+        vllm_generation.LLM(model="m", max_num_batched_tokens=4096)
+    assert seen["max_num_batched_tokens"] == 16384 and seen["load_format"] == "dummy"
+    assert seen.get("disable_custom_all_reduce", False) is disabled

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from boundary.analysis.tables import count_cell
 from boundary.core.artifacts import write_text
 
 FIGURES = [("passk_curves", "pass@k curves (seed mean, one-SD band; dashed: base pass@K)"),
@@ -118,14 +119,14 @@ def headline(diag, view, methods) -> str:
                      pts(lo1["mean"]) if lo1 is not None else "n/a", pts(hi1["mean"]) if hi1 is not None else "n/a",
                      f"{kfmt(r['kstar'])} [{kfmt(r['kstar_low'])}, {kfmt(r['kstar_high'])}]" if r is not None else "n/a",
                      area_cell,
-                     f"{lost['mean']:.1f}" if lost is not None else "n/a",
-                     f"{sig['mean']:.1f}" if sig is not None else "n/a",
-                     f"{null['mean']:.1f}" if null is not None else "n/a",
+                     count_cell(diag.metrics, m, "lost") if lost is not None else "n/a",
+                     count_cell(diag.metrics, m, "lost_significant") if sig is not None else "n/a",
+                     f"{null['mean'] * null['n_seeds']:.1f}" if null is not None else "n/a",
                      f"{floor['mean']:.3g}" if floor is not None else "n/a"])
     lvl = f"{100 * diag.level:g}%"
     return table(["Method", "Seeds", f"Δp@{k_lo} (pts)", f"Δp@{k_hi} (pts)", f"k* [{lvl}]",
-                  f"Area over ln k (pts·ln k) [{lvl}]", "Lost", "Lost, significant", "Lost if unchanged",
-                  "0/n floor on p"], rows)
+                  f"Area over ln k (pts·ln k) [{lvl}]", "Lost: total (per seed)", "Lost, significant",
+                  "Lost if unchanged (total expected)", "0/n floor on p"], rows)
 
 
 def attribution_table(diag, view, methods) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 
 from boundary.core.errors import BoundaryError, warn
 
@@ -63,17 +64,28 @@ def check_device(cfg) -> None:
                             "docs/how-to/gpus_and_sharding.md); use generate to train on a CPU")
 
 
+def expandable_segments() -> bool:
+    """Whether torch's allocator maps memory in expandable segments (PYTORCH_CUDA_ALLOC_CONF)."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower()
+    return "expandable_segments:true" in conf.split(",")
+
+
 @contextlib.contextmanager
 def engine_overrides(max_num_batched_tokens: int, load_format: str):
     """While TRL builds its colocated engine: the LLM arguments TRL 1.16.0 fixes or lacks."""
     from trl.generation import vllm_generation
 
     built = vllm_generation.LLM
+    # vLLM 0.26's custom all-reduce shares its CUDA-graph buffers with cudaIpcGetMemHandle, which
+    # refuses memory of torch's expandable segments: an engine in tensor parallel then dies at
+    # start ("custom_all_reduce.cuh:455 'invalid argument'", 4 x H200; vllm#42609). NCCL's
+    # all-reduce works, as vLLM's later releases fall back to it themselves.
+    extra = {"disable_custom_all_reduce": True} if expandable_segments() else {}
 
     @functools.wraps(built)
     def build(*args, **kwargs):
         return built(*args, **{**kwargs, "max_num_batched_tokens": max_num_batched_tokens,
-                               "load_format": load_format})
+                               "load_format": load_format, **extra})
 
     vllm_generation.LLM = build
     try:
