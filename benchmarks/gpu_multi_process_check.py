@@ -86,6 +86,22 @@ def start(cmd, log: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def within_3se(one, other, floor: float = 1e-3) -> dict:
+    """The rule for values computed from sampled rollouts (the module's docstring says why):
+    two runs' per-step values of one column agree when their means over steps differ by at
+    most 3 standard errors of the difference, sqrt(var_1 / T_1 + var_2 / T_2) from each run's
+    own step-to-step spread, and at least `floor` (a near-constant column). NaN steps are left
+    out; fewer than 2 steps in a run: SE is infinite (nothing can be told apart)."""
+    x, y = (np.asarray(v, dtype=float) for v in (one, other))
+    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
+    se = (float(np.sqrt(x.var(ddof=1) / len(x) + y.var(ddof=1) / len(y))) if min(len(x), len(y)) > 1
+          else float("inf"))
+    m1, m2 = (float(v.mean()) if len(v) else float("nan") for v in (x, y))
+    tol = max(3 * se, floor)
+    return {"mean_1": m1, "mean_2": m2, "difference": m2 - m1, "se": se, "tolerance": tol,
+            "steps": (len(x), len(y)), "ok": bool(abs(m2 - m1) <= tol)}
+
+
 def compare(one: Path, other: Path) -> list[str]:
     """Lines saying how `other`'s outputs agree with `one`'s; a line starting FAIL is a failure."""
     lines = []
@@ -100,13 +116,11 @@ def compare(one: Path, other: Path) -> list[str]:
     for c in SAMPLED:
         if c not in l1 or c not in l2 or l1[c].isna().all():
             continue
-        x, y = l1[c].dropna().to_numpy(float), l2[c].dropna().to_numpy(float)
-        se = np.sqrt(x.var(ddof=1) / len(x) + y.var(ddof=1) / len(y)) if min(len(x), len(y)) > 1 else np.inf
-        tol = max(3 * se, 1e-3)
-        diff = abs(x.mean() - y.mean())
-        lines.append(f"{'ok  ' if diff <= tol else 'FAIL'} {c}: mean {x.mean():.4g} vs {y.mean():.4g}, "
-                     f"|diff| {diff:.3g} <= 3 SE {tol:.3g}" if diff <= tol else
-                     f"FAIL {c}: mean {x.mean():.4g} vs {y.mean():.4g}, |diff| {diff:.3g} > 3 SE {tol:.3g}")
+        r = within_3se(l1[c], l2[c])
+        diff, tol = abs(r["difference"]), r["tolerance"]
+        lines.append(f"ok   {c}: mean {r['mean_1']:.4g} vs {r['mean_2']:.4g}, |diff| {diff:.3g} <= 3 SE {tol:.3g}"
+                     if r["ok"] else
+                     f"FAIL {c}: mean {r['mean_1']:.4g} vs {r['mean_2']:.4g}, |diff| {diff:.3g} > 3 SE {tol:.3g}")
     for c in ZERO_AT_START:
         if c in l2 and pd.notna(l2[c].iloc[0]):
             v = float(l2[c].iloc[0])
