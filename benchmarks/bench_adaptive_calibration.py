@@ -96,6 +96,17 @@ def machine() -> str:
     return f"{platform.node()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, commit {commit}"
 
 
+def _draws(rule, running):
+    """Per prompt, the draws the rule makes given each prefix's correct count (`running`:
+    [prompts, n] cumulative sums): StoppingRule.draws for many prompts at once."""
+    import numpy as np
+
+    draws = np.full(len(running), rule.n)
+    for r in reversed(rule.rounds[:-1]):
+        draws[rule.table[r][running[:, r - 1]]] = r
+    return draws
+
+
 def simulate(args) -> None:
     import numpy as np
 
@@ -109,11 +120,8 @@ def simulate(args) -> None:
     n, th, rng = rule.n, rule.thresholds, np.random.default_rng(args.seed)
     full_all, adaptive_all, draws_all = [], [], []
     for _ in range(args.replicates):
-        outcomes = rng.random((len(p), n)) < p[:, None]
-        running = np.cumsum(outcomes, axis=1)
-        draws = np.full(len(p), n)
-        for r in reversed(rule.rounds[:-1]):
-            draws[rule.table[r][running[:, r - 1]]] = r
+        running = np.cumsum(rng.random((len(p), n)) < p[:, None], axis=1)
+        draws = _draws(rule, running)
         c = running[np.arange(len(p)), draws - 1]
         full_all.append(label(running[:, -1] / n, th))
         adaptive_all.append(label(c / draws, th))
@@ -144,9 +152,7 @@ def _independent(rule, th, c_full, n, rng, replicates: int):
     for _ in range(replicates):
         p = rng.beta(c_full + 0.5, n - c_full + 0.5)
         running = np.cumsum(rng.random((len(p), n)) < p[:, None], axis=1)
-        draws = np.full(len(p), n)
-        for r in reversed(rule.rounds[:-1]):
-            draws[rule.table[r][running[:, r - 1]]] = r
+        draws = _draws(rule, running)
         same_full += (label(running[:, -1] / n, th) == observed).mean()
         same_adaptive += (label(running[np.arange(len(p)), draws - 1] / draws, th) == observed).mean()
     return same_full / replicates, same_adaptive / replicates
@@ -172,10 +178,11 @@ def replay(args) -> None:
         outcomes = full.groupby("prompt_id", sort=True)["correct"].agg(lambda x: x.to_numpy(int))
         if not outcomes.map(len).eq(n).all():
             raise SystemExit(f"{args.replay}: pool {pool}: a full run's prompt without {n} samples")
-        c_full = outcomes.map(np.sum).to_numpy()
+        running = np.cumsum(np.stack(outcomes.to_numpy()), axis=1)
+        c_full = running[:, -1]
         full_labels = label(c_full / n, th)
-        draws = outcomes.map(rule.draws).to_numpy()
-        c_prefix = np.array([o[:d].sum() for o, d in zip(outcomes, draws)])
+        draws = _draws(rule, running)
+        c_prefix = running[np.arange(len(draws)), draws - 1]
         print(f"\n== {pool}: {len(outcomes)} prompts, n = {n}")
         print("the rule on the full run's own draws (each prompt's first n_i samples):")
         _confusion(full_labels, label(c_prefix / draws, th))

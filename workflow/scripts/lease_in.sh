@@ -23,18 +23,7 @@ case "${1:-}" in
   data)
     cfg="${2:?usage: lease_in.sh data CFG}"
     rm -rf .lease/data
-    python - "$cfg" <<'PY'
-import shutil, sys, yaml
-from pathlib import Path
-config = yaml.safe_load(open(sys.argv[1]))
-data = config.get("data") or {}
-specs = [data.get("train"), data.get("diagnostic"), *(data.get("benchmarks") or {}).values()]
-for path in sorted({s["path"] for s in specs if s and str(s.get("path", "")).startswith("data/")}):
-    target = Path(".lease") / path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, target)  # follows the data/ link
-    print(f"lease_in: {target} ({target.stat().st_size / 2**20:.1f} MiB)")
-PY
+    python "$PACK" data --configfile "$cfg" --out .lease
     ;;
   carry)
     run="${2:?usage: lease_in.sh carry RUN [MIB]}"

@@ -33,13 +33,15 @@ consumers are up to date, so a run given those targets (or the report's) leaves 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import tarfile
 import time
 from base64 import urlsafe_b64decode, urlsafe_b64encode
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from boundary.core.digests import file_sha256  # noqa: E402
 
 WEIGHTS = {".safetensors", ".bin", ".pt", ".pth", ".gguf"}
 METADATA = Path(".snakemake/metadata")
@@ -107,14 +109,6 @@ def records(results: Path) -> list[Path]:
     return sorted(found)
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def pack(args) -> None:
     results, out = Path(args.results), Path(args.out)
     if not results.is_dir():
@@ -147,7 +141,7 @@ def pack(args) -> None:
             parts.append(name)
     archive.unlink()
     lines = [f"run {run}", f"archive {size} bytes in {len(parts)} parts"]
-    lines += [f"part {p.name} {sha256(p)}" for p in parts]
+    lines += [f"part {p.name} {file_sha256(p)}" for p in parts]
     lines += [f"packed {p}" for p in chosen]
     lines += [f"left_out {p} {p.stat().st_size}" for p in left]
     lines += [f"unfinished {p}" for p in unfinished]
@@ -178,7 +172,7 @@ def unpack(args) -> None:
         with open(archive, "wb") as joined:
             for name, digest in parts:
                 part = folder / name
-                if not part.is_file() or sha256(part) != digest:
+                if not part.is_file() or file_sha256(part) != digest:
                     sys.exit(f"lease_pack: {part}: missing or not the SHA-256 {manifest.name} names; nothing restored")
                 joined.write(part.read_bytes())
         with tarfile.open(archive, "r:gz") as tar:
@@ -213,8 +207,29 @@ def touch(args) -> None:
     print(f"lease_pack: {len(paths)} restored files dated now, newer than what this machine made before them")
 
 
+def data(args) -> None:
+    """The config's data files (train, diagnostic, benchmarks under data/) copied to --out, at
+    the same relative paths (a data/ link followed): what a lease carries as its data folder."""
+    import shutil
+
+    from boundary.core import settings
+    from boundary.core.config import load_yaml, validate_config
+
+    config = validate_config(load_yaml(args.configfile))
+    if config["testbed"] is not None:
+        return  # the testbed makes its own data
+    splits = [*settings.SPLITS, *(f"bench_{b}" for b in settings.benchmarks(config))]
+    for path in sorted({str(settings.dataset_spec(config, s)["path"]) for s in splits}):
+        if path.startswith("data/"):
+            if not Path(path).is_file():
+                raise SystemExit(f"lease_in: {path}: no such file ({args.configfile}'s data; link data/ first)")
+            target = Path(args.out) / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            print(f"lease_in: {target} ({target.stat().st_size / 2**20:.1f} MiB)")
+
+
 def targets(args) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from boundary.core import settings
     from boundary.core.config import load_yaml, validate_config
     from boundary.core.names import BASE, DIAGNOSTIC
@@ -249,6 +264,10 @@ def main(argv=None) -> None:
     p = sub.add_parser("touch")
     p.add_argument("list")
     p.set_defaults(func=touch)
+    p = sub.add_parser("data")
+    p.add_argument("--configfile", required=True)
+    p.add_argument("--out", default=".lease")
+    p.set_defaults(func=data)
     p = sub.add_parser("targets")
     p.add_argument("--configfile", required=True)
     p.add_argument("--seed", type=int, required=True)
