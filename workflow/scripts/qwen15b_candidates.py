@@ -2,10 +2,18 @@
 preregistration.md, section 1) as train/diagnostic JSONL files, and each candidate's
 near-copies (tasks/near_copy.py): every diagnostic prompt with a near-copy among its train
 prompts. Reads GSM8K, MATH500 and Omni-MATH-Rule from DATA (default data/); writes
-OUT/{candidate}_{train,diagnostic}.jsonl (fields id, problem, answer; `id` is the source file's
-row) and OUT/{candidate}_near_copies.csv. A `data:` entry reads them with problem_field problem,
-answer_field answer, id_field id.
-    python workflow/scripts/qwen15b_candidates.py [--data data] [--out results/qwen15b/candidates]
+OUT/{candidate}_{train,diagnostic}.jsonl (fields id, problem, answer, and MATH500's level; `id`
+is the source file's row) and OUT/{candidate}_near_copies.csv. A `data:` entry reads them with
+problem_field problem, answer_field answer, id_field id.
+
+--subsample adds the selection's subsamples (the page's Amendment 2), beside them:
+OUT/{gsm8k,math500,omni_d5}_sel_{train,diagnostic}.jsonl. Each split's rows in file order,
+its near-copy diagnostic prompts dropped first, go through `random.Random(41).sample` (a fresh
+generator a split); the sampled rows are written in file order. GSM8K and Omni-MATH-Rule: 256
+train and 128 diagnostic prompts; MATH500: all 250 train (even-index) rows and 128 diagnostic
+(odd-index) ones. MATH500 level >= 3 is read off the MATH500 subsample by its rows' `level`
+(config/qwen15b_select_*.yaml measure them; workflow/scripts/qwen15b_select.py applies the rule).
+    python workflow/scripts/qwen15b_candidates.py [--data data] [--out results/qwen15b/candidates] [--subsample]
 """
 
 from __future__ import annotations
@@ -13,9 +21,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import random
 from pathlib import Path
 
 from boundary.tasks.near_copy import near_copies
+
+SEED = 41
+# candidate: (train prompts, diagnostic prompts) of its subsample; None: every row
+SUBSAMPLE = {"gsm8k": (256, 128), "math500": (None, 128), "omni_d5": (256, 128)}
 
 
 def rows(path: Path) -> list[dict]:
@@ -23,42 +36,72 @@ def rows(path: Path) -> list[dict]:
 
 
 def candidates(data: Path) -> dict[str, tuple[list[dict], list[dict]]]:
-    """{name: (train, diagnostic)}, each row {id, problem, answer}, by the page's table."""
-    def pick(name, items, problem, answer):
-        return [{"id": f"{name}-{i:05d}", "problem": r[problem], "answer": answer(r)} for i, r in items]
+    """{name: (train, diagnostic)}, each row {id, problem, answer} (+ level), by the page's table."""
+    def pick(name, items, problem, answer, level=False):
+        return [{"id": f"{name}-{i:05d}", "problem": r[problem], "answer": answer(r),
+                 **({"level": int(r["level"])} if level else {})} for i, r in items]
 
     gsm = lambda r: r["answer"].split("####")[-1].strip().replace(",", "")
+    plain = lambda r: r["answer"]
     math = list(enumerate(rows(data / "math500" / "test.jsonl")))
     hard = [(i, r) for i, r in math if int(r["level"]) >= 3]
     omni = [(i, r) for i, r in enumerate(rows(data / "omni_math_rule" / "test.jsonl")) if float(r["difficulty"]) <= 5]
     return {
         "gsm8k": (pick("gsm8k_train", list(enumerate(rows(data / "gsm8k" / "train.jsonl")))[:2048], "question", gsm),
                   pick("gsm8k_test", list(enumerate(rows(data / "gsm8k" / "test.jsonl")))[:500], "question", gsm)),
-        "math500": (pick("math500", [x for x in math if x[0] % 2 == 0], "problem", lambda r: r["answer"]),
-                    pick("math500", [x for x in math if x[0] % 2 == 1], "problem", lambda r: r["answer"])),
-        "math500_l3": (pick("math500", [x for x in hard if x[0] % 2 == 0], "problem", lambda r: r["answer"]),
-                       pick("math500", [x for x in hard if x[0] % 2 == 1], "problem", lambda r: r["answer"])),
-        "omni_d5": (pick("omni", [x for x in omni if x[0] % 2 == 0][:2048], "problem", lambda r: r["answer"]),
-                    pick("omni", [x for x in omni if x[0] % 2 == 1][:500], "problem", lambda r: r["answer"])),
+        "math500": (pick("math500", [x for x in math if x[0] % 2 == 0], "problem", plain, level=True),
+                    pick("math500", [x for x in math if x[0] % 2 == 1], "problem", plain, level=True)),
+        "math500_l3": (pick("math500", [x for x in hard if x[0] % 2 == 0], "problem", plain, level=True),
+                       pick("math500", [x for x in hard if x[0] % 2 == 1], "problem", plain, level=True)),
+        "omni_d5": (pick("omni", [x for x in omni if x[0] % 2 == 0][:2048], "problem", plain),
+                    pick("omni", [x for x in omni if x[0] % 2 == 1][:500], "problem", plain)),
     }
 
 
-def main() -> None:
+def draw(items: list[dict], k: int | None, what: str) -> list[dict]:
+    """k of the rows by `random.Random(SEED).sample`, in file order; all of them for k None."""
+    if k is None:
+        return list(items)
+    if k > len(items):
+        raise SystemExit(f"qwen15b_candidates: {what}: {len(items)} rows, fewer than the {k} the subsample draws")
+    chosen = {r["id"] for r in random.Random(SEED).sample(items, k)}
+    return [r for r in items if r["id"] in chosen]
+
+
+def subsample(train: list[dict], diagnostic: list[dict], near: set[str], sizes, name: str):
+    """The selection's (train, diagnostic) subsample: near-copy diagnostic prompts dropped first."""
+    kept = [r for r in diagnostic if r["id"] not in near]
+    return draw(train, sizes[0], f"{name} train"), draw(kept, sizes[1], f"{name} diagnostic")
+
+
+def write_jsonl(path: Path, items: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in items))
+
+
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="data")
     ap.add_argument("--out", default="results/qwen15b/candidates")
-    args = ap.parse_args()
+    ap.add_argument("--subsample", action="store_true", help="also write the selection's subsamples (Amendment 2)")
+    args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, (train, diagnostic) in candidates(Path(args.data)).items():
         for split, items in (("train", train), ("diagnostic", diagnostic)):
-            (out / f"{name}_{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
+            write_jsonl(out / f"{name}_{split}.jsonl", items)
         found = near_copies([(r["problem"], r["answer"]) for r in diagnostic], [(r["problem"], r["answer"]) for r in train])
         with open(out / f"{name}_near_copies.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["diagnostic_id", "train_id", "why"])
             w.writerows((diagnostic[i]["id"], train[j]["id"], why) for i, j, why in found)
-        print(f"{name}: train {len(train)}, diagnostic {len(diagnostic)}, near-copies {len(found)}")
+        line = f"{name}: train {len(train)}, diagnostic {len(diagnostic)}, near-copies {len(found)}"
+        if args.subsample and name in SUBSAMPLE:
+            near = {diagnostic[i]["id"] for i, _, _ in found}
+            sel = subsample(train, diagnostic, near, SUBSAMPLE[name], name)
+            for split, items in zip(("train", "diagnostic"), sel):
+                write_jsonl(out / f"{name}_sel_{split}.jsonl", items)
+            line += f"; subsample (seed {SEED}): train {len(sel[0])}, diagnostic {len(sel[1])}"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,19 @@ def t_interval(mean, sd, n, level: float = 0.95):
     return mean - half, mean + half
 
 
+def wilson(successes, n, level: float = 0.95):
+    """Wilson score interval of a binomial proportion (successes of n independent trials); NaN
+    where n = 0. Unlike the Wald interval it stays inside [0, 1] and keeps its coverage near 0
+    and 1, where a share of a small sample often sits."""
+    k, n = np.asarray(successes, dtype=float), np.asarray(n, dtype=float)
+    z = sps.norm.ppf(0.5 + level / 2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = k / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
 def summarize(df: pd.DataFrame, keys, value: str = "value", level: float = 0.95) -> pd.DataFrame:
     """Mean, sample SD, t interval and count of `value` over the rows of each key group."""
     keys = list(keys)
