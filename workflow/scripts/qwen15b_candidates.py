@@ -13,7 +13,13 @@ generator a split); the sampled rows are written in file order. GSM8K and Omni-M
 train and 128 diagnostic prompts; MATH500: all 250 train (even-index) rows and 128 diagnostic
 (odd-index) ones. MATH500 level >= 3 is read off the MATH500 subsample by its rows' `level`
 (config/qwen15b_select_*.yaml measure them; workflow/scripts/qwen15b_select.py applies the rule).
+
+--stand-in DIR writes stand-ins of the three data sets there instead (their files and fields;
+digit-sum problems among random words, a few diagnostic ones near-copies of train ones), large
+enough for every subsample: the selection's CPU dry run (benchmarks/gpu_issue41_select.sh dry)
+and tests read them as DATA.
     python workflow/scripts/qwen15b_candidates.py [--data data] [--out results/qwen15b/candidates] [--subsample]
+    python workflow/scripts/qwen15b_candidates.py --stand-in DIR
 """
 
 from __future__ import annotations
@@ -78,12 +84,55 @@ def write_jsonl(path: Path, items: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in items))
 
 
+def stand_in(folder: Path, near: int = 3) -> None:
+    """Stand-in GSM8K, MATH500 and Omni-MATH-Rule files (see the module docstring): every problem
+    its own words and numbers, so near-copies are only the `near` planted in each diagnostic
+    split (its first rows repeat train rows' words with other numbers)."""
+    rng = random.Random(0)
+    words = [f"w{chr(97 + i)}{chr(97 + j)}" for i in range(26) for j in range(26)]
+
+    def problems(count: int) -> list[tuple[str, str]]:
+        out = []
+        for _ in range(count):
+            a, b = rng.randrange(10, 10_000), rng.randrange(10, 10_000)
+            out.append((" ".join(rng.sample(words, 8)) + f" {a}+{b}=", str(a + b)))
+        return out
+
+    def planted(held: list, train: list) -> list:
+        return [(t.rsplit(" ", 1)[0] + " 1+2=", "3") for t, _ in train[:near]] + held[near:]
+
+    gsm_train, gsm_test = problems(300), problems(150)
+    math, omni = problems(300), problems(1000)
+    math[1::2] = planted(math[1::2], math[0::2])
+    difficulty = [float(1 + i // 2 % 8) for i in range(len(omni))]  # 1..8: a quarter above 5
+    easy = [i for i, d in enumerate(difficulty) if d <= 5]
+    odd, even = [omni[i] for i in easy[1::2]], [omni[i] for i in easy[0::2]]
+    for i, row in zip(easy[1::2], planted(odd, even)):
+        omni[i] = row
+    files = {
+        "gsm8k/train.jsonl": [{"question": q, "answer": f"So {a}.\n#### {a}"} for q, a in gsm_train],
+        "gsm8k/test.jsonl": [{"question": q, "answer": f"So {a}.\n#### {a}"}
+                             for q, a in planted(gsm_test, gsm_train)],
+        "math500/test.jsonl": [{"problem": q, "answer": a, "level": 1 + i % 5, "unique_id": f"test/{i}.json"}
+                               for i, (q, a) in enumerate(math)],
+        "omni_math_rule/test.jsonl": [{"problem": q, "answer": a, "difficulty": d}
+                                      for (q, a), d in zip(omni, difficulty)],
+    }
+    for name, items in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(folder / name, items)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="data")
     ap.add_argument("--out", default="results/qwen15b/candidates")
     ap.add_argument("--subsample", action="store_true", help="also write the selection's subsamples (Amendment 2)")
+    ap.add_argument("--stand-in", metavar="DIR", help="write stand-in data sets to DIR instead (dry runs, tests)")
     args = ap.parse_args(argv)
+    if args.stand_in:
+        stand_in(Path(args.stand_in))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, (train, diagnostic) in candidates(Path(args.data)).items():
