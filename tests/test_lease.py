@@ -140,3 +140,28 @@ def test_a_seeds_targets_are_its_training_logs_and_evaluations(capsys):
     assert "results/smoke/eval/testbed/early_stop/seed0/counts.parquet" in targets  # a checkpoint's
     assert "results/smoke/eval/diagnostic/base/seed0/counts.parquet" in targets
     assert not [t for t in targets if "seed1" in t or "/models/" in t or "/final" in t]
+
+
+def test_the_data_a_lease_carries_under_data_and_elsewhere_in_the_checkout(tmp_path, monkeypatch, capsys):
+    """data/ files go to .lease/data (lease.sh links data/ to it); the checkout's other files (the
+    selection's subsamples under results/) to .lease/files at their paths (lease.sh copies them
+    back); a file outside the checkout cannot travel: one warning line."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    config = yaml.safe_load((ROOT / "config" / "qwen15b_select_gsm8k.yaml").read_text())
+    outside = tmp_path.parent / f"{tmp_path.name}_outside.jsonl"
+    config["data"].update(train={"path": "data/gsm8k/train.jsonl"},
+                          diagnostic={"path": "results/qwen15b/candidates/gsm8k_sel_diagnostic.jsonl"},
+                          benchmarks={"far": {"path": str(outside)}})
+    Path("c.yaml").write_text(yaml.safe_dump(config))
+    for path in ("data/gsm8k/train.jsonl", "results/qwen15b/candidates/gsm8k_sel_diagnostic.jsonl"):
+        write(Path(path), 10)
+    lease_pack.main(["data", "--configfile", "c.yaml", "--out", ".lease"])
+    assert Path(".lease/data/gsm8k/train.jsonl").read_bytes() == Path("data/gsm8k/train.jsonl").read_bytes()
+    assert Path(".lease/files/results/qwen15b/candidates/gsm8k_sel_diagnostic.jsonl").is_file()
+    assert sorted(str(p) for p in Path(".lease").rglob("*") if p.is_file()) == [
+        ".lease/data/gsm8k/train.jsonl", ".lease/files/results/qwen15b/candidates/gsm8k_sel_diagnostic.jsonl"]
+    warning = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert warning == [f"lease_in: warning: {outside}: outside the checkout, not carried (c.yaml's data; "
+                       "the device has no such file)"]

@@ -158,3 +158,13 @@ def test_zero_predictive_is_the_beta_binomial_pmf_at_zero():
         assert stats.zero_predictive(n, n0, c0, a, b) == pytest.approx(sps.betabinom.pmf(0, n, c0 + a, n0 - c0 + b))
     # uniform prior, one success in 256: E[(1-p)^256] under Beta(2, 256) = 257*256 / (513*512)
     assert stats.zero_predictive(256, 256, 1, 1, 1) == pytest.approx(257 * 256 / (513 * 512))
+
+
+def test_wilson_interval_known_values_and_ends():
+    from boundary.analysis.stats import wilson
+
+    lo, hi = wilson([5, 0, 10, 0], [10, 10, 10, 0])
+    assert lo[:3] == pytest.approx([0.236593, 0.0, 0.722467], abs=1e-6)
+    assert hi[:3] == pytest.approx([0.763407, 0.277533, 1.0], abs=1e-6)
+    assert np.isnan(lo[3]) and np.isnan(hi[3])  # no trials, no interval
+    assert lo[1] == 0.0 and hi[2] == 1.0  # exactly, not a rounding below 0 or above 1

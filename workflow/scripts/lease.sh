@@ -4,7 +4,7 @@
 # come back (docs/how-to/run_a_study_across_gpu_leases.md). Run from the repository root:
 #
 #   OUT=<folder> bash workflow/scripts/lease.sh --configfile CFG [--carry DIR] [--wheels DIR]...
-#       [--seed S] [--budget SECONDS] [--cores N] [--gpus N] [TARGET...]
+#       [--seed S] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks] [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
 #   --carry       a folder made by `lease_in.sh carry` (lease_RUN.manifest and its parts): restored
@@ -21,11 +21,17 @@
 #                 device, so 4 GPUs hold the three methods' trainings and one evaluation at once
 #   --seed        adds the targets of seed S of every method and the base's draw S (its training
 #                 logs and evaluations: `lease_pack.py targets`), listed once the software is in
+#   --setup       the software, the data and the base model's file only: no restore, no Snakemake,
+#                 no pack (e.g. once, before several runs of this checkout start side by side)
+#   --keep-locks  leave Snakemake's locks (by default a lock left by a killed call is cleared):
+#                 for a run beside another Snakemake run of this checkout, whose locks an unlock
+#                 would remove (benchmarks/gpu_issue41_select.sh runs three)
 #   TARGET        more Snakemake targets (with neither: its default target, the whole run, whose
 #                 model weights a later lease lacks), e.g. results/RUN/report.html in the last lease
 #
-# Before Snakemake: data/ is linked to .lease/data if data/ is missing and that folder was carried;
-# a GGUF base_model that is missing is joined from /tmp/lease-gguf/NAME.part_* and checked against
+# Before Snakemake: data/ is linked to .lease/data if data/ is missing and that folder was carried,
+# and the files of .lease/files (the config's data files outside data/, `lease_in.sh data`) are
+# copied to their paths in the checkout (where missing or older); a GGUF base_model that is missing is joined from /tmp/lease-gguf/NAME.part_* and checked against
 # the config/*.sha256 pin naming it. If artifacts were restored and the base model folder is
 # missing, it is made first (a separate Snakemake run) and the restored files are then dated
 # after it: otherwise the newer base would rerun every stage below it. Calling this again in the
@@ -37,7 +43,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
-cfg="" carry="" seed="" budget=590 cores=all gpus="" wheels=() targets=()
+cfg="" carry="" seed="" budget=590 cores=all gpus="" setup="" keep_locks="" wheels=() targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
@@ -47,6 +53,8 @@ while [ $# -gt 0 ]; do
     --budget) budget="$2"; shift 2 ;;
     --cores) cores="$2"; shift 2 ;;
     --gpus) gpus="$2"; shift 2 ;;
+    --setup) setup=1; shift ;;
+    --keep-locks) keep_locks=1; shift ;;
     -*) echo "lease.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -113,6 +121,7 @@ base_model=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1])).g
 
 # 2. Data and the base model's file.
 [ -e data ] || [ ! -d .lease/data ] || ln -s .lease/data data
+[ ! -d .lease/files ] || cp -ru .lease/files/. . || { say "copying .lease/files into the checkout failed"; exit 1; }
 if [ "${base_model##*.}" = gguf ] && [ ! -f "$base_model" ]; then
   pin=$(grep -l " $base_model\$" config/*.sha256 | head -1)
   parts=(/tmp/lease-gguf/"$(basename "$base_model")".part_*)
@@ -127,11 +136,15 @@ if [ "${base_model##*.}" = gguf ] && [ ! -f "$base_model" ]; then
   fi
 fi
 
+if [ -n "$setup" ]; then
+  say "set up (--setup: nothing run)"; exit 0
+fi
+
 # Targets first: --configfile takes every word after it.
 smk() { $PY -m snakemake "$@" --cores "$cores" --resources gpu="$ngpu" --scheduler greedy --configfile "$cfg"; }
 ngpu=${gpus:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
 ngpu=${ngpu:-0}
-$PY -m snakemake --unlock --configfile "$cfg" >/dev/null 2>&1 || true  # a lock left by a killed call
+[ -n "$keep_locks" ] || $PY -m snakemake --unlock --configfile "$cfg" >/dev/null 2>&1 || true  # a lock left by a killed call
 
 # 3. Restore what earlier leases brought back (once a lease), then date it after the base.
 if [ -n "$carry" ]; then

@@ -3,8 +3,10 @@
 # what goes to a lease's machine (in ignored folders under .lease/, named in the device call's
 # `carry`) and what comes back. Run from the repository root with the project's Python on PATH.
 #
-#   lease_in.sh data CFG             .lease/data: a copy of the data files CFG names (the data/
-#                                    link does not travel); lease.sh links data/ to it
+#   lease_in.sh data CFG...          .lease/data: a copy of the data files the configs name under
+#                                    data/ (the data/ link does not travel), and .lease/files: the
+#                                    others of this checkout at their paths (e.g. results/...);
+#                                    lease.sh links data/ to the one and copies the other in place
 #   lease_in.sh carry RUN [MIB]      .lease/carry: results/RUN's small artifacts and their Snakemake
 #                                    metadata, at most MIB (default 30) MiB (lease_pack.py pack)
 #   lease_in.sh merge RUN FOLDER     restores a lease's returned parts (FOLDER: where the device
@@ -21,9 +23,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PACK=workflow/scripts/lease_pack.py
 case "${1:-}" in
   data)
-    cfg="${2:?usage: lease_in.sh data CFG}"
-    rm -rf .lease/data
-    python "$PACK" data --configfile "$cfg" --out .lease
+    [ $# -ge 2 ] || { echo "usage: lease_in.sh data CFG..." >&2; exit 2; }
+    rm -rf .lease/data .lease/files
+    for cfg in "${@:2}"; do python "$PACK" data --configfile "$cfg" --out .lease; done
     ;;
   carry)
     run="${2:?usage: lease_in.sh carry RUN [MIB]}"
@@ -52,5 +54,5 @@ case "${1:-}" in
     [ $((tree + mib * 1048576)) -le $((64 * 1048576)) ] ||
       echo "lease_in: warning: the tracked tree ($((tree / 1048576)) MiB) and a $mib MiB slice exceed the 64 MiB a call carries: use a smaller MIB"
     ;;
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

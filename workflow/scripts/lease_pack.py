@@ -208,8 +208,11 @@ def touch(args) -> None:
 
 
 def data(args) -> None:
-    """The config's data files (train, diagnostic, benchmarks under data/) copied to --out, at
-    the same relative paths (a data/ link followed): what a lease carries as its data folder."""
+    """The config's data files (train, diagnostic, benchmarks) copied under --out: those under
+    data/ at the same relative paths (a data/ link followed: what a lease carries as its data
+    folder), any other file of the checkout (e.g. results/qwen15b/candidates/*.jsonl, written
+    here) to --out/files/<its path>, which lease.sh copies back to that path. A path outside the
+    checkout cannot travel: one warning line each."""
     import shutil
 
     from boundary.core import settings
@@ -220,13 +223,16 @@ def data(args) -> None:
         return  # the testbed makes its own data
     splits = [*settings.SPLITS, *(f"bench_{b}" for b in settings.benchmarks(config))]
     for path in sorted({str(settings.dataset_spec(config, s)["path"]) for s in splits}):
-        if path.startswith("data/"):
-            if not Path(path).is_file():
-                raise SystemExit(f"lease_in: {path}: no such file ({args.configfile}'s data; link data/ first)")
-            target = Path(args.out) / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-            print(f"lease_in: {target} ({target.stat().st_size / 2**20:.1f} MiB)")
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            print(f"lease_in: warning: {path}: outside the checkout, not carried ({args.configfile}'s data; "
+                  "the device has no such file)")
+            continue
+        if not Path(path).is_file():
+            raise SystemExit(f"lease_in: {path}: no such file ({args.configfile}'s data; link data/ first)")
+        target = Path(args.out) / (path if path.startswith("data/") else Path("files", path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        print(f"lease_in: {target} ({target.stat().st_size / 2**20:.1f} MiB)")
 
 
 def targets(args) -> None:

@@ -60,7 +60,9 @@ def wilson(successes, n, level: float = 0.95):
         p = k / n
         centre = (p + z * z / (2 * n)) / (1 + z * z / n)
         half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return centre - half, centre + half
+    lo = np.where(k == 0, 0.0, centre - half)  # exactly 0 and 1 at the ends, not a rounding off them
+    hi = np.where(k == n, 1.0, centre + half)
+    return np.where(n > 0, lo, np.nan)[()], np.where(n > 0, hi, np.nan)[()]  # [()]: a scalar for scalars
 
 
 def summarize(df: pd.DataFrame, keys, value: str = "value", level: float = 0.95) -> pd.DataFrame:
