@@ -71,10 +71,10 @@ def importance_sampling_args(mode, top_p: float) -> dict:
     old log-prob - engine log-prob), zero above 3). The engine's log-probs are vLLM's
     processed_logprobs (TRL asks for them): after temperature and the top-p renormalisation,
     while the policy's have temperature only. So with top_p < 1 each token adds log(nucleus
-    mass) <= 0 and a sequence's ratio falls geometrically with its length: 0.41-0.69 on average
-    at 44 tokens and top_p 0.95 (SmolLM2, 2 x H200), about 0 at the paper's lengths, where long
-    completions stop training and an engine run optimises another objective than a generate
-    run (which has no correction). The engine's agreement with the policy is checked instead
+    mass) <= 0 and a sequence's ratio falls geometrically with its length: a mean of
+    0.41-0.70 a step at 24-72 tokens and top_p 0.95 (SmolLM2, 2 x H200), about 0 at the
+    paper's lengths, where long completions stop training and an engine run optimises another
+    objective than a generate run (which has no correction). The engine's agreement with the policy is checked instead
     (`vllm_check_every`)."""
     if mode is False:
         return {"vllm_importance_sampling_correction": False}
