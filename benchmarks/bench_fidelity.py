@@ -110,14 +110,43 @@ def check_prompts(split, prompt: dict, model: str) -> None:
                             f"settings rendered with {model}'s tokenizer: remake the split (--make-split)")
 
 
+def regime_split(run: str, regime: str, k: int):
+    """A finished pipeline run's diagnostic prompts of one regime (its splits/diagnostic.parquet,
+    as its data stage rendered them, and its regimes/regimes.parquet), at most k, in split order:
+    the follow-up check on the prompts a study's primary quantity lives on."""
+    from boundary.analysis.regimes import REGIMES
+    from boundary.core.artifacts import read_table
+
+    if regime not in REGIMES:
+        raise BoundaryError(f"--regime {regime}: one of {', '.join(REGIMES)}")
+    split = read_table(Path(run) / "splits" / "diagnostic.parquet", ["prompt_id", "problem", "prompt", "answer"],
+                       nonempty=True)
+    labels = read_table(Path(run) / "regimes" / "regimes.parquet", ["prompt_id", "regime"], nonempty=True)
+    chosen = set(labels.loc[labels["regime"] == regime, "prompt_id"])
+    picked = split[split["prompt_id"].isin(chosen)]
+    if picked.empty:
+        raise BoundaryError(f"{run}: no diagnostic prompt is {regime}")
+    if len(picked) > k:
+        warn(f"{run}: {len(picked)} {regime} prompts, the first {k} kept (--prompts)")
+    return picked.head(k).reset_index(drop=True)
+
+
 def make_split(args) -> None:
     """The diagnostic split's first --prompts rows, by the data stage itself (its settings from
     the config, data.diagnostic.limit set to --prompts). The chat template comes from --model:
-    a model folder, or a GGUF whose tokenizer alone is read (seconds, not the model's import)."""
+    a model folder, or a GGUF whose tokenizer alone is read (seconds, not the model's import).
+    With --from-run and --regime: that run's prompts of the regime instead (regime_split)."""
     import tempfile
 
-    from boundary.core import settings
     from boundary.core.artifacts import write_table
+
+    if args.from_run:
+        split = regime_split(args.from_run, args.regime, args.prompts)
+        write_table(split, args.make_split)
+        print(f"split: {len(split)} {args.regime} prompts of {args.from_run} -> {args.make_split}")
+        return
+
+    from boundary.core import settings
     from boundary.core.config import load_config
     from boundary.stages.data import build_splits
 
@@ -491,6 +520,9 @@ def main(argv=None) -> None:
     ap.add_argument("--draws", type=int, default=DRAWS, help="draws of the combined tests' null")
     ap.add_argument("--make-split", metavar="FILE", help="write the split (first --prompts) and stop")
     ap.add_argument("--data", help="with --make-split: the diagnostic data file (default the config's)")
+    ap.add_argument("--from-run", metavar="DIR", help="with --make-split: a finished run's folder (results/RUN): "
+                                                      "its diagnostic prompts of --regime, at most --prompts")
+    ap.add_argument("--regime", default="Boundary", help="with --from-run: the regime (default Boundary)")
     args = ap.parse_args(argv)
     if args.make_split:
         return make_split(args)

@@ -79,6 +79,8 @@ def main():
     p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
     p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
     p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
+    p.add_argument("--vllm-is", help="vllm_importance_sampling: one of TRL's modes (default: the schema's, "
+                                     "none; figures before issue 39's fix had TRL's sequence_mask)")
     p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
     p.add_argument("--micro-batch", type=int, help="completions a process a micro-batch at every GPU count "
                                                    "(sets the accumulation per count; overrides --accum)")

@@ -10,8 +10,13 @@
 # unpacked there, unless vllm and trl are importable already.
 #   a  bench_7b_shape.py: Qwen2.5-7B shape, fsdp GRPO on 4 GPUs, engine vllm (dummy start,
 #      weights synced in), 8 prompts x G = 4 of 128 + 128 tokens (the issue's small shape)
-#   b  bench_scaling.py: SmolLM2 shape, engine vllm, 1 and 4 GPUs, 256 x 8 = 2,048 completions of
-#      up to 512 tokens after 128-token prompts, eos on, 8 micro-batches a step
+#   b  bench_scaling.py: SmolLM2 shape, engine vllm, on ROW_B_GPUS GPUs (default 1,2,4, counts above
+#      the machine's GPUs dropped: a 2-GPU lease runs 1,2; --cpu: 1,2), 256 x 8 = 2,048 completions
+#      of up to 512 tokens after 128-token prompts, eos on, 8 micro-batches a step. Each count may
+#      take ROW_B_LIMIT seconds (default 270; bench_scaling's --timeout is per count): on 2 x H200
+#      the 1-GPU row built its trainer in 45 s and took 63.5 s for step 1, and its timed step 2 was
+#      not done at 170 s; the 2-GPU row's step 2 took 44.0 s, so one GPU's is at most 2 x 44 = 88 s:
+#      52 + 63.5 + 88 = 204 s, plus a margin. 1,2,4 on 4 GPUs: about 8 minutes (estimated; a call has 10).
 #   c  the same for the Qwen2.5-1.5B shape, 4 GPUs first, then 1; 64 completions a process a
 #      micro-batch at each count (so the 1-GPU row holds what a 4-GPU process does)
 #   h  row c on 2 GPUs
@@ -46,12 +51,19 @@ L=/tmp/gpu_issue39_logs
 RL=${ROW_LIMIT:-230}
 if [ $CPU = 1 ]; then
   SEVEN=(--cpu --shape tiny-qwen2 --gpus 2 --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1)
-  SCALE=(--cpu --shape tiny-qwen2 --gpus 1,2 --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1 --accum 2)
+  SCALE=(--cpu --shape tiny-qwen2 --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1 --accum 2)
   ENGINE=generate; SMOL=tiny-qwen2; MID=tiny-qwen2; MICRO=2; TP=2
 else
   SEVEN=(--gpus 4 --prompts 8 --G 4 --prompt-len 128 --completion-len 128 --steps 3 --warmup 1)
-  SCALE=(--gpus 1,4 --prompts 256 --G 8 --prompt-len 128 --completion-len 512 --eos --steps 2 --warmup 1 --accum 8)
+  SCALE=(--prompts 256 --G 8 --prompt-len 128 --completion-len 512 --eos --steps 2 --warmup 1 --accum 8)
   ENGINE=vllm; SMOL=smollm2-135m; MID=qwen2.5-1.5b; MICRO=64; TP=4
+fi
+# Row b's GPU counts: ROW_B_GPUS, without those above the GPUs this machine has.
+if [ $CPU = 1 ]; then
+  B_GPUS=${ROW_B_GPUS:-1,2}
+else
+  HAVE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  B_GPUS=$(tr ',' '\n' <<< "${ROW_B_GPUS:-1,2,4}" | awk -v have="$HAVE" '$1 >= 1 && $1 <= have' | paste -sd, -)
 fi
 for row in $(echo "$ROWS" | grep -o .); do
   echo "=== row $row ($(date -u +%H:%M:%S))"
@@ -61,7 +73,9 @@ for row in $(echo "$ROWS" | grep -o .); do
          --timeout $((RL - 10)) --logs $L/f ;;
     g) timeout $RL $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --sleep off \
          --vllm-tp $TP --timeout $((RL - 10)) --logs $L/g ;;
-    b) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --shape $SMOL --engine $ENGINE --timeout 150 --logs $L/b ;;
+    b) if [ -z "$B_GPUS" ]; then echo "row b: none of ROW_B_GPUS=${ROW_B_GPUS:-1,2,4} fits the $HAVE GPU(s) here"
+       else $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus "$B_GPUS" --shape $SMOL --engine $ENGINE \
+              --timeout "${ROW_B_LIMIT:-270}" --logs $L/b; fi ;;
     c) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus 4,1 --micro-batch $MICRO --shape $MID --engine $ENGINE \
          --timeout 330 --logs $L/c ;;
     h) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus 2 --micro-batch $MICRO --shape $MID --engine $ENGINE \

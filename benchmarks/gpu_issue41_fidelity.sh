@@ -24,7 +24,9 @@
 # Call `run` again until it prints `stock prompts done: 32 of 32`; the work folder lives in
 # /tmp, which a warm machine keeps between calls. On a fresh machine set RESUME=<an earlier samples.tgz>.
 #
-# Time (estimated from known rates; nothing here has run on a GPU yet):
+# Measured on 2 x H200 (2026-11-28, docs/results/2026-11-28-qwen15b-fidelity.md): setup 129 s,
+# project half 121 s, stock half 278 s wall with GPUS=2 WORKERS=6: two calls in all.
+# Time (the estimate made before that run, from known rates):
 # - setup: the wheels, and import-base of the 1.5B GGUF (2 min 58 s on this repo's 2-core CPU):
 #   2-3.5 min.
 # - project half: 8,192 completions of about 300 tokens (unmeasured) = 2.5M tokens at the

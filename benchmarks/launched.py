@@ -91,6 +91,7 @@ def _echo(log: Path, seen: int, echo: str, label: str) -> int:
 
 def engine_options(args) -> list[str]:
     """The worker's (multi_gpu_steps.py) vLLM engine options that a front-end was given."""
-    flags = {"--vllm-mem": args.vllm_mem, "--vllm-tp": args.vllm_tp, "--sleep": args.sleep}
+    flags = {"--vllm-mem": args.vllm_mem, "--vllm-tp": args.vllm_tp, "--sleep": args.sleep,
+             "--vllm-is": args.vllm_is}
     return [x for flag, value in flags.items() if value for x in (flag, str(value))]
 

@@ -8,10 +8,11 @@ A step is split into where its time goes, on this process, GPU work synchronised
 (the policy's generate calls, until every process has finished them: the wait for the slowest
 process is generate's, not the next phase's), `sync` (the vllm engine's weight sync), `score`
 (the rest of building the batch: rewards and their gather, TRL's old log-probs for the
-engine's importance correction, frozen-base log-probs, the metric gathers), `optimizer` (clipping, the
-AdamW step; under FSDP the gradient reduce-scatter finishes inside backward, so it is in
-`fwd_bwd`), and `fwd_bwd` (what remains: the loss's forward and backward, DDP's gradient
-all-reduce). Rank 0 writes one JSON line to --out with every process's peak memory.
+engine's importance correction when --vllm-is sets one, frozen-base log-probs, the metric
+gathers), `optimizer` (clipping, the AdamW step; under FSDP the gradient reduce-scatter
+finishes inside backward, so it is in `fwd_bwd`), and `fwd_bwd` (what remains: the loss's
+forward and backward, DDP's gradient all-reduce). Rank 0 writes one JSON line to --out with
+every process's peak memory.
 A CUDA out-of-memory error is a result here (the DDP check at 7B): it is reported, not raised.
 """
 
@@ -171,6 +172,8 @@ def main():
     p.add_argument("--check-every", type=int, default=1, help="vllm_check_every (engine vs policy log-probs)")
     p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
     p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
+    p.add_argument("--vllm-is", help="vllm_importance_sampling: one of TRL's modes (default: the schema's, "
+                                     "none; figures before issue 39's fix had TRL's sequence_mask)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     args.vocab = SHAPES[args.shape][1]["vocab_size"]
@@ -188,7 +191,8 @@ def main():
                         vllm_max_model_length=args.prompt_len + args.completion_len + 8,
                         **({"vllm_gpu_memory_utilization": args.vllm_mem} if args.vllm_mem else {}),
                         **({"vllm_tensor_parallel_size": args.vllm_tp} if args.vllm_tp else {}),
-                        **({"vllm_enable_sleep_mode": args.sleep == "on"} if args.sleep else {}))
+                        **({"vllm_enable_sleep_mode": args.sleep == "on"} if args.sleep else {}),
+                        **({"vllm_importance_sampling": args.vllm_is} if args.vllm_is else {}))
     result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
               "processes": world, "engine": args.engine, "eos": args.eos, "accum": args.accum,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}

@@ -174,3 +174,31 @@ def test_the_split_is_the_data_stages_and_checked_against_the_models_tokenizer(b
     tokenizer.save_pretrained(model)
     with pytest.raises(BoundaryError, match="3 prompts .first diagnostic-00000. differ"):
         bench.check_prompts(split, s["prompt"], str(model))
+
+
+def test_a_regime_split_is_the_runs_own_prompts_of_that_regime(bench, tmp_path, capsys):
+    """--make-split --from-run: a finished run's diagnostic prompts of one regime, in split order,
+    as its data stage rendered them; a cap warns, an unknown regime or an empty pick is one line."""
+    from boundary.core.errors import BoundaryError
+
+    run = tmp_path / "run"
+    (run / "splits").mkdir(parents=True)
+    (run / "regimes").mkdir()
+    ids = ["p0", "p1", "p2", "p3", "p4"]
+    pd.DataFrame({"prompt_id": ids, "problem": [f"q{i}" for i in range(5)], "prompt": [f"<q{i}>" for i in range(5)],
+                  "answer": list("01234"), "source": "t"}).to_parquet(run / "splits" / "diagnostic.parquet")
+    pd.DataFrame({"prompt_id": ["p4", "p3", "p2", "p1", "p0"],
+                  "regime": ["Boundary", "SolvedEasy", "Boundary", "OutOfReach", "Boundary"]}).to_parquet(
+        run / "regimes" / "regimes.parquet")
+    out = tmp_path / "boundary.parquet"
+    bench.main(["--make-split", str(out), "--from-run", str(run), "--prompts", "100"])
+    made = pd.read_parquet(out)
+    assert made["prompt_id"].tolist() == ["p0", "p2", "p4"]
+    assert made["prompt"].tolist() == ["<q0>", "<q2>", "<q4>"]
+    bench.main(["--make-split", str(out), "--from-run", str(run), "--prompts", "2"])
+    assert pd.read_parquet(out)["prompt_id"].tolist() == ["p0", "p2"]
+    assert "3 Boundary prompts, the first 2 kept" in capsys.readouterr().err
+    with pytest.raises(BoundaryError, match="--regime Edge"):
+        bench.regime_split(str(run), "Edge", 10)
+    with pytest.raises(BoundaryError, match="no diagnostic prompt is Reachable"):
+        bench.regime_split(str(run), "Reachable", 10)

@@ -7,6 +7,7 @@ figure of the same check against vLLM is in docs/results/2026-11-28-engine-rollo
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -130,6 +131,90 @@ def test_the_key_chooses_the_engine_and_the_old_key_is_refused_in_one_line(tmp_p
         validate_config({"train": {"use_vllm": True}})
 
 
+MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+@pytest.mark.parametrize("mode", [None, False, *MODES])
+@pytest.mark.parametrize("top_p", [1.0, 0.95])
+def test_the_importance_sampling_key_is_trls_correction_off_unless_set(mode, top_p, tmp_path, capsys):
+    """Unset or false: TRL's correction off (TRL 1.16.0's default is on); a mode: on, in that
+    mode; a sequence mode with top_p < 1 warns in one line (the nucleus biases its ratio)."""
+    given = {**SETTINGS, "rollout_engine": "vllm", "top_p": top_p}
+    if mode is not None:
+        given["vllm_importance_sampling"] = mode
+    cfg = make_config(resolve("train", given), seed=0, checkpoint_dir=str(tmp_path))
+    if mode in (None, False):
+        assert cfg.vllm_importance_sampling_correction is False
+    else:
+        assert (cfg.vllm_importance_sampling_correction, cfg.vllm_importance_sampling_mode) == (True, mode)
+    err = capsys.readouterr().err
+    if mode in MODES[2:] and top_p < 1:
+        assert err.count("warning: train.vllm_importance_sampling:") == 1 and len(err.splitlines()) == 1, err
+        assert "nucleus mass per token" in err
+    else:
+        assert "vllm_importance_sampling" not in err
+
+
+def test_a_bad_importance_sampling_mode_is_one_line_and_a_generate_run_refuses_the_key():
+    with pytest.raises(BoundaryError, match=r"^train settings: vllm_importance_sampling: 'sequence' is not one"):
+        resolve("train", {**SETTINGS, "rollout_engine": "vllm", "vllm_importance_sampling": "sequence"})
+    import yaml
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["train"]["vllm_importance_sampling"] = "token_mask"
+    with pytest.raises(BoundaryError, match=r"^config: train.vllm_importance_sampling: read only with"):
+        validate_config(config)
+    # YAML reads `off` as false: what a user writes for "none" is the schema's false.
+    config["train"].update(yaml.safe_load("{rollout_engine: vllm, vllm_importance_sampling: off}"))
+    assert validate_config(config)["train"]["vllm_importance_sampling"] is False
+
+
+@pytest.mark.parametrize("mode, logged", [(None, False), ("sequence_mask", True)])
+def test_an_engine_run_trains_without_trls_correction_unless_asked(mode, logged, model_dir, split, tmp_path,
+                                                                   monkeypatch):
+    """A step of a vllm-engine trainer (the stand-in engine): with the key unset TRL computes
+    no importance-sampling ratio (nor the old log-probs' forward it needs); set, it does."""
+    import standin_engine
+    from trl.trainer import grpo_trainer
+
+    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", standin_engine.StandInGeneration)
+    monkeypatch.setattr(rollout_engine, "VLLMEngine", lambda generation: generation.engine)
+    monkeypatch.delenv("MASTER_PORT", raising=False)  # the engine's start sets it: undone after
+    extra = {} if mode is None else {"vllm_importance_sampling": mode}
+    trainer = make_trainer(model_dir, split, tmp_path, rollout_engine="vllm", steps=1, checkpoints=[], **extra)
+    assert trainer.vllm_importance_sampling_correction is logged
+    trainer.train()
+    ratio = [h for h in trainer.state.log_history if "sampling/importance_sampling_ratio/mean" in h]
+    assert bool(ratio) is logged, trainer.state.log_history
+
+
+def test_a_single_process_run_takes_a_port_of_its_own_and_keeps_one_it_was_given(monkeypatch):
+    """TRL 1.16.0 would take 29500 whenever free at that instant: two runs started together
+    collide. Held here by another socket, the port chosen is another one, and free; a port
+    set by the user or a launcher stays."""
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        try:
+            held.bind(("", 29500))
+            held.listen()
+        except OSError:
+            pass  # taken already: held all the same
+        for unset in (None, "0", "auto"):
+            if unset is None:
+                monkeypatch.delenv("MASTER_PORT", raising=False)
+            else:
+                monkeypatch.setenv("MASTER_PORT", unset)
+            port = rollout_engine.own_master_port()
+            assert port is not None and os.environ["MASTER_PORT"] == str(port) and port != 29500
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind(("", port))  # free: the engine can listen on it
+    monkeypatch.setenv("MASTER_PORT", "29611")
+    assert rollout_engine.own_master_port() is None and os.environ["MASTER_PORT"] == "29611"
+    monkeypatch.delenv("MASTER_PORT")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # a torchrun worker: the launcher's rendezvous
+    assert rollout_engine.own_master_port() is None and "MASTER_PORT" not in os.environ
+
+
 def test_install_replaces_trls_per_tensor_sync_and_logs_the_check(model_dir, split, tmp_path):
     trainer = make_trainer(model_dir, split, tmp_path)
     trainer.args.vllm_check_every, trainer.args.vllm_sync_bucket_mib = 1, 1
@@ -194,6 +279,7 @@ def test_an_engine_run_is_killed_resumes_and_takes_the_generate_runs_actions(mod
     diff = log["engine_logp_mean_abs_diff"].to_numpy()
     assert np.isfinite(diff).all() and (diff > 0).all()  # a check every step, by a bf16 engine
     assert (diff <= rollout_engine.LOGP_TOLERANCE).all()
+    assert not [c for c in log.columns if "importance_sampling" in c]  # TRL's correction: off by default
 
     plain = engine_cli(args("generate", {}), False)
     text, _ = plain.communicate(timeout=600)
@@ -208,12 +294,16 @@ def test_an_engine_run_is_killed_resumes_and_takes_the_generate_runs_actions(mod
                                             ("expandable_segments:False", False)])
 def test_engine_overrides_pass_what_trl_fixes_or_lacks(monkeypatch, conf, disabled):
     """TRL's LLM call gets the configured batch tokens and load format; under expandable
-    segments the custom all-reduce is off (a tensor-parallel engine dies at start otherwise)."""
+    segments the custom all-reduce is off (a tensor-parallel engine dies at start otherwise);
+    a run of one process has its own rendezvous port."""
     vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
     seen = {}
     monkeypatch.setattr(vllm_generation, "LLM", lambda *a, **k: seen.update(k), raising=False)
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     with rollout_engine.engine_overrides(16384, "dummy"):
         vllm_generation.LLM(model="m", max_num_batched_tokens=4096)
     assert seen["max_num_batched_tokens"] == 16384 and seen["load_format"] == "dummy"
+    assert int(os.environ["MASTER_PORT"]) > 0  # the run's own rendezvous port, before TRL's choice
     assert seen.get("disable_custom_all_reduce", False) is disabled

@@ -17,7 +17,8 @@ from boundary.core.names import BASE, DIAGNOSTIC
 ROOT = Path(__file__).resolve().parents[1]
 # Every stage key of these configs as the rules built them before the settings layer existed
 # (common.smk at 4e77492; paper.yaml's as edited since, by common.smk at 2b735cb), byte for
-# byte: a change here reruns every finished run of them.
+# byte: a change here reruns every finished run of them. Since issue 39 paper.yaml's train keys
+# (rollout_engine: vllm) hold vllm_importance_sampling: TRL's correction is off now.
 SNAPSHOT = ROOT / "tests" / "fixtures" / "stage_keys.json"
 
 
@@ -90,6 +91,19 @@ def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_ev
     assert "base_seeds" not in third["evaluate"]
     del config["evaluate"]["base_seeds"]
     assert settings.base_seeds(config) == settings.defaults("evaluate")["base_seeds"]
+
+
+def test_a_vllm_run_s_key_holds_the_importance_sampling_mode_and_a_generate_run_s_does_not():
+    """An x-default that changed what vllm runs compute (TRL's correction, on before the key
+    existed): their keys move, generate runs' stay."""
+    config = load_config(ROOT / "config" / "smoke.yaml")
+    method = next(m for m, s in config["methods"].items() if not s["checkpoint_of"])
+    assert settings.ENGINE_KEYED not in settings.train_key(config, method)
+    config["train"]["rollout_engine"] = "vllm"
+    key = settings.train_key(config, method)
+    assert key[settings.ENGINE_KEYED] is settings.defaults("train")[settings.ENGINE_KEYED] is False
+    config["train"][settings.ENGINE_KEYED] = "token_truncate"
+    assert settings.train_key(config, method)[settings.ENGINE_KEYED] == "token_truncate"
 
 
 def test_an_adaptive_calibration_s_key_holds_its_rule_and_a_full_one_s_leaves_it_out():

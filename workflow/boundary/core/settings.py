@@ -38,6 +38,10 @@ TRAIN_DERIVED = {"refresh_steps": ("gate", "refresh_steps"), "extractor": ("veri
                  "verify_timeout": ("verify", "timeout")}
 # Keys a training run needs in its settings; the rest have defaults.
 TRAIN_REQUIRED = ["steps", "lr", "num_generations", "prompts_per_step"]
+# An x-default (generate runs' keys stay) that a vllm run's key holds all the same: those runs
+# trained with TRL's correction on before the key existed and train without it now, so a
+# finished one must not count as done.
+ENGINE_KEYED = "vllm_importance_sampling"
 SPLITS = ("train", "diagnostic")
 # The base's i-th evaluation samples at evaluate.seed + i * this prime, apart from shard offsets.
 BASE_SEED_STRIDE = 104729
@@ -146,7 +150,10 @@ def train_key(config: dict, method: str) -> dict:
 
     derived = {name: config[section][key] for name, (section, key) in TRAIN_DERIVED.items()}
     derived["extractor"] = extractor_of(config, "train")
-    return {**config["train"], **derived, **method_settings(config["methods"][method])}
+    train = dict(config["train"])
+    if train.get("rollout_engine") == "vllm":
+        train.setdefault(ENGINE_KEYED, defaults("train")[ENGINE_KEYED])
+    return {**train, **derived, **method_settings(config["methods"][method])}
 
 
 def base_seeds(config: dict) -> int:

@@ -16,6 +16,12 @@ pinned to that version:
   after every generate anyway, so what it loaded at start is never used.
 - `max_num_batched_tokens` (TRL fixes 4096) is `vllm_max_num_batched_tokens`, and the engine
   does not detokenize (TRL decodes the completion ids itself).
+- In a run of one process the engine's rendezvous port is one the OS assigns (`own_master_port`):
+  TRL's own choice takes 29500 whenever it is free, so two runs started together collide.
+
+TRL's importance-sampling correction of the engine's rollouts (GRPOConfig's
+`vllm_importance_sampling_correction`, on by default in 1.16.0) is `vllm_importance_sampling`,
+off unless set (`importance_sampling_args`: why).
 
 Correctness: every `vllm_check_every` syncs, the engine's log-probs (T = 1) of a fixed set of
 token sequences (the first train prompts, each followed by the next one's tokens as a
@@ -31,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import socket
 
 from boundary.core.errors import BoundaryError, warn
 
@@ -52,7 +59,50 @@ CHECK_SEQUENCES, CHECK_TOKENS = 4, 32
 
 def engine_args(settings: dict) -> dict:
     """GRPOConfig / PBAConfig arguments of `rollout_engine: vllm` from complete train settings."""
-    return {"use_vllm": True, **{k: settings[k] for k in TRL_KEYS + OWN_KEYS if settings.get(k) is not None}}
+    return {"use_vllm": True, **{k: settings[k] for k in TRL_KEYS + OWN_KEYS if settings.get(k) is not None},
+            **importance_sampling_args(settings["vllm_importance_sampling"], float(settings["top_p"]))}
+
+
+def importance_sampling_args(mode, top_p: float) -> dict:
+    """GRPOConfig's correction of the engine's rollouts (vllm_importance_sampling_correction and
+    _mode) from `train.vllm_importance_sampling`: false, or one of TRL's four modes.
+
+    TRL 1.16.0 turns it on by default (sequence_mask: the ratio exp(sum over the completion of
+    old log-prob - engine log-prob), zero above 3). The engine's log-probs are vLLM's
+    processed_logprobs (TRL asks for them): after temperature and the top-p renormalisation,
+    while the policy's have temperature only. So with top_p < 1 each token adds log(nucleus
+    mass) <= 0 and a sequence's ratio falls geometrically with its length: a mean of
+    0.41-0.70 a step at 24-72 tokens and top_p 0.95 (SmolLM2, 2 x H200), about 0 at the
+    paper's lengths, where long completions stop training and an engine run optimises another
+    objective than a generate run (which has no correction). The engine's agreement with the policy is checked instead
+    (`vllm_check_every`)."""
+    if mode is False:
+        return {"vllm_importance_sampling_correction": False}
+    if mode.startswith("sequence") and top_p < 1:
+        warn(f"train.vllm_importance_sampling: {mode} with top_p {top_p:g} < 1: vLLM's log-probs are "
+             "renormalised over the nucleus, so each sequence's ratio is biased down by its nucleus mass "
+             "per token (docs/how-to/engine_rollouts.md)")
+    return {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": mode}
+
+
+def own_master_port() -> int | None:
+    """In a run of one process (no torchrun, no MASTER_PORT set), MASTER_PORT := a port the OS
+    assigns, before TRL builds the colocated engine; the port, or None where it was left alone.
+
+    TRL 1.16.0's engine calls trl.trainer.utils.ensure_master_addr_port(), whose _find_free_port
+    tries 29500 first and takes it if it is free at that instant: two runs started together on
+    one machine (Snakemake's two 1-GPU train jobs on a 2-GPU workstation) both take 29500, and
+    the second engine dies at start (torch.distributed EADDRINUSE). The OS picks a port of its
+    ephemeral range (about 28,000 on Linux) not in use, so two runs almost never meet. TRL reads "0" and "auto" as "pick one": so do we.
+    Under torchrun (launch.py, --standalone) the rendezvous is the launcher's and stays."""
+    given = os.environ.get("MASTER_PORT", "").strip().lower()
+    if given not in ("", "0", "auto") or "TORCHELASTIC_RUN_ID" in os.environ:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    os.environ["MASTER_PORT"] = str(port)
+    return port
 
 
 def check_device(cfg) -> None:
@@ -72,8 +122,11 @@ def expandable_segments() -> bool:
 
 @contextlib.contextmanager
 def engine_overrides(max_num_batched_tokens: int, load_format: str):
-    """While TRL builds its colocated engine: the LLM arguments TRL 1.16.0 fixes or lacks."""
+    """While TRL builds its colocated engine: the LLM arguments TRL 1.16.0 fixes or lacks, and
+    a rendezvous port of this run's own (`own_master_port`)."""
     from trl.generation import vllm_generation
+
+    own_master_port()
 
     built = vllm_generation.LLM
     # vLLM 0.26's custom all-reduce shares its CUDA-graph buffers with cudaIpcGetMemHandle, which
