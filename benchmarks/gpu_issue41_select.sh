@@ -31,7 +31,8 @@
 #
 # Env: LIMIT, STAGGER, PACK_MIB, ONLY, SELECT_DIR (the runs' consoles and states, default
 # /tmp/select), RUN_BUDGET (each run's lease.sh --budget, default 1700: the lease ends first),
-# CORES (lease.sh --cores, default all), PYTHON (default python3).
+# CORES (lease.sh --cores, default all), PROGRESS (seconds between progress lines, default 60),
+# PYTHON (default python3).
 set -uo pipefail
 PART=${1:?usage: gpu_issue41_select.sh run [WHEELS...] | pack | dry}
 shift
@@ -86,9 +87,9 @@ PY
   cd "$DRY/device"
   export PYTHONPATH="" LEASE_SITE="$DRY/site" BOUNDARY_GPU_LOCKS="$DRY/locks" PYTHON="$(command -v "$PY")"
   echo "--- call 1 (stopped after 20 s, the runs go on) [$(date -u +%T)]"
-  OUT="$DRY/out1" SELECT_DIR="$DRY/w" LIMIT=65 STAGGER=5 CORES=2 bash benchmarks/gpu_issue41_select.sh run
+  OUT="$DRY/out1" SELECT_DIR="$DRY/w" LIMIT=65 STAGGER=5 CORES=2 PROGRESS=10 bash benchmarks/gpu_issue41_select.sh run
   echo "--- call 2 [$(date -u +%T)]"
-  OUT="$DRY/out2" SELECT_DIR="$DRY/w" LIMIT=500 CORES=2 bash benchmarks/gpu_issue41_select.sh run
+  OUT="$DRY/out2" SELECT_DIR="$DRY/w" LIMIT=500 CORES=2 PROGRESS=10 bash benchmarks/gpu_issue41_select.sh run
   echo "--- local: merge the three runs, then the rule [$(date -u +%T)]"
   cd "$DRY/local"
   export PYTHONPATH="$DRY/local/workflow"
@@ -130,6 +131,12 @@ stages() {  # what a run has made so far
     [ -e "$run/$s" ] && done+=("$(basename "$s" .parquet)")
   done
   echo "${done[*]:-nothing yet}"
+}
+pace() {  # the last line of a run's sampling logs: tqdm's count, elapsed<remaining and rate
+  local log
+  for log in "$(run_of "$1")"/logs/{calibrate_base,gate_draws}.log; do
+    [ -f "$log" ] && echo "  $1 $(basename "$log" .log): $(tr '\r' '\n' < "$log" | grep -v '^\s*$' | tail -1 | cut -c1-150)"
+  done
 }
 pack() {
   local s
@@ -186,9 +193,9 @@ while :; do
   for s in "${SOURCES[@]}"; do running "$s" && alive=1; done
   [ $alive = 0 ] && break
   [ "$(left)" -le $MARGIN ] && { say "the call's time is up: the runs go on; call again"; break; }
-  if [ $((SECONDS - last)) -ge 60 ]; then
+  if [ $((SECONDS - last)) -ge "${PROGRESS:-60}" ]; then
     last=$SECONDS
-    for s in "${SOURCES[@]}"; do say "$s: $(running "$s" && echo running || echo ended): $(stages "$s")"; done
+    for s in "${SOURCES[@]}"; do say "$s: $(running "$s" && echo running || echo ended): $(stages "$s")"; pace "$s"; done
   fi
   sleep 5
 done
