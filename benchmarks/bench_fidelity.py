@@ -398,7 +398,7 @@ def read_halves(split, out: Path, s: dict):
     for info in infos:
         if info["settings"] != want:
             raise BoundaryError(f"{out}: made with {info['settings']}, not this run's {want}")
-    project = read_table(out / "project.parquet", ["prompt_id", "correct", "n_tokens", "finish_reason"])
+    project = read_table(out / "project.parquet", ["prompt_id", "correct", "n_tokens", "finish_reason", "answer"])
     stock = pd.concat([read_table(p) for p in files], ignore_index=True)
     ids = [p for p in split["prompt_id"] if p in set(project["prompt_id"]) and p in set(stock["prompt_id"])]
     if len(ids) < len(split):
@@ -436,7 +436,36 @@ def comparison(project, stock, ids, s: dict, draws: int = DRAWS):
                          length)),
               "regimes_agree": int((table["regime_project"] == table["regime_stock"]).sum())}
     totals["agree"] = bool(min(tests["direction_p"], tests["omnibus_p"]) >= AGREE_ALPHA)
-    return table.reset_index(), totals
+    table, spread = concentration(table, project, stock)
+    return table.reset_index(), {**totals, **spread}
+
+
+def concentration(table, project, stock):
+    """Secondary, outside the verdict: how concentrated each sampler's answers are. A sampler
+    drawing from a broader distribution than the other (a hotter temperature, a wider nucleus,
+    noisier logits) gives each prompt's most common answer a smaller share (`modal_share`,
+    core.passk.counts_of's: each side's own modal answer) and moves success rates toward 0.5
+    on both sides of it, which the direction test cannot see and the omnibus test sees only
+    as spread. Paired over prompts, Wilcoxon signed-rank p-values (two-sided, ties dropped)."""
+    from scipy import stats
+
+    from boundary.core.passk import counts_of
+
+    for side, samples in (("project", project), ("stock", stock)):
+        table[f"modal_share_{side}"] = counts_of(samples).set_index("prompt_id")["modal_share"].reindex(table.index)
+    modal = table["modal_share_project"] - table["modal_share_stock"]
+    pooled = (table["c_project"] + table["c_stock"]) / (table["n_project"] + table["n_stock"])
+    toward = (table["rate_project"] - table["rate_stock"]) * (0.5 - pooled).apply(lambda x: (x > 0) - (x < 0))
+
+    def signed_rank_p(d):
+        d = d[d != 0]
+        return float(stats.wilcoxon(d).pvalue) if len(d) else float("nan")
+
+    return table, {"modal_share_project": float(table["modal_share_project"].mean()),
+                   "modal_share_stock": float(table["modal_share_stock"].mean()),
+                   "modal_lower": int((modal < 0).sum()), "modal_higher": int((modal > 0).sum()),
+                   "modal_p": signed_rank_p(modal), "toward_half": int((toward > 0).sum()),
+                   "away_from_half": int((toward < 0).sum()), "toward_half_p": signed_rank_p(toward)}
 
 
 def timings(project_info: dict, project, stock) -> dict:
@@ -485,6 +514,10 @@ def compare(args, s: dict, split, out: Path) -> None:
           f"{t['tokens_diff']:+.1f} [{t['tokens_diff_low']:+.1f}, {t['tokens_diff_high']:+.1f}]; cut at "
           f"max_new_tokens: {t['capped_project']} and {t['capped_stock']}")
     print(f"regime labels agree on {t['regimes_agree']} of {t['prompts']} prompts")
+    print(f"secondary, not in the verdict: modal answer's share project {t['modal_share_project']:.3f}, stock "
+          f"{t['modal_share_stock']:.3f} (project lower on {t['modal_lower']}, higher on {t['modal_higher']} prompts; "
+          f"signed-rank p {t['modal_p']:.4f}); project's rate nearer 0.5 on {t['toward_half']}, farther on "
+          f"{t['away_from_half']} (p {t['toward_half_p']:.4f})")
     print(f"time: project {t['project_wall_s']:.1f} s wall (load, sampling, verification); "
           + (f"sampler {t['project_sampling_s']:.1f} s, {t['project_tok_s']:,.0f} tok/s; "
              if t["project_sampling_s"] else "")

@@ -21,7 +21,7 @@ TINY = ["--cpu", "--config", str(ROOT / "config" / "config.yaml"), "--n", str(N)
         "--prompts", "3", "--draws", "20000"]
 PER_PROMPT = ["prompt_id", "n_project", "c_project", "rate_project", "tokens_project", "tokens_sd_project",
               "capped_project", "n_stock", "c_stock", "rate_stock", "tokens_stock", "tokens_sd_stock", "capped_stock",
-              "fisher_p", "regime_project", "regime_stock"]
+              "fisher_p", "regime_project", "regime_stock", "modal_share_project", "modal_share_stock"]
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +118,19 @@ def test_the_tables_equal_a_recomputation_from_the_written_counts(bench, split, 
     assert totals["tokens_diff"] == pytest.approx(lengths["project"].mean() - lengths["stock"].mean())
     assert totals["regimes_agree"] == (table["regime_project"] == table["regime_stock"]).sum()
     assert totals["agree"] == (min(totals["direction_p"], totals["omnibus_p"]) >= 0.025)
+    # the secondary concentration figures: each side's own modal answer's share, paired over prompts
+    for side, samples in (("project", project), ("stock", stock)):
+        def share(a):  # a null or empty extracted answer is no answer
+            given = a[a.notna()].astype(str)
+            given = given[given != ""]
+            return given.value_counts().iloc[0] / len(a) if len(given) else 0.0
+
+        shares = samples[samples["prompt_id"].isin(table["prompt_id"])].groupby("prompt_id")["answer"].agg(share)
+        assert table[f"modal_share_{side}"].to_numpy() == pytest.approx(shares.to_numpy())
+        assert totals[f"modal_share_{side}"] == pytest.approx(shares.mean())
+    diff = table["modal_share_project"] - table["modal_share_stock"]
+    assert (totals["modal_lower"], totals["modal_higher"]) == ((diff < 0).sum(), (diff > 0).sum())
+    assert "secondary, not in the verdict" in printed
     assert "verdict:" in printed and "Fisher p < 0.05:" in printed
 
     # the stock half in two shards, resumed: the same draws, prompt by prompt
