@@ -197,9 +197,18 @@ def run_project(args, s: dict, split, out: Path) -> None:
     seconds = re.search(r" tokens in ([\d.]+) s", sampler)
     write_table(samples, out / "project.parquet")
     write_json({"settings": described(s), "wall_s": wall, "sampling_s": float(seconds[1]) if seconds else None,
-                "sampler": sampler, "batch_size": str(params.batch_size)}, out / "project.json")
+                "sampler": sampler, "batch_size": str(params.batch_size),
+                "decode_attention": decode_attention_name()}, out / "project.json")
     print(f"project: {len(samples):,} completions, {int(samples['n_tokens'].sum()):,} tokens; wall {wall:.1f} s "
           "(model load, sampling, verification)")
+
+
+def decode_attention_name() -> str:
+    """The sampler's decode attention arithmetic ($BOUNDARY_SEAT_ATTENTION, read at its import):
+    which one drew the project's half."""
+    from boundary.sampling import hf
+
+    return hf.SEAT_ATTENTION
 
 
 # ----------------------------------------------------------------------------- stock generate
@@ -497,7 +506,8 @@ def compare(args, s: dict, split, out: Path) -> None:
     write_table(table, out / "fidelity.csv")
     write_table(pd.DataFrame([totals]), out / "totals.csv")
     t = totals
-    print(f"settings: {described(s)}; project batch {project_info['batch_size']}")
+    print(f"settings: {described(s)}; project batch {project_info['batch_size']}, decode attention "
+          f"{project_info.get('decode_attention', 'matmul (not recorded)')}")
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
         print(table.drop(columns=["tokens_sd_project", "tokens_sd_stock"]).to_string(index=False))
     print(pd.crosstab(pd.Categorical(table["regime_project"], REGIMES), pd.Categorical(table["regime_stock"], REGIMES),

@@ -47,6 +47,9 @@
 #
 # Env: LIMIT (seconds of this call, default 570), WORKERS (stock processes, default 3), CONFIG
 # (default config/qwen15b.yaml), PROMPTS (32), FIDELITY_DIR (default /tmp/q15/fidelity), RESUME,
+# STOCK_FROM (a folder holding an earlier run's stock/: its samples are reused, so a call redraws
+# only the project's half, e.g. with BOUNDARY_SEAT_ATTENTION=sdpa_gqa against the committed
+# docs/results/2026-11-28-qwen15b-fidelity/samples; use a fresh FIDELITY_DIR),
 # STOCK_MAX (at most so many prompts a stock process, this call), GPUS (default 1; on a machine
 # of several, stock process i runs on GPU i mod GPUS and the project's half on GPU 0: fewer
 # calls). $OUT gets console.log, fidelity.csv and totals.csv (the comparison), samples.tgz (both
@@ -100,6 +103,10 @@ setup() {
   fi
   if [ -n "${RESUME:-}" ] && [ ! -f "$W/run/project.json" ]; then
     tar -xzf "$RESUME" -C "$W/run" && echo "resumed from $RESUME"
+  fi
+  if [ -n "${STOCK_FROM:-}" ] && ! ls "$W/run/stock/"[0-9]*.parquet > /dev/null 2>&1; then
+    mkdir -p "$W/run/stock" && cp "$STOCK_FROM"/stock/* "$W/run/stock/" \
+      && echo "stock half from $STOCK_FROM: $(ls "$W/run/stock" | grep -c '^[0-9].*parquet$') prompts"
   fi
   stamp "setup done"
 }

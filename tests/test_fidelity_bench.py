@@ -6,6 +6,7 @@ same whether one process or several shards draw it, resumed prompt by prompt."""
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 from pathlib import Path
 
@@ -132,6 +133,10 @@ def test_the_tables_equal_a_recomputation_from_the_written_counts(bench, split, 
     assert (totals["modal_lower"], totals["modal_higher"]) == ((diff < 0).sum(), (diff > 0).sum())
     assert "secondary, not in the verdict" in printed
     assert "verdict:" in printed and "Fisher p < 0.05:" in printed
+    from boundary.sampling import hf
+
+    info = json.loads((out / "project.json").read_text())
+    assert info["decode_attention"] == hf.SEAT_ATTENTION and f"decode attention {hf.SEAT_ATTENTION}" in printed
 
     # the stock half in two shards, resumed: the same draws, prompt by prompt
     parts = tmp_path / "parts"
