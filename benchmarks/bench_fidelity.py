@@ -456,6 +456,7 @@ def concentration(table, project, stock):
     core.passk.counts_of's: each side's own modal answer) and moves success rates toward 0.5
     on both sides of it, which the direction test cannot see and the omnibus test sees only
     as spread. Paired over prompts, Wilcoxon signed-rank p-values (two-sided, ties dropped)."""
+    import numpy as np
     from scipy import stats
 
     from boundary.core.passk import counts_of
@@ -464,7 +465,7 @@ def concentration(table, project, stock):
         table[f"modal_share_{side}"] = counts_of(samples).set_index("prompt_id")["modal_share"].reindex(table.index)
     modal = table["modal_share_project"] - table["modal_share_stock"]
     pooled = (table["c_project"] + table["c_stock"]) / (table["n_project"] + table["n_stock"])
-    toward = (table["rate_project"] - table["rate_stock"]) * (0.5 - pooled).apply(lambda x: (x > 0) - (x < 0))
+    toward = (table["rate_project"] - table["rate_stock"]) * np.sign(0.5 - pooled)
 
     def signed_rank_p(d):
         d = d[d != 0]

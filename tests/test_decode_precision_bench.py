@@ -38,7 +38,8 @@ def test_the_emulated_decode_arithmetic_is_causal_grouped_attention(bench):
     key2[:, :, -1] += 5.0
     value2[:, :, -1] += 5.0
     again, _ = bench.bf16_scores_attention(module, query, key2, value2, None, scaling=8 ** -0.5)
-    assert torch.equal(again[:, :-1], ours[:, :-1]) and not torch.allclose(again[:, -1], ours[:, -1])
+    # equal up to rounding (a BLAS may tile the product differently), far from the +5 shift's effect
+    assert torch.allclose(again[:, :-1], ours[:, :-1], atol=1e-6) and not torch.allclose(again[:, -1], ours[:, -1])
 
 
 def test_the_figures_on_a_tiny_model(bench, tiny_model_dir, tmp_path, capsys):

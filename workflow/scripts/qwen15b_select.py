@@ -35,13 +35,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from qwen15b_candidates import rows  # noqa: E402
+
 from boundary.analysis.stats import wilson  # noqa: E402
 from boundary.core.artifacts import read_table, write_table  # noqa: E402
 from boundary.core.errors import BoundaryError  # noqa: E402
@@ -59,7 +61,7 @@ COLUMNS = ["candidate", "run", "train_prompts", "gate_draws", "reward", "reward_
 def jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         raise BoundaryError(f"{path}: no such file (python workflow/scripts/qwen15b_candidates.py --subsample)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows(path)
 
 
 def near_copy_ids(path: Path) -> set[str]:
