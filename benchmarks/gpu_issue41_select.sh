@@ -24,12 +24,17 @@
 #    PACK_MIB, default 15, MiB of small artifacts, the gate draws, then the calibration, and the
 #    manifest naming what was left out) and, once all three are done, applies the rule:
 #    $OUT/selection.csv. $OUT/console.log is this call's console (8 files in all).
+# With SERIAL=1 (a lease of one GPU), step 2 starts one detached chain instead: the runs' imports
+# and splits side by side (CPU), then each run's GPU work in turn, in SELECT_SOURCES order, so a
+# small run's calibration is never queued behind a large one's and a lease that ends mid-way
+# loses one calibration at most. SELECT_SOURCES (default "omni math500 gsm8k") names the runs this
+# lease makes; the rule needs all three and runs on the device only when this lease made them.
 # `pack` only packs (ONLY: the sources, default all), e.g. a calibration left out of a run's
 # 15 MiB in a last call with PACK_MIB=60. Locally, each source's files go back with
 #   bash workflow/scripts/lease_in.sh merge qwen15b_select_<source> <files_at>/<source>
 # The call sequence and its cost: docs/how-to/select_the_1.5b_task.md.
 #
-# Env: LIMIT, STAGGER, PACK_MIB, ONLY, SELECT_DIR (the runs' consoles and states, default
+# Env: LIMIT, STAGGER, SERIAL, SELECT_SOURCES, PACK_MIB, ONLY, SELECT_DIR (the runs' consoles and states, default
 # /tmp/select), RUN_BUDGET (each run's lease.sh --budget, default 1700: the lease ends first),
 # CORES (lease.sh --cores, default all), PROGRESS (seconds between progress lines, default 60),
 # PYTHON (default python3).
@@ -41,7 +46,11 @@ cd "$REPO"
 START=$SECONDS
 LIMIT=${LIMIT:-560} STAGGER=${STAGGER:-60} PACK_MIB=${PACK_MIB:-15} RUN_BUDGET=${RUN_BUDGET:-1700}
 W=${SELECT_DIR:-/tmp/select} PY=${PYTHON:-python3} CORES=${CORES:-all}
-SOURCES=(omni math500 gsm8k)  # the order they start in
+ALL_SOURCES=(omni math500 gsm8k)
+read -ra SOURCES <<< "${SELECT_SOURCES:-${ALL_SOURCES[*]}}"  # this lease's runs, in the order they start
+for s in "${SOURCES[@]}"; do
+  [[ " ${ALL_SOURCES[*]} " == *" $s "* ]] || { echo "gpu_issue41_select: SELECT_SOURCES: $s is none of ${ALL_SOURCES[*]}" >&2; exit 2; }
+done
 MARGIN=45  # seconds kept for packing and the rule
 GGUF=models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
 
@@ -107,6 +116,30 @@ PY
   exit
 fi
 
+cfg() { echo "config/qwen15b_select_$1.yaml"; }
+run_of() { echo "results/qwen15b_select_$1"; }
+targets() { echo "$(run_of "$1")/rollouts/base_gate.parquet $(run_of "$1")/regimes/regimes.parquet"; }
+if [ "$PART" = chain ]; then
+  # SERIAL's detached chain (started by `run`, arguments: the sources still to make). Each source's
+  # pid file names this process until its own run has ended (its exit file), so `run` counts a
+  # queued run as running.
+  for s in "$@"; do mkdir -p "$W/$s" && rm -f "$W/$s/exit" && echo $$ > "$W/$s/pid"; done
+  for s in "$@"; do  # CPU: the imports and the splits, side by side
+    run=$(run_of "$s")
+    OUT="$W/$s/prep" bash workflow/scripts/lease.sh --configfile "$(cfg "$s")" --budget "$RUN_BUDGET" \
+      --cores "$CORES" --keep-locks "$run/models/base" "$run/splits/train.parquet" \
+      "$run/splits/diagnostic.parquet" > "$W/$s/prep.log" 2>&1 &
+  done
+  wait
+  for s in "$@"; do  # GPU: one run at a time
+    # shellcheck disable=SC2046
+    OUT="$W/$s" bash workflow/scripts/lease.sh --configfile "$(cfg "$s")" --budget "$RUN_BUDGET" \
+      --cores "$CORES" --keep-locks $(targets "$s") > "$W/$s/nohup.log" 2>&1
+    echo $? > "$W/$s/exit"
+  done
+  exit 0
+fi
+
 : "${OUT:?gpu_issue41_select.sh: set OUT to the folder that comes back}"
 mkdir -p "$OUT" "$W"
 exec > >(tee -a "$OUT/console.log") 2>&1
@@ -114,9 +147,6 @@ TEE=$!
 trap 'exec >&- 2>&-; wait "$TEE" 2>/dev/null' EXIT  # console.log complete before the call returns
 left() { echo $((LIMIT - (SECONDS - START))); }
 say() { echo "select [$((SECONDS - START)) s, $(date -u +%T)]: $*"; }
-cfg() { echo "config/qwen15b_select_$1.yaml"; }
-run_of() { echo "results/qwen15b_select_$1"; }
-targets() { echo "$(run_of "$1")/rollouts/base_gate.parquet $(run_of "$1")/regimes/regimes.parquet"; }
 running() { [ -f "$W/$1/pid" ] && [ ! -f "$W/$1/exit" ] && kill -0 "$(cat "$W/$1/pid")" 2>/dev/null; }
 finished() {  # its lease.sh ended with both targets made (Snakemake deletes a failed job's outputs)
   local t
@@ -171,9 +201,20 @@ for s in "${SOURCES[@]}"; do running "$s" && alive=1; done
 if [ $alive = 0 ]; then  # no Snakemake runs here: clear a lock a killed one left
   $PY -m snakemake --unlock --configfile "$(cfg gsm8k)" >/dev/null 2>&1 || true
 fi
+todo=()
 for s in "${SOURCES[@]}"; do
   if finished "$s"; then say "$s: finished"; continue; fi
   if running "$s"; then say "$s: running ($(stages "$s"))"; continue; fi
+  todo+=("$s")
+done
+if [ "${SERIAL:-0}" = 1 ] && [ ${#todo[@]} -gt 0 ]; then
+  SELECT_DIR="$W" CORES="$CORES" RUN_BUDGET="$RUN_BUDGET" PYTHON="$PY" setsid bash "$0" chain "${todo[@]}" \
+    > "$W/chain.log" 2>&1 < /dev/null &
+  for _ in $(seq 100); do [ -f "$W/${todo[-1]}/pid" ] && break; sleep 0.1; done  # running() reads it
+  say "started one chain: ${todo[*]} (imports side by side, then the GPU work in this order)"
+  todo=()
+fi
+for s in "${todo[@]}"; do
   delay=0
   [ "$s" = gsm8k ] && [ ! -f "$W/$s/starts" ] && delay=$STAGGER
   mkdir -p "$W/$s" && rm -f "$W/$s/exit" "$W/$s/pid" && echo "$(date -u +%T)" >> "$W/$s/starts"
@@ -207,12 +248,12 @@ done
 # 4. Back: what each run finished, and the rule once all three are done.
 pack
 done_all=1
-for s in "${SOURCES[@]}"; do finished "$s" || done_all=0; done
+for s in "${ALL_SOURCES[@]}"; do finished "$s" || done_all=0; done
 if [ $done_all = 1 ] && [ -f results/qwen15b/candidates/math500_l3_near_copies.csv ]; then
   $PY workflow/scripts/qwen15b_select.py --out "$OUT/selection.csv"
 elif [ $done_all = 1 ]; then
   say "all three runs done; the rule runs locally after the merge (the near-copy lists were not carried)"
 else
-  say "not all three runs are done: call again"
+  say "not all three runs are done here: call again, or merge them locally and run the rule there"
 fi
 say "done"
