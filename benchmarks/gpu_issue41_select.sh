@@ -29,6 +29,9 @@
 # small run's calibration is never queued behind a large one's and a lease that ends mid-way
 # loses one calibration at most. SELECT_SOURCES (default "omni math500 gsm8k") names the runs this
 # lease makes; the rule needs all three and runs on the device only when this lease made them.
+# A run an earlier lease left unfinished goes on from what came back of it: `lease_in.sh carry
+# qwen15b_select_<source>` locally (.lease/carry holds one run), carried with .lease/files; its
+# lease.sh restores it (--carry) and makes only what is missing.
 # `pack` only packs (ONLY: the sources, default all), e.g. a calibration left out of a run's
 # 15 MiB in a last call with PACK_MIB=60. Locally, each source's files go back with
 #   bash workflow/scripts/lease_in.sh merge qwen15b_select_<source> <files_at>/<source>
@@ -119,6 +122,9 @@ fi
 cfg() { echo "config/qwen15b_select_$1.yaml"; }
 run_of() { echo "results/qwen15b_select_$1"; }
 targets() { echo "$(run_of "$1")/rollouts/base_gate.parquet $(run_of "$1")/regimes/regimes.parquet"; }
+carry_of() {  # what an earlier lease brought back of this run (`lease_in.sh carry`): restored first
+  [ -f ".lease/carry/lease_qwen15b_select_$1.manifest" ] && echo "--carry .lease/carry"
+}
 if [ "$PART" = chain ]; then
   # SERIAL's detached chain (started by `run`, arguments: the sources still to make). Each source's
   # pid file names this process until its own run has ended (its exit file), so `run` counts a
@@ -126,15 +132,16 @@ if [ "$PART" = chain ]; then
   for s in "$@"; do mkdir -p "$W/$s" && rm -f "$W/$s/exit" && echo $$ > "$W/$s/pid"; done
   for s in "$@"; do  # CPU: the imports and the splits, side by side
     run=$(run_of "$s")
-    OUT="$W/$s/prep" bash workflow/scripts/lease.sh --configfile "$(cfg "$s")" --budget "$RUN_BUDGET" \
-      --cores "$CORES" --keep-locks "$run/models/base" "$run/splits/train.parquet" \
+    # shellcheck disable=SC2046
+    OUT="$W/$s/prep" bash workflow/scripts/lease.sh --configfile "$(cfg "$s")" $(carry_of "$s") \
+      --budget "$RUN_BUDGET" --cores "$CORES" --keep-locks "$run/models/base" "$run/splits/train.parquet" \
       "$run/splits/diagnostic.parquet" > "$W/$s/prep.log" 2>&1 &
   done
   wait
   for s in "$@"; do  # GPU: one run at a time
     # shellcheck disable=SC2046
-    OUT="$W/$s" bash workflow/scripts/lease.sh --configfile "$(cfg "$s")" --budget "$RUN_BUDGET" \
-      --cores "$CORES" --keep-locks $(targets "$s") > "$W/$s/nohup.log" 2>&1
+    OUT="$W/$s" bash workflow/scripts/lease.sh --configfile "$(cfg "$s")" $(carry_of "$s") \
+      --budget "$RUN_BUDGET" --cores "$CORES" --keep-locks $(targets "$s") > "$W/$s/nohup.log" 2>&1
     echo $? > "$W/$s/exit"
   done
   exit 0
@@ -221,7 +228,7 @@ for s in "${todo[@]}"; do
   # shellcheck disable=SC2046
   W_RUN="$W/$s" setsid bash -c 'echo $$ > "$W_RUN/pid"; sleep "$1"; shift
                                 OUT="$W_RUN" bash workflow/scripts/lease.sh "$@"; echo $? > "$W_RUN/exit"' _ \
-    "$delay" --configfile "$(cfg "$s")" --budget "$RUN_BUDGET" --cores "$CORES" --keep-locks $(targets "$s") \
+    "$delay" --configfile "$(cfg "$s")" $(carry_of "$s") --budget "$RUN_BUDGET" --cores "$CORES" --keep-locks $(targets "$s") \
     > "$W/$s/nohup.log" 2>&1 < /dev/null &
   for _ in $(seq 100); do [ -f "$W/$s/pid" ] && break; sleep 0.1; done  # running() reads it
   say "$s: started (start $(wc -l < "$W/$s/starts"), after $delay s)"
