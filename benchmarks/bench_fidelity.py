@@ -183,7 +183,8 @@ def run_project(args, s: dict, split, out: Path) -> None:
     cal, sampling = s["calibration"], dict(s["sampling"])
     if args.batch_size:
         sampling["batch_size"] = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
-    params = sampling_params(cal, sampling, cal["seed"], cal["n"])
+    seed = cal["seed"] if args.seed is None else args.seed
+    params = sampling_params(cal, sampling, seed, cal["n"])
     lines = []
     start = time.perf_counter()
     with verifier_for(s) as verifier:
@@ -198,7 +199,7 @@ def run_project(args, s: dict, split, out: Path) -> None:
     write_table(samples, out / "project.parquet")
     write_json({"settings": described(s), "wall_s": wall, "sampling_s": float(seconds[1]) if seconds else None,
                 "sampler": sampler, "batch_size": str(params.batch_size),
-                "decode_attention": decode_attention_name()}, out / "project.json")
+                "decode_attention": decode_attention_name(), "seed": seed}, out / "project.json")
     print(f"project: {len(samples):,} completions, {int(samples['n_tokens'].sum()):,} tokens; wall {wall:.1f} s "
           "(model load, sampling, verification)")
 
@@ -508,7 +509,8 @@ def compare(args, s: dict, split, out: Path) -> None:
     write_table(pd.DataFrame([totals]), out / "totals.csv")
     t = totals
     print(f"settings: {described(s)}; project batch {project_info['batch_size']}, decode attention "
-          f"{project_info.get('decode_attention', 'matmul (not recorded)')}")
+          f"{project_info.get('decode_attention', 'matmul (not recorded)')}, seed "
+          f"{project_info.get('seed', s['calibration']['seed'])}")
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
         print(table.drop(columns=["tokens_sd_project", "tokens_sd_stock"]).to_string(index=False))
     print(pd.crosstab(pd.Categorical(table["regime_project"], REGIMES), pd.Categorical(table["regime_stock"], REGIMES),
@@ -557,6 +559,8 @@ def main(argv=None) -> None:
                                                    "is begun")
     ap.add_argument("--max-prompts", type=int, help="stock: at most M prompts in this process")
     ap.add_argument("--rows", type=int, help="stock: rows a generate call (default n: one call a prompt)")
+    ap.add_argument("--seed", type=int, help="project: the calibration seed (default the config's): a fresh "
+                    "draw of the project's half against the same stock half, whose draws keep the config's seed")
     ap.add_argument("--batch-size", help="project: sampling.batch_size override (an integer or auto)")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (the tiny path)")
     ap.add_argument("--n", type=int, help="calibration.n override (the CPU path)")

@@ -49,7 +49,8 @@
 # (default config/qwen15b.yaml), PROMPTS (32), FIDELITY_DIR (default /tmp/q15/fidelity), RESUME,
 # STOCK_FROM (a folder holding an earlier run's stock/: its samples are reused, so a call redraws
 # only the project's half, e.g. with BOUNDARY_SEAT_ATTENTION=sdpa_gqa against the committed
-# docs/results/2026-11-28-qwen15b-fidelity/samples; use a fresh FIDELITY_DIR),
+# docs/results/2026-11-28-qwen15b-fidelity/samples; use a fresh FIDELITY_DIR), PROJECT_SEED (the
+# project half's calibration seed, bench_fidelity.py --seed: a fresh draw against the same stock),
 # STOCK_MAX (at most so many prompts a stock process, this call), GPUS (default 1; on a machine
 # of several, stock process i runs on GPU i mod GPUS and the project's half on GPU 0: fewer
 # calls). $OUT gets console.log, fidelity.csv and totals.csv (the comparison), samples.tgz (both
@@ -115,7 +116,8 @@ project() {
   [ -f "$W/run/project.json" ] && return
   if [ "$(left)" -lt $((240 + MARGIN)) ]; then echo "project: $(left) s left, too few: the next call runs it"; return; fi
   stamp "project half (the calibrate stage's sample-and-verify)"
-  timeout $(($(left) - MARGIN)) "${BENCH[@]}" --only project > "$W/logs/project.log" 2>&1
+  timeout $(($(left) - MARGIN)) "${BENCH[@]}" --only project ${PROJECT_SEED:+--seed "$PROJECT_SEED"} \
+    > "$W/logs/project.log" 2>&1
   echo "project: exit $?"
   quiet "$W/logs/project.log" | tail -6
 }

@@ -151,6 +151,28 @@ def test_the_tables_equal_a_recomputation_from_the_written_counts(bench, split, 
     assert again[["c_stock", "tokens_stock"]].equals(table[["c_stock", "tokens_stock"]])
 
 
+def test_a_project_half_at_another_seed_is_a_fresh_draw_compared_with_the_same_stock(bench, split, tmp_path,
+                                                                                   monkeypatch, capsys,
+                                                                                   tiny_model_dir):
+    out, model = tmp_path / "out", tiny_model_dir
+    _run(bench, monkeypatch, "--model", model, "--split", split, "--out", out)
+    again = tmp_path / "again"
+    (again / "stock").mkdir(parents=True)
+    for path in (out / "stock").iterdir():  # STOCK_FROM: the same stock half
+        (again / "stock" / path.name).write_bytes(path.read_bytes())
+    capsys.readouterr()
+    _run(bench, monkeypatch, "--model", model, "--split", split, "--out", again, "--seed", "1234")
+    assert json.loads((again / "project.json").read_text())["seed"] == 1234
+    assert json.loads((out / "project.json").read_text())["seed"] == 1001  # config.yaml's calibration seed
+    assert ", seed 1234" in capsys.readouterr().out
+    first = pd.read_parquet(out / "project.parquet")
+    fresh = pd.read_parquet(again / "project.parquet")
+    assert list(first["prompt_id"]) == list(fresh["prompt_id"])
+    assert not first["completion"].equals(fresh["completion"])  # other random streams, other draws
+    assert (pd.read_csv(out / "fidelity.csv")[["c_stock", "n_stock"]]
+            .equals(pd.read_csv(again / "fidelity.csv")[["c_stock", "n_stock"]]))
+
+
 def test_halves_made_with_other_settings_are_refused(bench, split, tmp_path, monkeypatch, tiny_model_dir):
     from boundary.core.errors import BoundaryError
 
