@@ -1,5 +1,6 @@
 """Sampling, calibration and evaluation on a tiny random model (no training)."""
 
+import json
 import subprocess
 
 import numpy as np
@@ -109,3 +110,52 @@ def test_an_extractor_that_finds_nothing_is_named_in_a_warning(tiny_model_dir):
         verifier.close()
     warnings = [line for line in said if line.startswith("warning")]  # besides the throughput lines
     assert warnings == ["warning: splits/bench_x.parquet: extractor 'boxed' found no answer in 100% of 4 completions"]
+
+
+def test_sharded_calibration_joins_every_prompt_once_in_split_order(tiny_model_dir, tmp_path):
+    """calibration.shards: each shard draws its own prompts (I, I+K, ...) at its own seed offset,
+    adaptive or not, and --gather joins them in split order; shards that are not one scatter of
+    the split are refused in one line."""
+    split = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(5)], "problem": ["12+34="] * 5,
+                          "answer": ["1234"] * 5})
+    split.to_parquet(tmp_path / "split.parquet")
+    settings = dumps({"calibration": {"n": 16, "temperature": 1.0, "top_p": 1.0, "seed": 3, "shards": 2,
+                                      "adaptive": True, "rounds": [8], "delta": 0.01},
+                      "regimes": {"easy": 0.6, "boundary": 0.1, "coverage_k": 16, "coverage_min": 0.4},
+                      "sampling": {"backend": "hf", "batch_size": 64, "max_new_tokens": 6},
+                      "verify": {"extractor": "last_number", "timeout": 5, "workers": 1}})
+    base = ["boundary", "calibrate", "--split", str(tmp_path / "split.parquet"), "--settings", settings]
+    shards = [tmp_path / f"s{i}.parquet" for i in range(2)]
+    for i, path in enumerate(shards):
+        subprocess.run(base + ["--model", str(tiny_model_dir), "--shard", f"{i}/2", "--out", str(path)],
+                       check=True, capture_output=True)
+    parts = [pd.read_parquet(p) for p in shards]
+    assert sorted(parts[0]["prompt_id"].unique()) == ["p0", "p2", "p4"]
+    assert sorted(parts[1]["prompt_id"].unique()) == ["p1", "p3"]
+    assert all(part.groupby("prompt_id").size().isin([8, 16]).all() for part in parts)  # adaptive: 8 or n
+    run = subprocess.run(base + ["--gather", *map(str, reversed(shards)), "--out", str(tmp_path / "c.parquet")],
+                         capture_output=True, text=True, check=True)
+    assert "2 shards joined, 5 prompts" in run.stdout
+    joined = pd.read_parquet(tmp_path / "c.parquet")
+    assert list(joined["prompt_id"].drop_duplicates()) == list(split["prompt_id"])  # split order
+    assert (joined.groupby("prompt_id")["sample_idx"].apply(lambda s: list(s) == list(range(len(s))))).all()
+    expect = pd.concat(parts).sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True)
+    got = joined.sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expect[got.columns])
+    # the seed offset: shard 0 is not the one-job draw of its prompts
+    whole = tmp_path / "whole.parquet"
+    one = json.loads(settings)
+    one["calibration"]["shards"] = 1
+    subprocess.run(["boundary", "calibrate", "--split", str(tmp_path / "split.parquet"), "--settings", dumps(one),
+                    "--model", str(tiny_model_dir), "--out", str(whole)], check=True, capture_output=True)
+    first = pd.read_parquet(whole).query("prompt_id == 'p0'")["completion"].tolist()[:8]
+    assert first != parts[0].query("prompt_id == 'p0'")["completion"].tolist()[:8]
+    bad = subprocess.run(base + ["--gather", str(shards[0]), "--out", str(tmp_path / "x.parquet")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.strip() == (
+        "boundary calibrate: error: --gather: 2 of the split's prompts in no shard (first 'p1'): "
+        "the shards are not one scatter of this split")
+    twice = subprocess.run(base + ["--gather", *map(str, shards), str(shards[0]), "--out", str(tmp_path / "x.parquet")],
+                           capture_output=True, text=True)
+    assert "prompt 'p0' in more than one shard" in twice.stderr
+    assert not (tmp_path / "x.parquet").exists()

@@ -118,6 +118,16 @@ def test_an_adaptive_calibration_s_key_holds_its_rule_and_a_full_one_s_leaves_it
         settings.resolve("calibrate", {**full, "calibration": {**full["calibration"], "adaptive": True}})
 
 
+def test_one_calibration_shard_stays_out_of_the_key_and_more_are_in_it():
+    config = load_config(ROOT / "config" / "smoke.yaml")
+    assert config["calibration"]["shards"] == 1  # the schema's default, written into the config
+    one = settings.calibrate_key(config, DIAGNOSTIC)
+    assert "shards" not in one["calibration"]  # runs made before the key rerun nothing
+    config["calibration"]["shards"] = 4  # other draws (offset streams): another key
+    assert settings.calibrate_key(config, DIAGNOSTIC)["calibration"]["shards"] == 4
+    assert settings.resolve("calibrate", one)["calibration"]["shards"] == 1
+
+
 def test_complete_settings_hold_every_default_of_the_schema():
     full = settings.resolve("train", {"steps": 2, "lr": 1e-4, "num_generations": 2, "prompts_per_step": 2})
     assert full["kl_estimator"] == settings.defaults("methods")["kl_estimator"]

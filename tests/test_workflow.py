@@ -62,6 +62,22 @@ def test_paper_config_dry_run(tmp_path):
     assert stats["mask"] == "8" and stats["calibrate_base"] == "2"  # diagnostic + train (oracle)
 
 
+def test_calibration_shards_scatter_and_join_and_the_target_asks_for_each(tmp_path):
+    """calibration.shards: 3 makes three GPU jobs and one CPU join; the shards are kept (a lease
+    that ends early brings back those it made), so `all` asks for each."""
+    config = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    config["calibration"]["shards"] = 3
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake("-n", "--cores", "1", "--configfile", str(tmp_path / "c.yaml"), cwd=tmp_path).stdout
+    stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert stats["calibrate_base_shard"] == "3" and stats["calibrate_base"] == "1"
+    run = f"results/{config['run']}"
+    shards = {f"{run}/rollouts/base_calibration_shards/{i}.parquet" for i in range(3)}
+    made = set(re.findall(r"^\s+output: (\S+/base_calibration_shards/\d\.parquet)$", out, re.M))
+    wanted = re.search(r"^(?:local)?rule all:\n\s+input: (.*)$", out, re.M)[1].split(", ")
+    assert made == shards and shards <= set(wanted)
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """The smoke config run for real, once, in a scratch working directory holding its own copy

@@ -171,6 +171,12 @@ def report_outputs():
     return [f"{OUT}/report.html", f"{OUT}/eval_counts.parquet"] + audit + tables + csvs + figures + pngs
 
 
+def calibration_shards(part=""):
+    """The calibrate_base_shard files one calibration joins (none with calibration.shards 1)."""
+    count = config["calibration"]["shards"]
+    return [] if count == 1 else [f"{OUT}/rollouts/base_calibration{part}_shards/{i}.parquet" for i in range(count)]
+
+
 def mask_files():
     used = {s["mask"] for s in TRAINED.values() if s["mask"]}
     return [f"{OUT}/masks/{m}.parquet" for m in sorted(used)]
@@ -188,6 +194,7 @@ def run_artifacts():
         f"{OUT}/splits/diagnostic.parquet",
         *[f"{OUT}/splits/bench_{b}.parquet" for b in BENCHMARKS],
         f"{OUT}/rollouts/base_calibration.parquet",
+        *calibration_shards(),
         f"{OUT}/regimes/regimes.parquet",
         *masks,
         base_model(),
@@ -197,6 +204,7 @@ def run_artifacts():
         files.append(f"{OUT}/rollouts/base_gate.parquet")
     if "oracle" in kinds:
         files += [f"{OUT}/rollouts/base_calibration_train.parquet", f"{OUT}/regimes/train_regimes.parquet"]
+        files += calibration_shards("_train")
     for method in TRAINED:
         for seed in seeds_of(method):
             folder = f"{OUT}/train/{method}/seed{seed}"

@@ -111,8 +111,11 @@ ADAPTIVE_KEYS = ("adaptive", "rounds", "delta")
 
 def calibrate_key(config: dict, split: str) -> dict:
     """The calibration section; an adaptive run adds the regimes' cuts (its stopping rule reads
-    them), a full run drops the adaptive keys."""
+    them), a full run drops the adaptive keys. One shard (the default) stays out: runs made
+    before the key existed rerun nothing."""
     calibration = dict(config["calibration"])
+    if calibration.get("shards") == 1:
+        calibration.pop("shards")
     if calibration["adaptive"]:
         return {"calibration": calibration, "regimes": config["regimes"], **sampling_key(config, split)}
     for key in ADAPTIVE_KEYS:

@@ -38,6 +38,28 @@ def shard_of(split: pd.DataFrame, shard: str | None) -> tuple[pd.DataFrame, int]
     return split.iloc[index::count], 7919 * (index + 1)
 
 
+def gather_shards(paths: list[str], columns: list[str], prompt_order: list[str] | None = None) -> pd.DataFrame:
+    """The samples of shard files as one table. With `prompt_order` (the split's prompt ids), every
+    prompt must come from exactly one shard, and rows follow the split, then sample index."""
+    from boundary.core.artifacts import read_table
+
+    samples = pd.concat([read_table(p, columns).assign(_shard=i) for i, p in enumerate(paths)], ignore_index=True)
+    if prompt_order is not None:
+        shards = samples.groupby("prompt_id")["_shard"].nunique()
+        missing = [pid for pid in prompt_order if pid not in shards.index]
+        extra = sorted(set(shards.index) - set(prompt_order))
+        twice = list(shards.index[shards > 1])
+        if missing or extra or twice:
+            what = (f"{len(missing)} of the split's prompts in no shard (first {missing[0]!r})" if missing else
+                    f"{len(extra)} prompts not in the split (first {extra[0]!r})" if extra else
+                    f"prompt {twice[0]!r} in more than one shard")
+            raise BoundaryError(f"--gather: {what}: the shards are not one scatter of this split")
+        rank = {pid: i for i, pid in enumerate(prompt_order)}
+        samples = samples.assign(_shard=samples["prompt_id"].map(rank)).sort_values(["_shard", "sample_idx"],
+                                                                                    kind="stable")
+    return samples.drop(columns="_shard").reset_index(drop=True)
+
+
 def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
                    extractor: str, verifier: Verifier, log=print, label: str = "split",
                    rule=None) -> pd.DataFrame:

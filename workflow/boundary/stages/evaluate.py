@@ -16,7 +16,7 @@ from boundary.core.errors import BoundaryError
 from boundary.core.options import ArgumentParser, description
 from boundary.core.passk import add_pass_at_k, counts_of
 from boundary.sampling import end_to_end
-from boundary.sampling.scoring import sampling_params, scored_samples, shard_of, verifier_for
+from boundary.sampling.scoring import gather_shards, sampling_params, scored_samples, shard_of, verifier_for
 
 # The samples artifact: one row per scored completion.
 SCORED_COLUMNS = ["prompt_id", "sample_idx", "completion", "answer", "correct", "entropy"]
@@ -49,7 +49,7 @@ def main(argv=None):
     s = stage_settings.load("evaluate", args.settings)
     ev = s["evaluate"]
     if args.gather:
-        samples = pd.concat([read_table(p, SCORED_COLUMNS) for p in args.gather], ignore_index=True)
+        samples = gather_shards(args.gather, SCORED_COLUMNS)
     else:
         if not (args.model and args.split):
             raise BoundaryError("--model and --split are required unless --gather is given")
