@@ -1,6 +1,5 @@
 """Sampling, calibration and evaluation on a tiny random model (no training)."""
 
-import json
 import subprocess
 
 import numpy as np
@@ -8,8 +7,10 @@ import pandas as pd
 import pytest
 
 from boundary.core.config import dumps
+from boundary.core.errors import BoundaryError
 from boundary.core.passk import pass_at_k
 from boundary.sampling import SamplingParams, sample
+from boundary.sampling.scoring import gather_shards
 from boundary.stages.evaluate import counts_from_samples
 
 
@@ -113,8 +114,8 @@ def test_an_extractor_that_finds_nothing_is_named_in_a_warning(tiny_model_dir):
 
 
 def test_sharded_calibration_joins_every_prompt_once_in_split_order(tiny_model_dir, tmp_path):
-    """calibration.shards: each shard draws its own prompts (I, I+K, ...) at its own seed offset,
-    adaptive or not, and --gather joins them in split order; shards that are not one scatter of
+    """calibration.shards: each shard draws its own prompts (I, I+K, ...), the rounds of an
+    adaptive calibration included, and --gather joins them in split order; shards that are not one scatter of
     the split are refused in one line."""
     split = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(5)], "problem": ["12+34="] * 5,
                           "answer": ["1234"] * 5})
@@ -142,20 +143,14 @@ def test_sharded_calibration_joins_every_prompt_once_in_split_order(tiny_model_d
     expect = pd.concat(parts).sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True)
     got = joined.sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expect[got.columns])
-    # the seed offset: shard 0 is not the one-job draw of its prompts
-    whole = tmp_path / "whole.parquet"
-    one = json.loads(settings)
-    one["calibration"]["shards"] = 1
-    subprocess.run(["boundary", "calibrate", "--split", str(tmp_path / "split.parquet"), "--settings", dumps(one),
-                    "--model", str(tiny_model_dir), "--out", str(whole)], check=True, capture_output=True)
-    first = pd.read_parquet(whole).query("prompt_id == 'p0'")["completion"].tolist()[:8]
-    assert first != parts[0].query("prompt_id == 'p0'")["completion"].tolist()[:8]
     bad = subprocess.run(base + ["--gather", str(shards[0]), "--out", str(tmp_path / "x.parquet")],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stderr.strip() == (
         "boundary calibrate: error: --gather: 2 of the split's prompts in no shard (first 'p1'): "
         "the shards are not one scatter of this split")
-    twice = subprocess.run(base + ["--gather", *map(str, shards), str(shards[0]), "--out", str(tmp_path / "x.parquet")],
-                           capture_output=True, text=True)
-    assert "prompt 'p0' in more than one shard" in twice.stderr
     assert not (tmp_path / "x.parquet").exists()
+    order = list(split["prompt_id"])
+    with pytest.raises(BoundaryError, match="prompt 'p0' in more than one shard"):
+        gather_shards([*map(str, shards), str(shards[0])], ["prompt_id"], order)
+    with pytest.raises(BoundaryError, match="1 prompts not in the split"):
+        gather_shards(list(map(str, shards)), ["prompt_id"], order[:-1])
