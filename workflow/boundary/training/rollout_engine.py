@@ -15,7 +15,10 @@ pinned to that version:
   trainer's weights before the first rollout, and sleep mode discards the engine's weights
   after every generate anyway, so what it loaded at start is never used.
 - `max_num_batched_tokens` (TRL fixes 4096) is `vllm_max_num_batched_tokens`, and the engine
-  does not detokenize (TRL decodes the completion ids itself).
+  does not detokenize (TRL decodes the completion ids itself). `vllm_cudagraph_capture_size`,
+  when set, is vLLM's `max_cudagraph_capture_size` (TRL passes no compilation config): vLLM
+  captures decode steps up to 512 rows by default, while TRL gives an engine the process's whole
+  generation batch at once.
 - In a run of one process the engine's rendezvous port is one the OS assigns (`own_master_port`):
   TRL's own choice takes 29500 whenever it is free, so two runs started together collide.
 
@@ -49,7 +52,7 @@ from boundary.core.errors import BoundaryError, warn
 TRL_KEYS = ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode",
             "vllm_max_model_length", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",
             "vllm_server_timeout")
-OWN_KEYS = ("vllm_max_num_batched_tokens", "vllm_sync_bucket_mib", "vllm_check_every")
+OWN_KEYS = ("vllm_max_num_batched_tokens", "vllm_sync_bucket_mib", "vllm_check_every", "vllm_cudagraph_capture_size")
 # bf16 keeps 8 bits of mantissa: a log-prob of -10 is held to about 0.04, and the engine's
 # kernels (fused attention, another matmul order) add as much again. A mean over tokens above
 # this is a stale or misnamed weight, not rounding (a skipped bucket gives several nats).
@@ -121,7 +124,7 @@ def expandable_segments() -> bool:
 
 
 @contextlib.contextmanager
-def engine_overrides(max_num_batched_tokens: int, load_format: str):
+def engine_overrides(max_num_batched_tokens: int, load_format: str, cudagraph_capture_size: int | None = None):
     """While TRL builds its colocated engine: the LLM arguments TRL 1.16.0 fixes or lacks, and
     a rendezvous port of this run's own (`own_master_port`)."""
     from trl.generation import vllm_generation
@@ -134,6 +137,8 @@ def engine_overrides(max_num_batched_tokens: int, load_format: str):
     # start ("custom_all_reduce.cuh:455 'invalid argument'", 4 x H200; vllm#42609). NCCL's
     # all-reduce works, as vLLM's later releases fall back to it themselves.
     extra = {"disable_custom_all_reduce": True} if expandable_segments() else {}
+    if cudagraph_capture_size:
+        extra["compilation_config"] = {"max_cudagraph_capture_size": cudagraph_capture_size}
 
     @functools.wraps(built)
     def build(*args, **kwargs):

@@ -131,7 +131,8 @@ class PBATrainer(GRPOTrainer):
             # policy's generate batch every step. Flash / memory-efficient attention do not.
             torch.backends.cuda.enable_cudnn_sdp(False)
         colocated = cfg.use_vllm and cfg.vllm_mode == "colocate"
-        with (rollout_engine.engine_overrides(cfg.vllm_max_num_batched_tokens, cfg.vllm_load_format)
+        with (rollout_engine.engine_overrides(cfg.vllm_max_num_batched_tokens, cfg.vllm_load_format,
+                                              cfg.vllm_cudagraph_capture_size)
               if colocated else contextlib.nullcontext()):
             super().__init__(model, *args, **kwargs)
         # The colocated engine's weights move in buckets, with the log-prob check (rollout_engine.py).

@@ -64,6 +64,8 @@ class PBAConfig(GRPOConfig):
         "help": "weights move to the engine in buckets of this many MiB"})
     vllm_check_every: int = field(default=TRAIN["vllm_check_every"], metadata={
         "help": "every N weight syncs, compare the engine's log-probs with the policy's (0: never)"})
+    vllm_cudagraph_capture_size: int | None = field(default=None, metadata={
+        "help": "the widest decode step the engine runs as a CUDA graph (None: vLLM's default)"})
     vllm_load_format: str = field(default="dummy", metadata={
         "help": "how the colocated engine starts: dummy (random weights; the first sync fills them)"})
 
