@@ -24,6 +24,9 @@
 #   e  row a with the generate engine (the baseline, on the same machine)
 #   f  row a with the engine's sleep mode off (no wake-up or empty_cache around the sync)
 #   g  row f with the engine in tensor parallel over the 4 GPUs (vllm_tensor_parallel_size 4)
+#   k  row b with the engine's CUDA graphs captured up to 1,024 rows (--vllm-capture 1024; vLLM's
+#      default stops at 512, while each engine decodes its 1,024 rows at once): the lead of the
+#      2 x H200 lease (docs/results/2026-11-28-engine-rollouts.md), against row b on the same machine
 # ROW_LIMIT (default 230): seconds each 7B row may take.
 set -u
 ROWS=${1:-abc}
@@ -73,9 +76,9 @@ for row in $(echo "$ROWS" | grep -o .); do
          --timeout $((RL - 10)) --logs $L/f ;;
     g) timeout $RL $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --sleep off \
          --vllm-tp $TP --timeout $((RL - 10)) --logs $L/g ;;
-    b) if [ -z "$B_GPUS" ]; then echo "row b: none of ROW_B_GPUS=${ROW_B_GPUS:-1,2,4} fits the $HAVE GPU(s) here"
+    b|k) if [ -z "$B_GPUS" ]; then echo "row $row: none of ROW_B_GPUS=${ROW_B_GPUS:-1,2,4} fits the $HAVE GPU(s) here"
        else $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus "$B_GPUS" --shape $SMOL --engine $ENGINE \
-              --timeout "${ROW_B_LIMIT:-270}" --logs $L/b; fi ;;
+              $([ "$row" = k ] && echo --vllm-capture 1024) --timeout "${ROW_B_LIMIT:-270}" --logs $L/$row; fi ;;
     c) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus 4,1 --micro-batch $MICRO --shape $MID --engine $ENGINE \
          --timeout 330 --logs $L/c ;;
     h) $PY benchmarks/bench_scaling.py "${SCALE[@]}" --gpus 2 --micro-batch $MICRO --shape $MID --engine $ENGINE \
