@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 41, item 3: the task selection (docs/results/2026-11-28-qwen15b-preregistration.md,
-# Amendments 2 and 3) on one lease of 2 GPUs, or with SERIAL=1 on leases of one: the three selection runs (config/qwen15b_select_{omni,
-# math500,gsm8k}.yaml) through the pipeline's own Snakemake, to their gate draws and regimes, side
-# by side, then the rule (workflow/scripts/qwen15b_select.py). Run from the repository root:
+# Amendments 2 and 3) on one lease of 2 GPUs, or with SERIAL=1 on leases of one: the three
+# selection runs (config/qwen15b_select_{omni,math500,gsm8k}.yaml) through the pipeline's own
+# Snakemake, to their gate draws and regimes, side by side, then the rule
+# (workflow/scripts/qwen15b_select.py). Run from the repository root:
 #
 #   OUT=<folder> bash benchmarks/gpu_issue41_select.sh run [WHEELS...]   # every call the same
 #   OUT=<folder> ONLY="omni" PACK_MIB=60 bash benchmarks/gpu_issue41_select.sh pack
