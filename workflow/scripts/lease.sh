@@ -31,10 +31,11 @@
 #
 # Before Snakemake: data/ is linked to .lease/data if data/ is missing and that folder was carried,
 # and the files of .lease/files (the config's data files outside data/, `lease_in.sh data`) are
-# copied to their paths in the checkout (where missing or older); a GGUF base_model that is missing is joined from /tmp/lease-gguf/NAME.part_* and checked against
-# the config/*.sha256 pin naming it. If artifacts were restored and the base model folder is
-# missing, it is made first (a separate Snakemake run) and the restored files are then dated
-# after it: otherwise the newer base would rerun every stage below it. Calling this again in the
+# copied to their paths in the checkout (where missing or older); a GGUF base_model that is
+# missing is joined from /tmp/lease-gguf/NAME.part_* and checked against the config/*.sha256 pin
+# naming it. If artifacts were restored and the base model folder is missing, it is made first (a
+# separate Snakemake run) and the restored files are then dated after it: otherwise the newer
+# base would rerun every stage below it. Calling this again in the
 # same warm lease goes on where the last call stopped (--rerun-incomplete; training resumes from
 # checkpoints/). Every call ends by packing results/RUN's small artifacts and their metadata into
 # $OUT (lease_pack.py: at most 4 parts of 15 MiB, 60 MiB in all; never model weights), with

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
+import numpy as np
 import pandas as pd
 
 from boundary.core.errors import BoundaryError
@@ -54,9 +55,8 @@ def gather_shards(paths: list[str], columns: list[str], prompt_order: list[str] 
                     f"{len(extra)} prompts not in the split (first {extra[0]!r})" if extra else
                     f"prompt {twice[0]!r} in more than one shard")
             raise BoundaryError(f"--gather: {what}: the shards are not one scatter of this split")
-        rank = {pid: i for i, pid in enumerate(prompt_order)}
-        samples = samples.assign(_shard=samples["prompt_id"].map(rank)).sort_values(["_shard", "sample_idx"],
-                                                                                    kind="stable")
+        split_index = samples["prompt_id"].map({pid: i for i, pid in enumerate(prompt_order)})
+        samples = samples.iloc[np.lexsort((samples["sample_idx"], split_index))]
     return samples.drop(columns="_shard").reset_index(drop=True)
 
 

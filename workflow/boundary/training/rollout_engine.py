@@ -77,8 +77,8 @@ def importance_sampling_args(mode, top_p: float) -> dict:
     mass) <= 0 and a sequence's ratio falls geometrically with its length: a mean of
     0.41-0.70 a step at 24-72 tokens and top_p 0.95 (SmolLM2, 2 x H200), about 0 at the
     paper's lengths, where long completions stop training and an engine run optimises another
-    objective than a generate run (which has no correction). The engine's agreement with the policy is checked instead
-    (`vllm_check_every`)."""
+    objective than a generate run (which has no correction). The engine's agreement with the
+    policy is checked instead (`vllm_check_every`)."""
     if mode is False:
         return {"vllm_importance_sampling_correction": False}
     if mode.startswith("sequence") and top_p < 1:
@@ -96,8 +96,9 @@ def own_master_port() -> int | None:
     tries 29500 first and takes it if it is free at that instant: two runs started together on
     one machine (Snakemake's two 1-GPU train jobs on a 2-GPU workstation) both take 29500, and
     the second engine dies at start (torch.distributed EADDRINUSE). The OS picks a port of its
-    ephemeral range (about 28,000 on Linux) not in use, so two runs almost never meet. TRL reads "0" and "auto" as "pick one": so do we.
-    Under torchrun (launch.py, --standalone) the rendezvous is the launcher's and stays."""
+    ephemeral range (about 28,000 on Linux) not in use, so two runs almost never meet. TRL reads
+    "0" and "auto" as "pick one": so do we. Under torchrun (launch.py, --standalone) the
+    rendezvous is the launcher's and stays."""
     given = os.environ.get("MASTER_PORT", "").strip().lower()
     if given not in ("", "0", "auto") or "TORCHELASTIC_RUN_ID" in os.environ:
         return None
