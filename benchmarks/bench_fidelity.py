@@ -131,6 +131,11 @@ def regime_split(run: str, regime: str, k: int):
     return picked.head(k).reset_index(drop=True)
 
 
+# --data's format: GSM8K's test file, as the check was defined and first run (issue 41, item 2)
+GSM8K_TEST = {"problem_field": "question", "answer_field": "answer", "answer_format": "gsm8k", "source": "gsm8k",
+              "id_field": None}
+
+
 def make_split(args) -> None:
     """The diagnostic split's first --prompts rows, by the data stage itself (its settings from
     the config, data.diagnostic.limit set to --prompts). The chat template comes from --model:
@@ -154,8 +159,8 @@ def make_split(args) -> None:
     key = settings.data_key(config, "diagnostic")
     spec = key["data"]["diagnostic"]
     spec["limit"] = args.prompts
-    if args.data:
-        spec["path"] = args.data
+    if args.data:  # the check's own prompts, whatever task the config diagnoses
+        spec.update(path=args.data, **GSM8K_TEST)
     with tempfile.TemporaryDirectory() as tokenizer_dir:
         model = args.model
         if model and Path(model).suffix == ".gguf":
@@ -567,7 +572,8 @@ def main(argv=None) -> None:
     ap.add_argument("--max-new-tokens", type=int, help="sampling.max_new_tokens override (the CPU path)")
     ap.add_argument("--draws", type=int, default=DRAWS, help="draws of the combined tests' null")
     ap.add_argument("--make-split", metavar="FILE", help="write the split (first --prompts) and stop")
-    ap.add_argument("--data", help="with --make-split: the diagnostic data file (default the config's)")
+    ap.add_argument("--data", help="with --make-split: GSM8K's test file (its fields and answer format; "
+                                   "default: the config's diagnostic split)")
     ap.add_argument("--from-run", metavar="DIR", help="with --make-split: a finished run's folder (results/RUN): "
                                                       "its diagnostic prompts of --regime, at most --prompts")
     ap.add_argument("--regime", default="Boundary", help="with --from-run: the regime (default Boundary)")

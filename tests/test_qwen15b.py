@@ -77,15 +77,18 @@ def test_the_script_refuses_a_join_that_is_not_the_pinned_gguf(tmp_path):
 def test_the_configs_plan_four_base_draws(tmp_path, name):
     """A dry run: every benchmark's base is evaluated at each of evaluate.base_seeds seeds."""
     (tmp_path / "models").mkdir()
-    (tmp_path / load_config(ROOT / "config" / f"{name}.yaml")["base_model"]).write_bytes(b"")  # the dry run opens none
-    for split in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "math500/test.jsonl", "omni_math_rule/test.jsonl"):
-        (tmp_path / "data" / split).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "data" / split).write_text("")
+    config = load_config(ROOT / "config" / f"{name}.yaml")
+    (tmp_path / config["base_model"]).write_bytes(b"")  # the dry run opens none
+    data = config["data"]
+    for entry in (data["train"], data["diagnostic"], *data["benchmarks"].values()):
+        (tmp_path / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / entry["path"]).write_text("")
     out = snakemake("-n", "-p", "--cores", "1", "--configfile", str(ROOT / "config" / f"{name}.yaml"),
                     cwd=tmp_path).stdout
-    evaluate = load_config(ROOT / "config" / f"{name}.yaml")["evaluate"]
+    evaluate = config["evaluate"]
     seeds = evaluate["base_seeds"]
-    for bench in ("diagnostic", "math500", "omni_math_rule"):
+    assert len(data["benchmarks"]) == 2
+    for bench in ("diagnostic", *data["benchmarks"]):
         for seed in range(seeds):
             assert f"results/{name}/eval/{bench}/base/seed{seed}/counts.parquet" in out
         assert f"eval/{bench}/base/seed{seeds}/" not in out
@@ -126,6 +129,8 @@ def test_the_smoke_config_samples_on_the_real_model(tmp_path):
     (tmp_path / "models").mkdir()
     (tmp_path / NAME).symlink_to(GGUF)
     (tmp_path / "data").symlink_to(DATA)
+    subprocess.run([sys.executable, str(ROOT / "workflow" / "scripts" / "qwen15b_candidates.py"), "--data", str(DATA),
+                    "--out", str(tmp_path / "results" / "qwen15b" / "candidates")], check=True, capture_output=True)
     run = tmp_path / "results" / "qwen15b_smoke"
     targets = [f"{run.relative_to(tmp_path)}/{t}" for t in (
         "regimes/regimes.parquet", "masks/pba.parquet", "masks/random.parquet",

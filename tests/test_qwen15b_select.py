@@ -76,6 +76,13 @@ def test_a_subsample_is_random_41_over_the_rows_near_copies_dropped_first(made, 
     assert all("level" in r for r in sel_diag) == (name == "math500")
 
 
+@pytest.mark.parametrize("name", ["gsm8k", "math500", "math500_l3", "omni_d5"])
+def test_the_held_out_split_is_the_diagnostic_split_less_its_near_copies_in_file_order(made, name):
+    full, held_out = jsonl(made / f"{name}_diagnostic.jsonl"), jsonl(made / f"{name}_held_out.jsonl")
+    copies = near(made, name)
+    assert copies and held_out == [r for r in full if r["id"] not in copies]
+
+
 def test_there_is_no_math500_l3_subsample_it_is_read_off_math500(made):
     assert not (made / "math500_l3_sel_train.jsonl").exists()
     levels = {r["id"]: r["level"] for r in jsonl(made / "math500_diagnostic.jsonl")}
@@ -102,7 +109,8 @@ def test_a_selection_config_is_the_studys_sampling_with_adaptive_calibration_and
     for key in ("base_model", "prompt", "verify", "sampling", "regimes", "gate"):
         assert config[key] == study[key], key
     assert config["sampling"]["max_new_tokens"] == 1024
-    assert config["calibration"] == {**study["calibration"], "adaptive": True}
+    # shards: how the study's own calibration is spread over GPUs; it draws no other settings
+    assert config["calibration"] == {**study["calibration"], "adaptive": True, "shards": 1}
     gate = settings.gate_draws_key(config)["gate"]
     assert (gate["epochs"], gate["G0"], gate["seed"], gate["temperature"], gate["top_p"]) == (1, 8, 2002, 0.6, 0.95)
     name = SOURCES[source]

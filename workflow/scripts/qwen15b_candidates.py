@@ -3,8 +3,10 @@ preregistration.md, section 1) as train/diagnostic JSONL files, and each candida
 near-copies (tasks/near_copy.py): every diagnostic prompt with a near-copy among its train
 prompts. Reads GSM8K, MATH500 and Omni-MATH-Rule from DATA (default data/); writes
 OUT/{candidate}_{train,diagnostic}.jsonl (fields id, problem, answer, and MATH500's level; `id`
-is the source file's row) and OUT/{candidate}_near_copies.csv. A `data:` entry reads them with
-problem_field problem, answer_field answer, id_field id.
+is the source file's row), OUT/{candidate}_near_copies.csv and OUT/{candidate}_held_out.jsonl:
+the diagnostic split less its near-copies, the split the study diagnoses once the candidate is
+chosen (config/qwen15b.yaml). A `data:` entry reads them with problem_field problem,
+answer_field answer, id_field id.
 
 --subsample adds the selection's subsamples (the page's Amendment 2), beside them:
 OUT/{gsm8k,math500,omni_d5}_sel_{train,diagnostic}.jsonl. Each split's rows in file order,
@@ -143,9 +145,10 @@ def main(argv=None) -> None:
             w = csv.writer(f)
             w.writerow(["diagnostic_id", "train_id", "why"])
             w.writerows((diagnostic[i]["id"], train[j]["id"], why) for i, j, why in found)
+        near = {diagnostic[i]["id"] for i, _, _ in found}
+        write_jsonl(out / f"{name}_held_out.jsonl", [r for r in diagnostic if r["id"] not in near])
         line = f"{name}: train {len(train)}, diagnostic {len(diagnostic)}, near-copies {len(found)}"
         if args.subsample and name in SUBSAMPLE:
-            near = {diagnostic[i]["id"] for i, _, _ in found}
             sel = subsample(train, diagnostic, near, SUBSAMPLE[name], name)
             for split, items in zip(("train", "diagnostic"), sel):
                 write_jsonl(out / f"{name}_sel_{split}.jsonl", items)
