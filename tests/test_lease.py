@@ -165,3 +165,44 @@ def test_the_data_a_lease_carries_under_data_and_elsewhere_in_the_checkout(tmp_p
     warning = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
     assert warning == [f"lease_in: warning: {outside}: outside the checkout, not carried (c.yaml's data; "
                        "the device has no such file)"]
+
+
+@pytest.mark.slow
+def test_a_detached_run_outlives_its_call_and_the_next_call_waits_for_it_and_packs(tmp_path):
+    """lease.sh --detach: the call that starts Snakemake may end (here: killed, as a device call's
+    end kills its processes) while the run goes on in its own session; the next call with --detach
+    waits on that run instead of starting another, then packs everything it made."""
+    import signal
+    import subprocess
+    import sys
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=ROOT, input=files, check=True,
+                   stdout=open(tmp_path / "tree.tar", "wb"))
+    subprocess.run(["tar", "-x", "-f", str(tmp_path / "tree.tar")], cwd=repo, check=True)
+    env = {**os.environ, "PYTHON": sys.executable, "LEASE_SITE": str(tmp_path / "site"),
+           "BOUNDARY_GPU_LOCKS": str(tmp_path / "locks")}
+    targets = ["results/smoke/regimes/regimes.parquet", "results/smoke/masks/pba.parquet"]
+    call = ["bash", "workflow/scripts/lease.sh", "--configfile", "config/smoke.yaml", "--cores", "2",
+            "--budget", "400", "--detach", *targets]
+
+    first = subprocess.Popen(call, cwd=repo, env={**env, "OUT": str(tmp_path / "out1")}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    for line in first.stdout:
+        if "running: " in line:  # started, and waiting on it
+            break
+    os.killpg(first.pid, signal.SIGKILL)  # the call ends here
+    first.wait()
+    pid = int((repo / ".snakemake/lease/detached.pid").read_text())
+    os.kill(pid, 0)  # still running: the call's end did not reach it
+    assert os.getsid(pid) != first.pid
+
+    second = subprocess.run(call, cwd=repo, env={**env, "OUT": str(tmp_path / "out2")}, capture_output=True,
+                            text=True, timeout=400)
+    assert f"the detached run goes on (pid {pid})" in second.stdout, second.stdout
+    assert "detached snakemake exit status 0" in second.stdout, second.stdout
+    assert all((repo / t).is_file() for t in targets)
+    assert (tmp_path / "out2" / "lease_smoke.manifest").is_file()
+    assert "results/smoke/masks/pba.parquet" in (tmp_path / "out2" / "lease_smoke.manifest").read_text()

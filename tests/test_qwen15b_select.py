@@ -241,3 +241,28 @@ def test_a_run_of_another_subsample_is_refused_in_one_line(artifacts, tmp_path):
     pd.read_parquet(path).iloc[1:].to_parquet(path)
     with pytest.raises(SystemExit, match=r"regimes.parquet: 1 of the subsample's 128 prompts missing"):
         select.main(["--candidates", str(made), "--results", str(results), "--out", str(tmp_path / "s.csv")])
+
+
+@pytest.mark.parametrize("boundary, verdict", [(30, "confirmed: math500's held-out split has 30 of"),
+                                               (10, "not confirmed: math500's held-out split has 10 of")])
+def test_the_confirmation_reads_the_study_runs_whole_held_out_split(artifacts, tmp_path, capsys, boundary, verdict):
+    """Amendment 2: confirmed at a Boundary share of at least 20% of the held-out split; else the
+    table's next candidate by rank is named. A run of other prompts is refused in one line."""
+    made, results = artifacts
+    run_select(made, results, tmp_path, capsys)
+    held_out = [r["id"] for r in jsonl(made / "math500_held_out.jsonl")]
+    (results / "qwen15b" / "rollouts").mkdir(parents=True)
+    (results / "qwen15b" / "regimes").mkdir(parents=True)
+    counts = pd.DataFrame(regimes_for(held_out, boundary), columns=["prompt_id", "n", "c"])
+    label_counts(counts, Thresholds(0.6, 0.1, 256, 0.4)).to_parquet(results / "qwen15b" / "regimes" / "regimes.parquet")
+    args = ["--candidates", str(made), "--results", str(results), "--out", str(tmp_path / "selection.csv"),
+            "--confirm", "qwen15b"]
+    select.main(args)
+    out = capsys.readouterr().out
+    lo, hi = select.wilson(boundary, len(held_out))
+    assert verdict in out and f"{len(held_out)} Boundary ({boundary / len(held_out):.3f} [{lo:.3f}, {hi:.3f}])" in out
+    assert ("confirm math500_l3 next" in out) == (boundary / len(held_out) < 0.2)
+    counts.iloc[1:].pipe(label_counts, Thresholds(0.6, 0.1, 256, 0.4)).to_parquet(
+        results / "qwen15b" / "regimes" / "regimes.parquet")
+    with pytest.raises(SystemExit, match="not math500's held-out split"):
+        select.main(args)

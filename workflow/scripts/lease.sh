@@ -4,7 +4,8 @@
 # come back (docs/how-to/run_a_study_across_gpu_leases.md). Run from the repository root:
 #
 #   OUT=<folder> bash workflow/scripts/lease.sh --configfile CFG [--carry DIR] [--wheels DIR]...
-#       [--seed S] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks] [TARGET...]
+#       [--seed S] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
+#       [--detach [--run-budget SECONDS]] [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
 #   --carry       a folder made by `lease_in.sh carry` (lease_RUN.manifest and its parts): restored
@@ -26,6 +27,12 @@
 #   --keep-locks  leave Snakemake's locks (by default a lock left by a killed call is cleared):
 #                 for a run beside another Snakemake run of this checkout, whose locks an unlock
 #                 would remove (benchmarks/gpu_issue41_select.sh runs three)
+#   --detach      Snakemake runs in its own process session, so a job longer than a call (a
+#                 calibration shard of 10 minutes) is not cut when the call ends: the call waits
+#                 while it runs and packs what is finished so far; a later call with --detach
+#                 waits on the same run (or, once it has ended, starts Snakemake again: it goes on
+#                 where the last stopped). --run-budget: the detached run's own limit, default
+#                 1700 s (a hold ends at 30 minutes anyway)
 #   TARGET        more Snakemake targets (with neither: its default target, the whole run, whose
 #                 model weights a later lease lacks), e.g. results/RUN/report.html in the last lease
 #
@@ -44,7 +51,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
-cfg="" carry="" seed="" budget=590 cores=all gpus="" setup="" keep_locks="" wheels=() targets=()
+cfg="" carry="" seed="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
@@ -56,6 +63,8 @@ while [ $# -gt 0 ]; do
     --gpus) gpus="$2"; shift 2 ;;
     --setup) setup=1; shift ;;
     --keep-locks) keep_locks=1; shift ;;
+    --detach) detach=1; shift ;;
+    --run-budget) run_budget="$2"; shift 2 ;;
     -*) echo "lease.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -145,7 +154,10 @@ fi
 smk() { $PY -m snakemake "$@" --cores "$cores" --resources gpu="$ngpu" --scheduler greedy --configfile "$cfg"; }
 ngpu=${gpus:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
 ngpu=${ngpu:-0}
-[ -n "$keep_locks" ] || $PY -m snakemake --unlock --configfile "$cfg" >/dev/null 2>&1 || true  # a lock left by a killed call
+detached=.snakemake/lease/detached  # .pid, .log and .rc of a --detach run
+alive() { [ -f "$detached.pid" ] && kill -0 "$(cat "$detached.pid")" 2>/dev/null; }
+# A lock left by a killed call is cleared; never the locks of a detached run still going.
+[ -n "$keep_locks" ] || alive || $PY -m snakemake --unlock --configfile "$cfg" >/dev/null 2>&1 || true
 
 # 3. Restore what earlier leases brought back (once a lease), then date it after the base.
 if [ -n "$carry" ]; then
@@ -168,9 +180,40 @@ if [ -f .snakemake/lease/pending ]; then
   fi
 fi
 
-# 4. The run, stopped in time to pack.
+# 4. The run, stopped in time to pack (with --detach it outlives the call instead).
 if [ -f .snakemake/lease/pending ]; then
   say "the base model is not made yet: the run waits for the next call"
+elif [ -n "$detach" ]; then
+  if alive; then
+    say "the detached run goes on (pid $(cat "$detached.pid"))"
+  elif [ "$(left)" -gt 90 ]; then
+    say "snakemake on $ngpu GPU(s), detached, $run_budget s: ${targets[*]:-the default target}"
+    rm -f "$detached.rc"
+    cat > "$detached.sh" <<'EOF'
+# lease.sh --detach: Snakemake within the run's own budget, in its own session; its exit status kept
+timeout -s INT -k 20 "$RUN_BUDGET" bash -c "$LEASE_SMK; smk \"\$@\" --rerun-incomplete --keep-going" _ "$@"
+echo $? > "$RC"
+EOF
+    LEASE_SMK="$(declare -f smk); $(declare -p PY cores ngpu cfg)" RUN_BUDGET=$run_budget RC=$detached.rc \
+      setsid nohup bash "$detached.sh" "${targets[@]}" > "$detached.log" 2>&1 < /dev/null &
+    echo $! > "$detached.pid"
+  else
+    say "too little time left to start the run"
+  fi
+  shown=0
+  while alive && [ "$(left)" -gt 60 ]; do
+    sleep 5
+    if [ $(($(date +%s) - shown)) -ge 60 ]; then
+      shown=$(date +%s)
+      say "running: $(grep -E 'of [0-9]+ steps' "$detached.log" | tail -n 1 | grep . || echo 'no step done yet')"
+    fi
+  done
+  grep -E "^Finished jobid|of [0-9]+ steps|[Ee]rror" "$detached.log" 2>/dev/null | tail -n 20
+  if alive; then
+    say "the detached run goes on after this call: call again to wait for it and pack"
+  elif [ -f "$detached.pid" ]; then
+    say "detached snakemake exit status $(cat "$detached.rc" 2>/dev/null || echo unknown)"
+  fi
 elif [ "$(left)" -gt 90 ]; then
   say "snakemake on $ngpu GPU(s), $(($(left) - 60)) s: ${targets[*]:-the default target}"
   timeout -s INT -k 20 $(($(left) - 60)) \

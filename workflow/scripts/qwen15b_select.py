@@ -29,6 +29,13 @@ page. Ties go to the shorter mean completion. `rank` orders the qualifying candi
 failed confirmation on the whole split (Amendment 2) takes the next one.
 
 Writes the table (CSV) and prints it with a verdict line.
+
+--confirm RUN reads Amendment 2's confirmation instead: the chosen candidate's whole held-out
+split calibrated at n = 256 by the study's run (results/RUN/regimes/regimes.parquet, every prompt
+of `{candidate}_held_out.jsonl`, near-copies already dropped); confirmed when its Boundary share
+is at least 20%, else the table's next candidate by rank is the one to confirm.
+
+    python workflow/scripts/qwen15b_select.py --confirm qwen15b [--candidate math500]
 """
 
 from __future__ import annotations
@@ -138,12 +145,41 @@ def verdict(table: pd.DataFrame) -> str:
             f"{others}")
 
 
+def confirm(run: str, name: str, candidates: Path, results: Path, table: Path) -> str:
+    """Amendment 2's confirmation line for candidate `name`, from the study run's regimes."""
+    held_out = {r["id"] for r in jsonl(candidates / f"{name}_held_out.jsonl")}
+    path = results / run / "regimes" / "regimes.parquet"
+    regimes = read_table(path, ["prompt_id", "regime"])
+    ids = set(regimes["prompt_id"].astype(str))
+    if ids != held_out:
+        raise BoundaryError(f"{path}: its {len(ids)} prompts are not {name}'s held-out split of {len(held_out)}")
+    boundary, prompts = int(regimes["regime"].eq(BOUNDARY).sum()), len(regimes)
+    (lo,), (hi,) = wilson([boundary], [prompts])
+    share = f"{boundary} of {prompts} Boundary ({boundary / prompts:.3f} [{lo:.3f}, {hi:.3f}])"
+    if boundary / prompts >= MIN_SHARE:
+        return f"confirmed: {name}'s held-out split has {share}, at least {MIN_SHARE:.0%}"
+    ranked = read_table(table, ["candidate", "rank"])
+    rank = ranked.loc[ranked["candidate"] == name, "rank"]
+    later = ranked[(ranked["rank"] > (int(rank.iloc[0]) if len(rank) else 0))].sort_values("rank")
+    after = later["candidate"].iloc[0] if len(later) else None
+    return (f"not confirmed: {name}'s held-out split has {share}, under {MIN_SHARE:.0%}; "
+            + (f"confirm {after} next" if after else "no candidate is left: the study does not train on this model"))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidates", default="results/qwen15b/candidates")
     ap.add_argument("--results", default="results")
     ap.add_argument("--out", default="results/qwen15b/selection.csv")
+    ap.add_argument("--confirm", metavar="RUN", help="read the confirmation of results/RUN instead (--out: the table)")
+    ap.add_argument("--candidate", default="math500", help="with --confirm: the candidate it confirms")
     args = ap.parse_args(argv)
+    if args.confirm:
+        try:
+            print(confirm(args.confirm, args.candidate, Path(args.candidates), Path(args.results), Path(args.out)))
+        except BoundaryError as err:
+            sys.exit(f"qwen15b_select: {err}")
+        return
     try:
         rows = [measure(name, Path(args.candidates), Path(args.results)) for name in CANDIDATES]
     except BoundaryError as err:
