@@ -313,3 +313,16 @@ def test_engine_overrides_pass_what_trl_fixes_or_lacks(monkeypatch, conf, disabl
     assert seen.get("compilation_config") == (None if capture is None else {"max_cudagraph_capture_size": capture})
     assert int(os.environ["MASTER_PORT"]) > 0  # the run's own rendezvous port, before TRL's choice
     assert seen.get("disable_custom_all_reduce", False) is disabled
+
+
+@pytest.mark.parametrize("rows, capture, warns", [(512, None, False), (1024, None, True), (1024, 1024, False)])
+def test_an_engine_wider_than_the_default_graph_capture_warns_once(monkeypatch, capsys, rows, capture, warns):
+    vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
+    monkeypatch.setattr(vllm_generation, "LLM", lambda *a, **k: None, raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    with rollout_engine.engine_overrides(16384, "dummy", capture):
+        vllm_generation.LLM(model="m", max_num_seqs=rows)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "vllm_cudagraph_capture_size" in line]
+    assert lines == ([f"warning: the rollout engine decodes up to {rows} rows a step and vLLM captures CUDA graphs "
+                      f"up to 512: set train.vllm_cudagraph_capture_size: {rows} to run its widest steps as graphs "
+                      "(docs/how-to/engine_rollouts.md)"] if warns else [])

@@ -18,7 +18,9 @@ pinned to that version:
   does not detokenize (TRL decodes the completion ids itself). `vllm_cudagraph_capture_size`,
   when set, is vLLM's `max_cudagraph_capture_size` (TRL passes no compilation config): vLLM
   captures decode steps up to 512 rows by default, while TRL gives an engine the process's whole
-  generation batch at once.
+  generation batch at once; an engine of more rows than that, with the key unset, warns in one
+  line (1.43x a SmolLM2-shape step on 2 x H200 at 1,024 rows an engine,
+  docs/results/2026-11-28-engine-rollouts.md).
 - In a run of one process the engine's rendezvous port is one the OS assigns (`own_master_port`):
   TRL's own choice takes 29500 whenever it is free, so two runs started together collide.
 
@@ -52,6 +54,7 @@ from boundary.core.errors import BoundaryError, warn
 TRL_KEYS = ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode",
             "vllm_max_model_length", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",
             "vllm_server_timeout")
+VLLM_CAPTURE_DEFAULT = 512  # vLLM 0.26's max_cudagraph_capture_size cap: min(2 x max_num_seqs, 512)
 OWN_KEYS = ("vllm_max_num_batched_tokens", "vllm_sync_bucket_mib", "vllm_check_every", "vllm_cudagraph_capture_size")
 # bf16 keeps 8 bits of mantissa: a log-prob of -10 is held to about 0.04, and the engine's
 # kernels (fused attention, another matmul order) add as much again. A mean over tokens above
@@ -143,6 +146,11 @@ def engine_overrides(max_num_batched_tokens: int, load_format: str, cudagraph_ca
 
     @functools.wraps(built)
     def build(*args, **kwargs):
+        rows = kwargs.get("max_num_seqs") or 0
+        if not cudagraph_capture_size and rows > VLLM_CAPTURE_DEFAULT:
+            warn(f"the rollout engine decodes up to {rows} rows a step and vLLM captures CUDA graphs up to "
+                 f"{VLLM_CAPTURE_DEFAULT}: set train.vllm_cudagraph_capture_size: {rows} to run its widest steps "
+                 "as graphs (docs/how-to/engine_rollouts.md)")
         return built(*args, **{**kwargs, "max_num_batched_tokens": max_num_batched_tokens,
                                "load_format": load_format, **extra})
 
