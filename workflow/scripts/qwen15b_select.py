@@ -35,7 +35,7 @@ split calibrated at n = 256 by the study's run (results/RUN/regimes/regimes.parq
 of `{candidate}_held_out.jsonl`, near-copies already dropped); confirmed when its Boundary share
 is at least 20%, else the table's next candidate by rank is the one to confirm.
 
-    python workflow/scripts/qwen15b_select.py --confirm qwen15b [--candidate math500]
+    python workflow/scripts/qwen15b_select.py --confirm qwen15b [--candidate NAME]
 """
 
 from __future__ import annotations
@@ -145,8 +145,15 @@ def verdict(table: pd.DataFrame) -> str:
             f"{others}")
 
 
-def confirm(run: str, name: str, candidates: Path, results: Path, table: Path) -> str:
-    """Amendment 2's confirmation line for candidate `name`, from the study run's regimes."""
+def confirm(run: str, name: str | None, candidates: Path, results: Path, table: Path) -> str:
+    """Amendment 2's confirmation line for candidate `name` (None: the table's rank 1), from the
+    study run's regimes."""
+    ranked = read_table(table, ["candidate", "rank"])
+    if name is None:
+        first = ranked.loc[ranked["rank"] == 1, "candidate"]
+        if first.empty:
+            raise BoundaryError(f"{table}: no candidate ranks first (none qualified)")
+        name = str(first.iloc[0])
     held_out = {r["id"] for r in jsonl(candidates / f"{name}_held_out.jsonl")}
     path = results / run / "regimes" / "regimes.parquet"
     regimes = read_table(path, ["prompt_id", "regime"])
@@ -158,7 +165,6 @@ def confirm(run: str, name: str, candidates: Path, results: Path, table: Path) -
     share = f"{boundary} of {prompts} Boundary ({boundary / prompts:.3f} [{lo:.3f}, {hi:.3f}])"
     if boundary / prompts >= MIN_SHARE:
         return f"confirmed: {name}'s held-out split has {share}, at least {MIN_SHARE:.0%}"
-    ranked = read_table(table, ["candidate", "rank"])
     rank = ranked.loc[ranked["candidate"] == name, "rank"]
     later = ranked[(ranked["rank"] > (int(rank.iloc[0]) if len(rank) else 0))].sort_values("rank")
     after = later["candidate"].iloc[0] if len(later) else None
@@ -172,7 +178,7 @@ def main(argv=None) -> None:
     ap.add_argument("--results", default="results")
     ap.add_argument("--out", default="results/qwen15b/selection.csv")
     ap.add_argument("--confirm", metavar="RUN", help="read the confirmation of results/RUN instead (--out: the table)")
-    ap.add_argument("--candidate", default="math500", help="with --confirm: the candidate it confirms")
+    ap.add_argument("--candidate", help="with --confirm: the candidate it confirms (default: the table's rank 1)")
     args = ap.parse_args(argv)
     if args.confirm:
         try:
