@@ -206,9 +206,13 @@ EOF
     if [ $(($(date +%s) - shown)) -ge 60 ]; then
       shown=$(date +%s)
       say "running: $(grep -E 'of [0-9]+ steps' "$detached.log" | tail -n 1 | grep . || echo 'no step done yet')"
+      # the logs written in the last 20 s, the running jobs': a long job's own progress (tqdm's last line)
+      find "results/$run/logs" -name '*.log' -newermt '20 seconds ago' 2>/dev/null | sort | while read -r log; do
+        echo "  ${log#results/"$run"/logs/}: $(tr '\r' '\n' < "$log" | grep -v '^\s*$' | tail -n 1 | cut -c1-150)"
+      done
     fi
   done
-  grep -E "^Finished jobid|of [0-9]+ steps|[Ee]rror" "$detached.log" 2>/dev/null | tail -n 20
+  grep -E "^Finished jobid|of [0-9]+ steps|^Error|^Exiting because" "$detached.log" 2>/dev/null | tail -n 20
   if alive; then
     say "the detached run goes on after this call: call again to wait for it and pack"
   elif [ -f "$detached.pid" ]; then
