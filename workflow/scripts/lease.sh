@@ -152,6 +152,10 @@ fi
 
 # Targets first: --configfile takes every word after it.
 smk() { $PY -m snakemake "$@" --cores "$cores" --resources gpu="$ngpu" --scheduler greedy --configfile "$cfg"; }
+# run_smk SECONDS TARGET...: smk going on where the last run stopped, SIGINT at the limit, SIGKILL 20 s later.
+run_smk() {
+  timeout -s INT -k 20 "$1" bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk \"\$@\" --rerun-incomplete --keep-going" _ "${@:2}"
+}
 ngpu=${gpus:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
 ngpu=${ngpu:-0}
 detached=.snakemake/lease/detached  # .pid, .log and .rc of a --detach run
@@ -172,7 +176,7 @@ if [ -f .snakemake/lease/pending ]; then
   base="results/$run/models/base"
   if [ ! -d "$base" ] && [ "$(left)" -gt 120 ]; then
     say "making $base before the restored stages are dated"
-    timeout -s INT -k 20 $(($(left) - 60)) bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk '$base' --rerun-incomplete"
+    run_smk $(($(left) - 60)) "$base"
   fi
   if [ -d "$base" ]; then
     $PY workflow/scripts/lease_pack.py touch .snakemake/lease/restored.txt &&
@@ -189,13 +193,8 @@ elif [ -n "$detach" ]; then
   elif [ "$(left)" -gt 90 ]; then
     say "snakemake on $ngpu GPU(s), detached, $run_budget s: ${targets[*]:-the default target}"
     rm -f "$detached.rc"
-    cat > "$detached.sh" <<'EOF'
-# lease.sh --detach: Snakemake within the run's own budget, in its own session; its exit status kept
-timeout -s INT -k 20 "$RUN_BUDGET" bash -c "$LEASE_SMK; smk \"\$@\" --rerun-incomplete --keep-going" _ "$@"
-echo $? > "$RC"
-EOF
-    LEASE_SMK="$(declare -f smk); $(declare -p PY cores ngpu cfg)" RUN_BUDGET=$run_budget RC=$detached.rc \
-      setsid nohup bash "$detached.sh" "${targets[@]}" > "$detached.log" 2>&1 < /dev/null &
+    setsid nohup bash -c "$(declare -f smk run_smk); $(declare -p PY cores ngpu cfg); run_smk \"\$@\"; echo \$? > $detached.rc" \
+      _ "$run_budget" "${targets[@]}" > "$detached.log" 2>&1 < /dev/null &
     echo $! > "$detached.pid"
   else
     say "too little time left to start the run"
@@ -220,8 +219,7 @@ EOF
   fi
 elif [ "$(left)" -gt 90 ]; then
   say "snakemake on $ngpu GPU(s), $(($(left) - 60)) s: ${targets[*]:-the default target}"
-  timeout -s INT -k 20 $(($(left) - 60)) \
-    bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk \"\$@\" --rerun-incomplete --keep-going" _ "${targets[@]}"
+  run_smk $(($(left) - 60)) "${targets[@]}"
   rc=$?
   [ $rc = 124 ] && say "stopped at the time limit: call again to go on" || say "snakemake exit status $rc"
 else
