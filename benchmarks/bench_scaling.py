@@ -28,6 +28,8 @@ from pathlib import Path
 
 from launched import add_engine_options, engine_options, run_logged
 
+from boundary.core.gpus import visible
+
 WORKER = Path(__file__).parent / "multi_gpu_steps.py"
 GOALS = {2: 1.8, 4: 3.2}
 
@@ -54,7 +56,11 @@ def run(n: int, args, out: Path, logs: Path) -> dict | None:
               *(["--model", args.model] if args.model else []), *(["--split", args.split] if args.split else [])]
     launch = ([sys.executable] if n == 1 else
               [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}"])
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "" if args.cpu else ",".join(map(str, range(n))),
+    devices = [] if args.cpu else visible()[:n]  # the first n this process sees: a job beside it keeps its own
+    if not args.cpu and len(devices) < n:
+        print(f"{n} GPU(s): skipped, {len(devices)} visible", flush=True)
+        return None
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(devices),
            "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or n) // n))}
     log = logs / f"scaling_{n}.log"
     started = time.monotonic()

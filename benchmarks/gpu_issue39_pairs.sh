@@ -114,8 +114,8 @@ else
     --tables "$OUT"
   say "bench_engine_pairs: exit $? (1: a check failed; 124: stopped by the timeout)"
 fi
-if [ $CPU = 0 ]; then  # whatever a stopped run left on the GPUs (this lease runs nothing else)
-  nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | xargs -r kill -9 2>/dev/null
-fi
+# Whatever a stopped run left behind: its own runs only (their --out is under $WORK), so a job
+# beside this one on the machine's other GPUs goes on.
+pkill -9 -f -- "--out $WORK/" 2>/dev/null
 (cd $WORK && tar -czf "$OUT/logs.tgz" bench.json logs import.log mask.parquet splits */log.parquet */actions.parquet 2>/dev/null)
 say "gpu_issue39_pairs: done"
