@@ -74,7 +74,9 @@ def env() -> dict:
             "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0, base_rollouts=()):
+def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0, base_rollouts=(), standin=False):
+    """`boundary train` as the train rule runs it; `standin`: the stand-in engine of
+    tests/standin_engine.py where TRL builds vLLM's (vLLM's CPU build takes no weight update)."""
     out, ck = smoke / name, smoke / f"{name}_ck"
     args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
             "--settings", json.dumps(settings), "--seed", str(seed), "--out", str(out),
@@ -82,7 +84,9 @@ def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0, b
             *(["--base-rollouts", *map(str, base_rollouts)] if base_rollouts else [])]
     if settings.get("mask"):
         args += ["--mask", str(smoke / "mask.parquet")]
-    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=env(),
+    paths = [ROOT / "tests" / "standin_site", ROOT / "tests", ROOT / "workflow"] if standin else [ROOT / "workflow"]
+    environment = {**env(), "PYTHONPATH": os.pathsep.join(map(str, paths)), "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}
+    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=environment,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert run.returncode == 0, run.stdout[-6000:]
     return out, ck, run.stdout
@@ -202,6 +206,24 @@ def planned_actions(smoke, settings) -> pd.DataFrame:
                          processing_class=AutoTokenizer.from_pretrained(smoke / "base"))
     trainer._get_train_sampler()
     return trainer.actions()
+
+
+def test_an_engine_run_in_two_processes_takes_the_one_process_run_s_actions(smoke, pba_runs, pre_drawn):
+    """`rollout_engine: vllm` through the train command's 2-process launch (gloo; the stand-in
+    engine): PBA on the base_rollouts stage's files trains every step, takes the actions of the
+    1-process `generate` run, and each sync's engine scores as the policy."""
+    from boundary.training import rollout_engine
+
+    settings = smoke_settings("pba", rollout_engine="vllm", vllm_check_every=1, steps=4, checkpoints=[4])
+    out, _, text = train(smoke, "pba_engine_2proc", settings, 2, base_rollouts=pre_drawn, standin=True)
+    assert "in 2 process(es)" in text
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "actions.parquet"),
+                                  pd.read_parquet(pba_runs[1][0] / "actions.parquet").query("step <= 4"))
+    log = pd.read_parquet(out / "log.parquet")
+    assert log["step"].tolist() == [1, 2, 3, 4]
+    diff = log["engine_logp_mean_abs_diff"].to_numpy()
+    assert np.isfinite(diff).all() and (diff > 0).all() and (diff <= rollout_engine.LOGP_TOLERANCE).all()
+    assert log["base_rollouts_on_demand"].fillna(0).eq(0).all()
 
 
 @pytest.mark.parametrize("method", ["drop", "policy_global_kl", "base"])

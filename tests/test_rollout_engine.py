@@ -18,9 +18,9 @@ import pytest
 import torch
 from conftest import ROOT
 from standin_engine import StandInEngine
-from test_train import SETTINGS, make_trainer, model_dir, split  # noqa: F401
+from test_train import SETTINGS, G, make_trainer, model_dir, split  # noqa: F401
 
-from boundary.core.config import validate_config
+from boundary.core.config import load_config, method_settings, validate_config
 from boundary.core.errors import BoundaryError
 from boundary.core.settings import resolve
 from boundary.training import rollout_engine
@@ -326,3 +326,65 @@ def test_an_engine_wider_than_the_default_graph_capture_warns_once(monkeypatch, 
     assert lines == ([f"warning: the rollout engine decodes up to {rows} rows a step and vLLM captures CUDA graphs "
                       f"up to 512: set train.vllm_cudagraph_capture_size: {rows} to run its widest steps as graphs "
                       "(docs/how-to/engine_rollouts.md)"] if warns else [])
+
+
+def code_paths() -> list[tuple[str, dict]]:
+    """Every method entry of every config, one of each code path: the trainer sees a mask only
+    as anchor weights and a coefficient only as zero or not, so entries that differ only there
+    train alike (the paper's gate ablations, the study's beta_a)."""
+    paths = {}
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        for name, spec in load_config(path).get("methods", {}).items():
+            settings = method_settings(spec)
+            shape = {k: v if isinstance(v, str) and k != "mask" else bool(v) for k, v in settings.items()}
+            paths.setdefault(json.dumps(shape, sort_keys=True), (f"{path.stem}:{name}", settings))
+    return sorted(paths.values())
+
+
+@pytest.mark.parametrize("name, method", code_paths(), ids=[name for name, _ in code_paths()])
+def test_every_method_of_every_config_trains_on_the_engine_s_rollouts(name, method, model_dir, split, tmp_path,
+                                                                       monkeypatch):
+    """Two steps of each method with `rollout_engine: vllm` (the stand-in engine, synced and
+    checked every step): the engine draws every row, a base-sampled anchor's rollouts come from
+    the base_rollouts stage's file (as the train rule passes it), and after each sync the engine
+    scores as the policy."""
+    import standin_engine
+    from trl.trainer import grpo_trainer
+
+    from boundary.stages import base_rollouts
+    from boundary.training.anchors import BASE_SAMPLED
+    from boundary.training.gate import read_mask
+    from boundary.training.schedule import anchor_weights_for
+
+    drawn = []
+
+    class Counted(standin_engine.StandInGeneration):
+        def generate(self, prompts, *args, **kwargs):
+            drawn.append(len(prompts))
+            return super().generate(prompts, *args, **kwargs)
+
+    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", Counted)
+    monkeypatch.setattr(rollout_engine, "VLLMEngine", lambda generation: generation.engine)
+    monkeypatch.delenv("MASTER_PORT", raising=False)  # the engine's start sets it: undone after
+    settings = {**SETTINGS, "rollout_engine": "vllm", "vllm_check_every": 1, "steps": 2, "checkpoints": [], **method}
+    weights, pre_drawn = None, None
+    if method["mask"]:  # every other prompt anchored
+        split.to_parquet(tmp_path / "train.parquet")
+        pd.DataFrame([{"prompt_id": p, "epoch": 0, "weight": float(i % 2), "action": "anchor" if i % 2 else "sharpen"}
+                      for i, p in enumerate(split["prompt_id"])]).to_parquet(tmp_path / "mask.parquet")
+        weights = anchor_weights_for(read_mask(tmp_path / "mask.parquet"), split["prompt_id"].tolist(), 1, "mask")
+        if method["anchor"] in BASE_SAMPLED and method["masked_action"] == "anchor":
+            pre_drawn = [tmp_path / "base_rollouts.parquet"]
+            base_rollouts.main(["--model", str(model_dir), "--train-split", str(tmp_path / "train.parquet"),
+                                "--mask", str(tmp_path / "mask.parquet"), "--settings", json.dumps(settings),
+                                "--seed", "0", "--backend", "hf", "--out", str(pre_drawn[0])])
+    trainer = make_trainer(model_dir, split, tmp_path, weights, base_rollouts=pre_drawn,
+                           **{k: v for k, v in settings.items() if k not in SETTINGS or SETTINGS[k] != v})
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and np.isfinite([h["loss"] for h in logs]).all()
+    assert all(0 < h["engine_logp_mean_abs_diff"] <= rollout_engine.LOGP_TOLERANCE for h in logs)
+    assert sum(drawn) == 2 * SETTINGS["prompts_per_step"] * G  # every row (TRL's vLLM path; trainer.py)
+    if pre_drawn:  # the anchored rows' rollouts: all from the stage's file, none drawn on demand
+        assert (trainer.actions()["source"] == "base").any()
+        assert all(h.get("base_rollouts_on_demand") == 0 for h in logs)

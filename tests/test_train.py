@@ -50,7 +50,7 @@ def digits_reward(prompts, completions, answer, **kwargs):
     return [float(a in c) for c, a in zip(completions, answer)]
 
 
-def make_trainer(model_dir, split, tmp_path, weights=None, base_model=None, **method):
+def make_trainer(model_dir, split, tmp_path, weights=None, base_model=None, base_rollouts=None, **method):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -60,7 +60,7 @@ def make_trainer(model_dir, split, tmp_path, weights=None, base_model=None, **me
     trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=digits_reward,
                       args=cfg, train_dataset=data,
                       processing_class=AutoTokenizer.from_pretrained(model_dir),
-                      anchor_weights=weights, base_model=base_model)
+                      anchor_weights=weights, base_model=base_model, base_rollouts=base_rollouts)
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop otherwise
     return trainer
 
