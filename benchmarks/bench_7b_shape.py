@@ -11,7 +11,7 @@ fit a lease: --prompts x --G completions of --completion-len tokens after --prom
 prompts, EOS suppressed (every completion full length). Prints, per run: mean step time (the
 slowest process's, after --warmup steps), tokens per second (prompt + completion tokens of
 the step over its time), peak memory on each GPU, and where the step's time goes
-(multi_gpu_steps.py: generate, weight sync, score, fwd_bwd, optimizer), as each run finishes.
+(multi_gpu_steps.py: generate, weight sync, the engine check, score, fwd_bwd, optimizer), as each run finishes.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ each) on the same global batch (--prompts x --G completions of --completion-len 
 suppressed so every completion has the full length); the first --warmup steps are dropped.
 A row is printed as each count finishes: mean step time (the slowest process's), speedup over
 one GPU and its goal (1.8x at 2 GPUs, 3.2x at 4), tokens per second, peak memory, and where
-the time goes (multi_gpu_steps.py: generate, the engine's weight sync, score = rewards +
-gathers + old and base log-probs, fwd_bwd = the loss's forward and backward with the gradient
-all-reduce, optimizer), the mean completion length, and the engine's largest mean log-prob
-difference from the policy over its checks (vllm; every sync).
+the time goes (multi_gpu_steps.py: generate, the engine's weight sync, its log-prob check,
+score = rewards + gathers + old and base log-probs, fwd_bwd = the loss's forward and backward with
+the gradient all-reduce, optimizer), the mean completion length, and the engine's largest mean
+log-prob difference from the policy over its checks (vllm; every sync unless --check-every).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def main():
           f"{args.prompts * args.G} completions of up to {args.completion_len} tokens "
           f"(eos {'on' if args.eos else 'suppressed'}), {args.steps - args.warmup} timed steps, "
           f"sharding {args.sharding}", flush=True)
-    print("gpus  step_s  speedup  goal            tokens/s  generate_s  sync_s  score_s  fwd_bwd_s  optimizer_s"
+    print("gpus  step_s  speedup  goal            tokens/s  generate_s  sync_s  check_s  score_s  fwd_bwd_s  optimizer_s"
           "  peak_GiB  mean_len  logp_diff  accum  device", flush=True)
     base, steps = None, {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,7 +123,7 @@ def main():
             diff = r.get("engine_logp_mean_abs_diff") or []
             length = r.get("completion_len_mean")
             print(f"{n:>4}  {r['step_s']:6.3f}  {speedup:7.2f}  {verdict:<14}  {r['tokens_per_s']:8.0f}  "
-                  f"{r['generate_s']:10.3f}  {r['sync_s']:6.3f}  {r['score_s']:7.3f}  {r['fwd_bwd_s']:9.3f}  "
+                  f"{r['generate_s']:10.3f}  {r['sync_s']:6.3f}  {r['check_s']:7.3f}  {r['score_s']:7.3f}  {r['fwd_bwd_s']:9.3f}  "
                   f"{r['optimizer_s']:11.3f}  {max(r['peak_alloc_gib_per_gpu']):8.2f}  "
                   f"{'-' if length is None else f'{length:.0f}':>8}  {max(diff) if diff else '-':>9}  {r.get('accum', '-'):>5}  {r['device']}",
                   flush=True)

@@ -24,6 +24,9 @@
 #   e  row a with the generate engine (the baseline, on the same machine)
 #   f  row a with the engine's sleep mode off (no wake-up or empty_cache around the sync)
 #   g  row f with the engine in tensor parallel over the 4 GPUs (vllm_tensor_parallel_size 4)
+#   m  row f with the engine's log-prob check every 50 syncs, as the configs have it (--check-every 50:
+#      only the untimed first sync is checked); the other rows check at every sync and report it
+#      as its own phase (check_s), which the 10x goal's row f counted as sync before it was split out
 #   k  row b with the engine's CUDA graphs captured up to 1,024 rows (--vllm-capture 1024; vLLM's
 #      default stops at 512, while each engine decodes its 1,024 rows at once): the lead of the
 #      2 x H200 lease (docs/results/2026-11-28-engine-rollouts.md), against row b on the same machine
@@ -74,6 +77,8 @@ for row in $(echo "$ROWS" | grep -o .); do
     a) timeout $RL $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --timeout $((RL - 10)) --logs $L/a ;;
     f) timeout $RL $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --sleep off \
          --timeout $((RL - 10)) --logs $L/f ;;
+    m) timeout $RL $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --sleep off \
+         --check-every 50 --timeout $((RL - 10)) --logs $L/m ;;
     g) timeout $RL $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine $ENGINE --sleep off \
          --vllm-tp $TP --timeout $((RL - 10)) --logs $L/g ;;
     b|k) if [ -z "$B_GPUS" ]; then echo "row $row: none of ROW_B_GPUS=${ROW_B_GPUS:-1,2,4} fits the $HAVE GPU(s) here"

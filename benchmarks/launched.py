@@ -100,6 +100,8 @@ ENGINE_OPTIONS = {
                                                "sequence_mask)"}),
     "--vllm-capture": ("vllm_cudagraph_capture_size", {"type": int, "help": "vllm_cudagraph_capture_size "
                                                        "(default: vLLM's, at most 512)"}),
+    "--check-every": ("vllm_check_every", {"type": int, "help": "vllm_check_every (default here: 1, a check "
+                                           "every step, timed as its own phase; the configs': 50)"}),
 }
 
 

@@ -6,7 +6,10 @@ DDP), with `--engine` (train.rollout_engine) drawing the rollouts, EOS suppresse
 completion has the full length and every process count does the same work (`--eos`: left on).
 A step is split into where its time goes, on this process, GPU work synchronised: `generate`
 (the policy's generate calls, until every process has finished them: the wait for the slowest
-process is generate's, not the next phase's), `sync` (the vllm engine's weight sync), `score`
+process is generate's, not the next phase's), `sync` (the vllm engine's weight sync), `check`
+(the engine's log-prob check against the policy, every --check-every syncs: the policy's forward
+inside the sync, the engine's scoring inside the sync or, with sleep mode on, before the next
+generate; taken out of both), `score`
 (the rest of building the batch: rewards and their gather, TRL's old log-probs for the
 engine's importance correction when --vllm-is sets one, frozen-base log-probs, the metric
 gathers), `optimizer` (clipping, the AdamW step; under FSDP the gradient reduce-scatter
@@ -74,11 +77,15 @@ class Phases(TrainerCallback):
     """Per step: wall time, and the seconds spent in generate, scoring and the optimizer."""
 
     def __init__(self):
-        self.rows, self.now, self.current = [], None, None
+        self.rows, self.now, self.current, self.active = [], None, None, []
 
     def add(self, phase: str, seconds: float):
-        if self.current is not None:
-            self.current[phase] = self.current.get(phase, 0.0) + seconds
+        if self.current is None:
+            return
+        self.current[phase] = self.current.get(phase, 0.0) + seconds
+        if phase == "check":  # counted apart from the phases it ran inside
+            for outer in set(self.active) & {"generate", "sync"}:
+                self.current[f"check_in_{outer}"] = self.current.get(f"check_in_{outer}", 0.0) + seconds
 
     def on_step_begin(self, args, state, control, **kwargs):
         sync()
@@ -96,9 +103,11 @@ class Phases(TrainerCallback):
         sync()
         row = {"step": time.perf_counter() - self.now, **self.current}
         say(0 if state.is_world_process_zero else 1, f"step {state.global_step}: {row['step']:.1f} s")
-        batch = row.pop("batch", 0.0)  # generate (weight sync included) + score
+        batch = row.pop("batch", 0.0)  # generate (weight sync and check included) + score
+        in_generate, in_sync = row.pop("check_in_generate", 0.0), row.pop("check_in_sync", 0.0)
         row["score"] = batch - row.get("generate", 0.0)
-        row["generate"] = row.get("generate", 0.0) - row.get("sync", 0.0)
+        row["generate"] = row.get("generate", 0.0) - row.get("sync", 0.0) - (in_generate - in_sync)
+        row["sync"] = row.get("sync", 0.0) - in_sync
         row["fwd_bwd"] = row["step"] - batch - row.get("optimizer", 0.0)
         self.rows.append(row)
 
@@ -115,12 +124,14 @@ def timed(phases: Phases, name: str, fn, wait_for_all: bool = False):
     def wrapper(*a, **k):
         sync()
         start = time.perf_counter()
+        phases.active.append(name)
         try:
             return fn(*a, **k)
         finally:
             sync()
             if wait_for_all and torch.distributed.is_available() and torch.distributed.is_initialized():
                 torch.distributed.barrier()
+            phases.active.pop()
             phases.add(name, time.perf_counter() - start)
     return wrapper
 
@@ -170,7 +181,6 @@ def main():
     p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
     p.add_argument("--eos", action="store_true", help="leave eos on (default: suppressed, full-length rollouts)")
     add_engine_options(p)
-    p.add_argument("--check-every", type=int, default=1, help="vllm_check_every (engine vs policy log-probs)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     args.vocab = SHAPES[args.shape][1]["vocab_size"]
@@ -184,7 +194,9 @@ def main():
         from boundary.sampling.vllm import without_flashinfer_sampler
 
         without_flashinfer_sampler()  # as the train stage does
-        settings.update(rollout_engine="vllm", vllm_check_every=args.check_every,
+        # A check at every sync unless --check-every says otherwise: each step's figure then holds
+        # one (the `check` phase), which a config's vllm_check_every (50) spreads over 50 steps.
+        settings.update(rollout_engine="vllm", vllm_check_every=1,
                         vllm_max_model_length=args.prompt_len + args.completion_len + 8,
                         **engine_settings(args))
     result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
@@ -229,8 +241,10 @@ def main():
             trainer._generate_single_turn = timed(phases, "generate", trainer._generate_single_turn,
                                                   wait_for_all=True)
             if trainer.engine_sync is not None:
-                gen = trainer.vllm_generation
+                gen, engine_sync = trainer.vllm_generation, trainer.engine_sync
                 gen.sync_weights = timed(phases, "sync", gen.sync_weights)
+                engine_sync.policy_logps = timed(phases, "check", engine_sync.policy_logps)
+                engine_sync.compare = timed(phases, "check", engine_sync.compare)
                 record = trainer.engine_sync.record
                 trainer.engine_sync.record = lambda k, v: (checks.append((k, v)), record(k, v))
             trainer._generate_and_score_completions = timed(phases, "batch",
@@ -255,7 +269,7 @@ def main():
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else 0.0
     rows = phases.rows[args.warmup:]
     mine = torch.tensor([peak, *[np.mean([r.get(k, 0.0) for r in rows]) if rows else np.nan
-                                 for k in ("step", "generate", "sync", "score", "fwd_bwd", "optimizer")]],
+                                 for k in ("step", "generate", "sync", "check", "score", "fwd_bwd", "optimizer")]],
                         dtype=torch.float64, device="cuda" if torch.cuda.is_available() else "cpu")
     if world > 1 and torch.distributed.is_initialized():
         every = [torch.zeros_like(mine) for _ in range(world)]
@@ -266,7 +280,8 @@ def main():
         table = torch.stack(every).cpu().numpy()
         result["peak_alloc_gib_per_gpu"] = [round(float(x), 2) for x in table[:, 0]]
         # The slowest process sets the pace: phases are the max over processes.
-        for i, k in enumerate(("step_s", "generate_s", "sync_s", "score_s", "fwd_bwd_s", "optimizer_s"), start=1):
+        for i, k in enumerate(("step_s", "generate_s", "sync_s", "check_s", "score_s", "fwd_bwd_s", "optimizer_s"),
+                              start=1):
             result[k] = round(float(np.nanmax(table[:, i])), 3) if rows else None
         result["steps_timed"] = len(rows)
         result["engine_logp_mean_abs_diff"] = [round(v, 5) for k, v in checks if k.endswith("mean_abs_diff")]

@@ -272,3 +272,44 @@ def test_a_worker_prints_its_stacks_on_sigusr1_and_trains_on(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip() == "trains on"
     assert "(most recent call first)" in run.stderr and "<string>" in run.stderr
+
+
+def test_the_benchmark_s_phases_sum_to_its_step_and_the_engine_check_is_a_phase_of_its_own(monkeypatch, capsys):
+    """benchmarks/multi_gpu_steps.py's accounting, on a fake clock: generate holds the weight sync,
+    the sync holds the policy's half of the log-prob check, and (sleep mode on) the engine's half
+    runs before the next generate; each phase is reported without what ran inside it, and the
+    phases add up to the step."""
+    import sys
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import multi_gpu_steps as worker
+
+    now = [0.0]
+    monkeypatch.setattr(worker.time, "perf_counter", lambda: now[0])
+
+    def work(seconds, *inner):
+        def run():
+            now[0] += seconds
+            for fn in inner:
+                fn()
+        return run
+
+    phases = worker.Phases()
+    check_policy = worker.timed(phases, "check", work(2.0))
+    check_engine = worker.timed(phases, "check", work(3.0))
+    weight_sync = worker.timed(phases, "sync", work(5.0, check_policy))
+    generate = worker.timed(phases, "generate", work(7.0, weight_sync, check_engine))
+    batch = worker.timed(phases, "batch", work(11.0, generate))  # 11 s of scoring after generate
+    state = SimpleNamespace(is_world_process_zero=True, global_step=1)
+    phases.on_step_begin(None, state, None)
+    batch()
+    now[0] += 13.0  # forward and backward
+    phases.on_pre_optimizer_step(None, state, None)
+    now[0] += 17.0
+    phases.on_optimizer_step(None, state, None)
+    phases.on_step_end(None, state, None)
+    row = phases.rows[0]
+    assert row == {"step": 58.0, "generate": 7.0, "sync": 5.0, "check": 5.0, "score": 11.0, "fwd_bwd": 13.0,
+                   "optimizer": 17.0}
+    assert sum(v for k, v in row.items() if k != "step") == row["step"]
