@@ -274,7 +274,7 @@ def test_a_worker_prints_its_stacks_on_sigusr1_and_trains_on(tmp_path):
     assert "(most recent call first)" in run.stderr and "<string>" in run.stderr
 
 
-def test_the_benchmark_s_phases_sum_to_its_step_and_the_engine_check_is_a_phase_of_its_own(monkeypatch, capsys):
+def test_the_benchmark_s_phases_sum_to_its_step_and_the_engine_check_is_a_phase_of_its_own(monkeypatch):
     """benchmarks/multi_gpu_steps.py's accounting, on a fake clock: generate holds the weight sync,
     the sync holds the policy's half of the log-prob check, and (sleep mode on) the engine's half
     runs before the next generate; each phase is reported without what ran inside it, and the
