@@ -171,7 +171,8 @@ def test_the_data_a_lease_carries_under_data_and_elsewhere_in_the_checkout(tmp_p
 def test_a_detached_run_outlives_its_call_and_the_next_call_waits_for_it_and_packs(tmp_path):
     """lease.sh --detach: the call that starts Snakemake may end (here: killed, as a device call's
     end kills its processes) while the run goes on in its own session; the next call with --detach
-    waits on that run instead of starting another, then packs everything it made."""
+    waits on that run instead of starting another, then packs everything it made. An --override
+    file reaches Snakemake (4 gate draws a prompt instead of the config's 8)."""
     import signal
     import subprocess
     import sys
@@ -185,8 +186,9 @@ def test_a_detached_run_outlives_its_call_and_the_next_call_waits_for_it_and_pac
     env = {**os.environ, "PYTHON": sys.executable, "LEASE_SITE": str(tmp_path / "site"),
            "BOUNDARY_GPU_LOCKS": str(tmp_path / "locks")}
     targets = ["results/smoke/regimes/regimes.parquet", "results/smoke/masks/pba.parquet"]
-    call = ["bash", "workflow/scripts/lease.sh", "--configfile", "config/smoke.yaml", "--cores", "2",
-            "--budget", "400", "--detach", *targets]
+    (tmp_path / "override.yaml").write_text("gate: {G0: 4}\n")
+    call = ["bash", "workflow/scripts/lease.sh", "--configfile", "config/smoke.yaml", "--override",
+            str(tmp_path / "override.yaml"), "--cores", "2", "--budget", "400", "--detach", *targets]
 
     first = subprocess.Popen(call, cwd=repo, env={**env, "OUT": str(tmp_path / "out1")}, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -206,3 +208,17 @@ def test_a_detached_run_outlives_its_call_and_the_next_call_waits_for_it_and_pac
     assert all((repo / t).is_file() for t in targets)
     assert (tmp_path / "out2" / "lease_smoke.manifest").is_file()
     assert "results/smoke/masks/pba.parquet" in (tmp_path / "out2" / "lease_smoke.manifest").read_text()
+    logs = [p.read_text() for p in (repo / "results/smoke/logs").rglob("*.log") if "gate draws:" in p.read_text()]
+    assert len(logs) == 1 and " x 4 draws x " in logs[0], logs
+
+
+def test_an_override_that_names_the_run_or_the_base_is_refused_in_one_line(tmp_path):
+    import subprocess
+
+    (tmp_path / "o.yaml").write_text("run: elsewhere\n")
+    done = subprocess.run(["bash", "workflow/scripts/lease.sh", "--configfile", "config/smoke.yaml", "--override",
+                           str(tmp_path / "o.yaml")], cwd=ROOT, env={**os.environ, "OUT": str(tmp_path / "out")},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert done.stderr.strip() == (f"lease.sh: --override {tmp_path / 'o.yaml'}: sets run or base_model, "
+                                   "which only --configfile names")

@@ -3,11 +3,13 @@
 # nothing after the lease, from the artifacts earlier leases brought back, and pack what must
 # come back (docs/how-to/run_a_study_across_gpu_leases.md). Run from the repository root:
 #
-#   OUT=<folder> bash workflow/scripts/lease.sh --configfile CFG [--carry DIR] [--wheels DIR]...
-#       [--seed S] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
+#   OUT=<folder> bash workflow/scripts/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
+#       [--wheels DIR]... [--seed S] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
 #       [--detach [--run-budget SECONDS]] [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
+#   --override    a YAML file Snakemake merges over CFG (e.g. `train: {gpus: 4, sharding: fsdp}`: only
+#                 what it changes reruns); never `run` or `base_model`, which stay CFG's
 #   --carry       a folder made by `lease_in.sh carry` (lease_RUN.manifest and its parts): restored
 #                 into results/RUN and .snakemake/metadata once per lease (the first call that
 #                 names it; a later call of the same warm lease keeps what the machine made since)
@@ -52,9 +54,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
 cfg="" carry="" seed="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
+overrides=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
+    --override) overrides+=("$2"); shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --wheels) wheels+=("$2"); shift 2 ;;
@@ -71,6 +75,12 @@ while [ $# -gt 0 ]; do
 done
 : "${OUT:?lease.sh: set OUT to the folder that comes back}"
 [ -f "$cfg" ] || { echo "lease.sh: --configfile ${cfg:-(none)}: no such file" >&2; exit 2; }
+for file in "${overrides[@]}"; do
+  [ -f "$file" ] || { echo "lease.sh: --override $file: no such file" >&2; exit 2; }
+  grep -Eq '^(run|base_model):' "$file" &&
+    { echo "lease.sh: --override $file: sets run or base_model, which only --configfile names" >&2; exit 2; }
+done
+cfgs=("$cfg" "${overrides[@]}")
 mkdir -p "$OUT" .snakemake/lease
 exec > >(tee -a "$OUT/lease.log") 2>&1
 PY="${PYTHON:-python3}"
@@ -151,17 +161,17 @@ if [ -n "$setup" ]; then
 fi
 
 # Targets first: --configfile takes every word after it.
-smk() { $PY -m snakemake "$@" --cores "$cores" --resources gpu="$ngpu" --scheduler greedy --configfile "$cfg"; }
+smk() { $PY -m snakemake "$@" --cores "$cores" --resources gpu="$ngpu" --scheduler greedy --configfile "${cfgs[@]}"; }
 # run_smk SECONDS TARGET...: smk going on where the last run stopped, SIGINT at the limit, SIGKILL 20 s later.
 run_smk() {
-  timeout -s INT -k 20 "$1" bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfg); smk \"\$@\" --rerun-incomplete --keep-going" _ "${@:2}"
+  timeout -s INT -k 20 "$1" bash -c "$(declare -f smk); $(declare -p PY cores ngpu cfgs); smk \"\$@\" --rerun-incomplete --keep-going" _ "${@:2}"
 }
 ngpu=${gpus:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
 ngpu=${ngpu:-0}
 detached=.snakemake/lease/detached  # .pid, .log and .rc of a --detach run
 alive() { [ -f "$detached.pid" ] && kill -0 "$(cat "$detached.pid")" 2>/dev/null; }
 # A lock left by a killed call is cleared; never the locks of a detached run still going.
-[ -n "$keep_locks" ] || alive || $PY -m snakemake --unlock --configfile "$cfg" >/dev/null 2>&1 || true
+[ -n "$keep_locks" ] || alive || $PY -m snakemake --unlock --configfile "${cfgs[@]}" >/dev/null 2>&1 || true
 
 # 3. Restore what earlier leases brought back (once a lease), then date it after the base.
 if [ -n "$carry" ]; then
@@ -193,7 +203,7 @@ elif [ -n "$detach" ]; then
   elif [ "$(left)" -gt 90 ]; then
     say "snakemake on $ngpu GPU(s), detached, $run_budget s: ${targets[*]:-the default target}"
     rm -f "$detached.rc"
-    setsid nohup bash -c "$(declare -f smk run_smk); $(declare -p PY cores ngpu cfg); run_smk \"\$@\"; echo \$? > $detached.rc" \
+    setsid nohup bash -c "$(declare -f smk run_smk); $(declare -p PY cores ngpu cfgs); run_smk \"\$@\"; echo \$? > $detached.rc" \
       _ "$run_budget" "${targets[@]}" > "$detached.log" 2>&1 < /dev/null &
     echo $! > "$detached.pid"
   else
