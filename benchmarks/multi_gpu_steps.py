@@ -9,7 +9,7 @@ A step is split into where its time goes, on this process, GPU work synchronised
 process is generate's, not the next phase's), `sync` (the vllm engine's weight sync), `check`
 (the engine's log-prob check against the policy, every --check-every syncs: the policy's forward
 inside the sync, the engine's scoring inside the sync or, with sleep mode on, before the next
-generate; taken out of both), `score`
+generate), `score`
 (the rest of building the batch: rewards and their gather, TRL's old log-probs for the
 engine's importance correction when --vllm-is sets one, frozen-base log-probs, the metric
 gathers), `optimizer` (clipping, the AdamW step; under FSDP the gradient reduce-scatter
@@ -74,18 +74,16 @@ def sync():
 
 
 class Phases(TrainerCallback):
-    """Per step: wall time, and the seconds spent in generate, scoring and the optimizer."""
+    """Per step: wall time, and the seconds of each timed phase without the timed phases that
+    ran inside it (`timed`: the weight sync inside generate, the check inside either)."""
 
     def __init__(self):
-        self.rows, self.now, self.current, self.active = [], None, None, []
+        self.rows, self.now, self.current = [], None, None
+        self.inner = []  # per timed call under way: the seconds of the timed calls inside it
 
     def add(self, phase: str, seconds: float):
-        if self.current is None:
-            return
-        self.current[phase] = self.current.get(phase, 0.0) + seconds
-        if phase == "check":  # counted apart from the phases it ran inside
-            for outer in set(self.active) & {"generate", "sync"}:
-                self.current[f"check_in_{outer}"] = self.current.get(f"check_in_{outer}", 0.0) + seconds
+        if self.current is not None:
+            self.current[phase] = self.current.get(phase, 0.0) + seconds
 
     def on_step_begin(self, args, state, control, **kwargs):
         sync()
@@ -103,12 +101,8 @@ class Phases(TrainerCallback):
         sync()
         row = {"step": time.perf_counter() - self.now, **self.current}
         say(0 if state.is_world_process_zero else 1, f"step {state.global_step}: {row['step']:.1f} s")
-        batch = row.pop("batch", 0.0)  # generate (weight sync and check included) + score
-        in_generate, in_sync = row.pop("check_in_generate", 0.0), row.pop("check_in_sync", 0.0)
-        row["score"] = batch - row.get("generate", 0.0)
-        row["generate"] = row.get("generate", 0.0) - row.get("sync", 0.0) - (in_generate - in_sync)
-        row["sync"] = row.get("sync", 0.0) - in_sync
-        row["fwd_bwd"] = row["step"] - batch - row.get("optimizer", 0.0)
+        row["score"] = row.pop("batch", 0.0)  # building the batch, less the phases timed inside it
+        row["fwd_bwd"] = row["step"] - sum(v for k, v in row.items() if k != "step")
         self.rows.append(row)
 
 
@@ -124,15 +118,17 @@ def timed(phases: Phases, name: str, fn, wait_for_all: bool = False):
     def wrapper(*a, **k):
         sync()
         start = time.perf_counter()
-        phases.active.append(name)
+        phases.inner.append(0.0)
         try:
             return fn(*a, **k)
         finally:
             sync()
             if wait_for_all and torch.distributed.is_available() and torch.distributed.is_initialized():
                 torch.distributed.barrier()
-            phases.active.pop()
-            phases.add(name, time.perf_counter() - start)
+            seconds, inner = time.perf_counter() - start, phases.inner.pop()
+            if phases.inner:  # the phase this one ran inside counts it out of its own
+                phases.inner[-1] += seconds
+            phases.add(name, seconds - inner)
     return wrapper
 
 

@@ -8,7 +8,9 @@ sitecustomize calls it in a subprocess when BOUNDARY_STANDIN_ENGINE is set)."""
 from __future__ import annotations
 
 import copy
+import os
 import types
+from pathlib import Path
 
 import torch
 
@@ -84,3 +86,11 @@ def patch():
     grpo_trainer.VLLMGeneration = StandInGeneration
     rollout_engine.VLLMEngine = lambda generation: generation.engine
     rollout_engine.check_device = lambda cfg: None
+
+
+def subprocess_env(env: dict, standin: bool) -> dict:
+    """`env` for a `boundary train` subprocess: this checkout's package on PYTHONPATH and, with
+    `standin`, this stand-in where TRL builds vLLM's engine (tests/standin_site's sitecustomize)."""
+    tests = Path(__file__).parent
+    paths = [tests / "standin_site", tests, tests.parent / "workflow"] if standin else [tests.parent / "workflow"]
+    return {**env, "PYTHONPATH": os.pathsep.join(map(str, paths)), "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}

@@ -31,6 +31,7 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
+from standin_engine import subprocess_env
 from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
 
 from boundary.core import settings as stage_settings
@@ -84,9 +85,7 @@ def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0, b
             *(["--base-rollouts", *map(str, base_rollouts)] if base_rollouts else [])]
     if settings.get("mask"):
         args += ["--mask", str(smoke / "mask.parquet")]
-    paths = [ROOT / "tests" / "standin_site", ROOT / "tests", ROOT / "workflow"] if standin else [ROOT / "workflow"]
-    environment = {**env(), "PYTHONPATH": os.pathsep.join(map(str, paths)), "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}
-    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=environment,
+    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=subprocess_env(env(), standin),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert run.returncode == 0, run.stdout[-6000:]
     return out, ck, run.stdout

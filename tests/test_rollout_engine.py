@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import torch
 from conftest import ROOT
-from standin_engine import StandInEngine
-from test_train import SETTINGS, G, make_trainer, model_dir, split  # noqa: F401
+from standin_engine import StandInEngine, subprocess_env
+from test_train import SETTINGS, G, alternate, make_trainer, model_dir, split  # noqa: F401
 
 from boundary.core.config import load_config, method_settings, validate_config
 from boundary.core.errors import BoundaryError
@@ -241,11 +241,16 @@ def test_install_replaces_trls_per_tensor_sync_and_logs_the_check(model_dir, spl
     assert 0 < trainer._metrics["train"]["engine_logp_mean_abs_diff"][0] <= rollout_engine.LOGP_TOLERANCE  # bf16
 
 
+def write_alternating_mask(split, path, epochs: int) -> None:
+    """A mask file anchoring the odd rows of `split` in every epoch (test_train's `alternate`)."""
+    pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": w, "action": "anchor" if w else "sharpen"}
+                  for e, weights in enumerate(alternate(split, epochs))
+                  for p, w in zip(split["prompt_id"], weights)]).to_parquet(path)
+
+
 def engine_cli(args, standin: bool, **kwargs):
     """`boundary train`, with the stand-in engine where TRL builds vLLM's (standin_engine.py)."""
-    paths = [ROOT / "tests" / "standin_site", ROOT / "tests", ROOT / "workflow"] if standin else [ROOT / "workflow"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths)), "HF_HUB_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1", "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}
+    env = subprocess_env({**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}, standin)
     return subprocess.Popen([sys.executable, "-m", "boundary.cli", "train", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
 
@@ -255,8 +260,7 @@ def test_an_engine_run_is_killed_resumes_and_takes_the_generate_runs_actions(mod
     step): SIGKILLed after a checkpoint, the restart resumes, every step's engine check is
     within tolerance, and the per-prompt actions are those of a `generate` run."""
     split.to_parquet(tmp_path / "train.parquet")
-    pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": float(i % 2), "action": "anchor" if i % 2 else "sharpen"}
-                  for i, p in enumerate(split["prompt_id"]) for e in range(2)]).to_parquet(tmp_path / "mask.parquet")
+    write_alternating_mask(split, tmp_path / "mask.parquet", epochs=2)
     settings = {**SETTINGS, "steps": 8, "refresh_steps": 4, "save_steps": 2, "checkpoints": [4],
                 "mask": "pba", "anchor": "policy", "kl_estimator": "k1", "beta_a": 1.0}
 
@@ -341,7 +345,7 @@ def code_paths() -> list[tuple[str, dict]]:
     return sorted(paths.values())
 
 
-@pytest.mark.parametrize("name, method", code_paths(), ids=[name for name, _ in code_paths()])
+@pytest.mark.parametrize("name, method", [pytest.param(name, method, id=name) for name, method in code_paths()])
 def test_every_method_of_every_config_trains_on_the_engine_s_rollouts(name, method, model_dir, split, tmp_path,
                                                                        monkeypatch):
     """Two steps of each method with `rollout_engine: vllm` (the stand-in engine, synced and
@@ -353,8 +357,6 @@ def test_every_method_of_every_config_trains_on_the_engine_s_rollouts(name, meth
 
     from boundary.stages import base_rollouts
     from boundary.training.anchors import BASE_SAMPLED
-    from boundary.training.gate import read_mask
-    from boundary.training.schedule import anchor_weights_for
 
     drawn = []
 
@@ -370,9 +372,8 @@ def test_every_method_of_every_config_trains_on_the_engine_s_rollouts(name, meth
     weights, pre_drawn = None, None
     if method["mask"]:  # every other prompt anchored
         split.to_parquet(tmp_path / "train.parquet")
-        pd.DataFrame([{"prompt_id": p, "epoch": 0, "weight": float(i % 2), "action": "anchor" if i % 2 else "sharpen"}
-                      for i, p in enumerate(split["prompt_id"])]).to_parquet(tmp_path / "mask.parquet")
-        weights = anchor_weights_for(read_mask(tmp_path / "mask.parquet"), split["prompt_id"].tolist(), 1, "mask")
+        write_alternating_mask(split, tmp_path / "mask.parquet", epochs=1)
+        weights = alternate(split, epochs=1)
         if method["anchor"] in BASE_SAMPLED and method["masked_action"] == "anchor":
             pre_drawn = [tmp_path / "base_rollouts.parquet"]
             base_rollouts.main(["--model", str(model_dir), "--train-split", str(tmp_path / "train.parquet"),
