@@ -133,6 +133,27 @@ def write(df, path):
     return str(path)
 
 
+def test_cli_skills_say_which_skills_lose_coverage(data, tmp_path):
+    """--skills: a label per prompt (one left out: "(no label)"); the skills table and CSV count
+    every prompt once; a prompt labelled twice is one line."""
+    base, runs, regimes = data
+    labels = base[["prompt_id"]].assign(skill=["even" if i % 2 == 0 else "odd" for i in range(len(base))]).iloc[1:]
+    args = ["--base", write(base, tmp_path / "base.parquet"), "--skills", write(labels, tmp_path / "skills.csv"),
+            "--calibration", write(regimes[["prompt_id", "n", "c"]], tmp_path / "cal.csv"), "--no-figures",
+            "--resamples", "50", "--ks", "1,4,32", "--coverage-k", "32", "--out", str(tmp_path / "out")]
+    for (m, sd), r in runs.items():
+        args += ["--trained", f"{m}:{sd}=" + write(r, tmp_path / f"{m}{sd}.parquet")]
+    dg.main(args)
+    table = pd.read_csv(tmp_path / "out" / "skills.csv")
+    n = table[(table["method"] == "base") & (table["metric"] == "n_prompts")].set_index("skill")["mean"]
+    assert n.to_dict() == {"all": len(base), "even": len(base) // 2 - 1, "odd": len(base) // 2, dg.UNLABELLED: 1}
+    md = (tmp_path / "out" / "tables" / "skills.md").read_text()
+    assert [line.split("|")[1].strip() for line in md.splitlines()[4:8]] == [dg.UNLABELLED, "even", "odd", "all"]
+    write(pd.concat([labels, labels.iloc[:1]]), tmp_path / "twice.csv")
+    with pytest.raises(BoundaryError, match="twice.csv: prompt_id .* is given twice"):
+        dg.main(args[:2] + ["--skills", str(tmp_path / "twice.csv")] + args[4:])
+
+
 def test_cli_end_to_end(data, tmp_path, capsys):
     base, runs, regimes = data
     args = ["--base", write(base.assign(answers=[["1"]] * len(base)), tmp_path / "base.jsonl"),
@@ -153,6 +174,7 @@ def test_cli_end_to_end(data, tmp_path, capsys):
         assert (out / "figures" / f"{name}.png").exists()
     assert (out / "tables" / "boundary_seeds.tex").exists()
     assert "n/a" in (out / "tables" / "answer_concentration.md").read_text()  # these counts carry no modal answers
+    assert "No skill labels" in (out / "tables" / "skills.md").read_text()  # no --skills
     assert "GRPO+PBA mean" in (out / "tables" / "boundary_seeds.md").read_text()
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "one base draw" in warnings[0]  # independent calibration given

@@ -71,9 +71,11 @@ def test_a_subsample_is_random_41_over_the_rows_near_copies_dropped_first(made, 
     for sel, full in ((sel_train, full_train), (sel_diag, full_diag)):
         order = [r["id"] for r in full]
         assert [order.index(r["id"]) for r in sel] == sorted(order.index(r["id"]) for r in sel)  # file order
-        assert all(r in full for r in sel)  # rows as the full split holds them, `id` kept
+        rows = {r["id"]: r for r in full}  # rows as the full split holds them, `id` kept; no subject (added later)
+        assert all(r == {k: v for k, v in rows[r["id"]].items() if k != "subject"} for r in sel)
     assert not copies & {r["id"] for r in sel_diag}
     assert all("level" in r for r in sel_diag) == (name == "math500")
+    assert all("subject" in r for r in full_diag) == (name == "math500") and not any("subject" in r for r in sel_diag)
 
 
 @pytest.mark.parametrize("name", ["gsm8k", "math500", "math500_l3", "omni_d5"])

@@ -181,10 +181,10 @@ def test_the_report_reads_every_base_draw_and_the_splits_clusters(tmp_path):
     assert len(draws) == 2 and list(runs) == [("grpo", 0)]
     (tmp_path / "splits").mkdir()
     pd.DataFrame({"prompt_id": ["a", "b"]}).to_parquet(tmp_path / "splits" / "diagnostic.parquet")
-    assert report.split_clusters(tmp_path, "diagnostic", "diagnostic") is None
+    assert report.split_labels(tmp_path, "diagnostic", "diagnostic", "cluster") is None
     pd.DataFrame({"prompt_id": ["a", "b"], "cluster": ["3 + 4 = 7", "3 + 4 = 7"]}).to_parquet(
         tmp_path / "splits" / "bench_arith.parquet")
-    assert report.split_clusters(tmp_path, "arith", "diagnostic").to_dict() == {"a": "3 + 4 = 7", "b": "3 + 4 = 7"}
+    assert report.split_labels(tmp_path, "arith", "diagnostic", "cluster").to_dict() == {"a": "3 + 4 = 7", "b": "3 + 4 = 7"}
 
 
 def test_a_datasets_cluster_field_becomes_the_splits_cluster_column(tmp_path):
@@ -197,8 +197,9 @@ def test_a_datasets_cluster_field_becomes_the_splits_cluster_column(tmp_path):
     pd.DataFrame(rows).to_json(path, orient="records", lines=True)
     spec = {"path": str(path), "problem_field": "question", "answer_field": "answer"}
     assert "cluster" not in load_dataset_file(spec, "diagnostic")
-    split = load_dataset_file({**spec, "cluster_field": "solution"}, "diagnostic")
+    split = load_dataset_file({**spec, "cluster_field": "solution", "skill_field": "answer"}, "diagnostic")
     assert split["cluster"].tolist() == ["3 + 4 = 7", "3 + 4 = 7", "2 + 5 = 7"]
+    assert split["skill"].tolist() == ["7", "7", "7"] and "skill" not in load_dataset_file(spec, "diagnostic")
     with pytest.raises(BoundaryError, match="fact"):
         load_dataset_file({**spec, "cluster_field": "fact"}, "diagnostic")
 

@@ -48,7 +48,8 @@ def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1)
     from boundary.analysis.regimes import PAPER, counts_from_calibration, label_counts
     (root / "regimes").mkdir(parents=True)
     (root / "splits").mkdir(parents=True)
-    pd.DataFrame({"prompt_id": ids, "problem": "12+34=", "answer": "1234", "source": "testbed"}).to_parquet(
+    pd.DataFrame({"prompt_id": ids, "problem": "12+34=", "answer": "1234", "source": "testbed",
+                  "skill": ["Algebra" if i % 3 else "Geometry" for i in range(P)]}).to_parquet(
         root / "splits" / "diagnostic.parquet")
     label_counts(counts_from_calibration(cal), replace(PAPER, coverage_k=64)).to_parquet(root / "regimes/regimes.parquet")
     for split in ("diagnostic",) + tuple(benches):
@@ -173,6 +174,27 @@ def test_headline_interval_recomputed_from_counts(built):
     h = pd.read_csv(built / "tables" / "headline_intervals.csv")
     row = h[h["quantity"] == "GRPO boundary lost prompts"].iloc[0]
     assert row["mean"] == pytest.approx(mean) and row["ci_low"] == pytest.approx(mean - half)
+
+
+def test_skills_table_recounted_from_the_counts(built):
+    """The split's skill labels: each skill's Boundary prompts and GRPO's lost prompts (total,
+    then each seed's) recounted from eval_counts; the all row sums the skills."""
+    ec = pd.read_parquet(built / "eval_counts.parquet")
+    d = ec[ec["benchmark"] == "diagnostic"]
+    skill = pd.read_parquet(built / "splits" / "diagnostic.parquet").set_index("prompt_id")["skill"]
+    base = d[d["method"] == "base"].set_index("prompt_id")
+    g = d[d["method"] == "grpo"].assign(skill=lambda x: x["prompt_id"].map(skill),
+                                        base_c=lambda x: x["prompt_id"].map(base["c"]))
+    lines = [[c.strip() for c in line.strip("|").split("|")]
+             for line in (built / "tables" / "skills.md").read_text().splitlines() if line.startswith("| ")]
+    rows = {cells[0]: dict(zip(lines[0], cells)) for cells in lines[1:]}
+    assert list(rows) == ["Algebra", "Geometry", "all"]
+    for name, sub in [*g.groupby("skill"), ("all", g)]:
+        lost = sub.query("base_c > 0 and c == 0").groupby("seed").size().reindex([0, 1], fill_value=0)
+        assert rows[name]["GRPO lost"] == f"{lost.sum()} ({lost[0]}, {lost[1]})"
+        ids = base.index if name == "all" else skill.index[skill == name]
+        assert int(rows[name]["Boundary"]) == int((base.loc[ids, "regime"] == "Boundary").sum())
+    assert (built / "diagnostics" / "diagnostic" / "skills.csv").exists()
 
 
 def test_answer_concentration_exposes_a_constant_answer_collapse(built):

@@ -2,7 +2,8 @@
 preregistration.md, section 1) as train/diagnostic JSONL files, and each candidate's
 near-copies (tasks/near_copy.py): every diagnostic prompt with a near-copy among its train
 prompts. Reads GSM8K, MATH500 and Omni-MATH-Rule from DATA (default data/); writes
-OUT/{candidate}_{train,diagnostic}.jsonl (fields id, problem, answer, and MATH500's level; `id`
+OUT/{candidate}_{train,diagnostic}.jsonl (fields id, problem, answer, and MATH500's level and
+subject, the study's skill label; `id`
 is the source file's row), OUT/{candidate}_near_copies.csv and OUT/{candidate}_held_out.jsonl:
 the diagnostic split less its near-copies, the split the study diagnoses once the candidate is
 chosen (config/qwen15b.yaml). A `data:` entry reads them with problem_field problem,
@@ -44,10 +45,10 @@ def rows(path: Path) -> list[dict]:
 
 
 def candidates(data: Path) -> dict[str, tuple[list[dict], list[dict]]]:
-    """{name: (train, diagnostic)}, each row {id, problem, answer} (+ level), by the page's table."""
-    def pick(name, items, problem, answer, level=False):
+    """{name: (train, diagnostic)}, each row {id, problem, answer} (+ level, subject), by the page's table."""
+    def pick(name, items, problem, answer, math=False):
         return [{"id": f"{name}-{i:05d}", "problem": r[problem], "answer": answer(r),
-                 **({"level": int(r["level"])} if level else {})} for i, r in items]
+                 **({"level": int(r["level"]), "subject": r["subject"]} if math else {})} for i, r in items]
 
     gsm = lambda r: r["answer"].split("####")[-1].strip().replace(",", "")
     plain = lambda r: r["answer"]
@@ -57,10 +58,10 @@ def candidates(data: Path) -> dict[str, tuple[list[dict], list[dict]]]:
     return {
         "gsm8k": (pick("gsm8k_train", list(enumerate(rows(data / "gsm8k" / "train.jsonl")))[:2048], "question", gsm),
                   pick("gsm8k_test", list(enumerate(rows(data / "gsm8k" / "test.jsonl")))[:500], "question", gsm)),
-        "math500": (pick("math500", [x for x in math if x[0] % 2 == 0], "problem", plain, level=True),
-                    pick("math500", [x for x in math if x[0] % 2 == 1], "problem", plain, level=True)),
-        "math500_l3": (pick("math500", [x for x in hard if x[0] % 2 == 0], "problem", plain, level=True),
-                       pick("math500", [x for x in hard if x[0] % 2 == 1], "problem", plain, level=True)),
+        "math500": (pick("math500", [x for x in math if x[0] % 2 == 0], "problem", plain, math=True),
+                    pick("math500", [x for x in math if x[0] % 2 == 1], "problem", plain, math=True)),
+        "math500_l3": (pick("math500", [x for x in hard if x[0] % 2 == 0], "problem", plain, math=True),
+                       pick("math500", [x for x in hard if x[0] % 2 == 1], "problem", plain, math=True)),
         "omni_d5": (pick("omni", [x for x in omni if x[0] % 2 == 0][:2048], "problem", plain),
                     pick("omni", [x for x in omni if x[0] % 2 == 1][:500], "problem", plain)),
     }
@@ -76,10 +77,16 @@ def draw(items: list[dict], k: int | None, what: str) -> list[dict]:
     return [r for r in items if r["id"] in chosen]
 
 
+# The fields of the selection's files as they were measured: `subject` came later (the study's
+# skills table), and a changed file would make Snakemake redo the selection's runs.
+SELECTION_FIELDS = ("id", "problem", "answer", "level")
+
+
 def subsample(train: list[dict], diagnostic: list[dict], near: set[str], sizes, name: str):
     """The selection's (train, diagnostic) subsample: near-copy diagnostic prompts dropped first."""
     kept = [r for r in diagnostic if r["id"] not in near]
-    return draw(train, sizes[0], f"{name} train"), draw(kept, sizes[1], f"{name} diagnostic")
+    return tuple([{k: r[k] for k in SELECTION_FIELDS if k in r} for r in draw(rows, size, f"{name} {what}")]
+                 for rows, size, what in ((train, sizes[0], "train"), (kept, sizes[1], "diagnostic")))
 
 
 def write_jsonl(path: Path, items: list[dict]) -> None:
@@ -115,8 +122,8 @@ def stand_in(folder: Path, near: int = 3) -> None:
         "gsm8k/train.jsonl": [{"question": q, "answer": f"So {a}.\n#### {a}"} for q, a in gsm_train],
         "gsm8k/test.jsonl": [{"question": q, "answer": f"So {a}.\n#### {a}"}
                              for q, a in planted(gsm_test, gsm_train)],
-        "math500/test.jsonl": [{"problem": q, "answer": a, "level": 1 + i % 5, "unique_id": f"test/{i}.json"}
-                               for i, (q, a) in enumerate(math)],
+        "math500/test.jsonl": [{"problem": q, "answer": a, "level": 1 + i % 5, "subject": ("Algebra", "Geometry")[i // 3 % 2],
+                                "unique_id": f"test/{i}.json"} for i, (q, a) in enumerate(math)],
         "omni_math_rule/test.jsonl": [{"problem": q, "answer": a, "difficulty": d}
                                       for (q, a), d in zip(omni, difficulty)],
     }

@@ -22,7 +22,9 @@ The base may be evaluated several times (independent draws): their counts are po
 prompt (`stats.pool_counts`), its pass@k is the mean of the draws' estimates
 (`_base_passk_over_draws`), and every Δ's seed-level interval adds the base's variance from the
 spread of its draws (`stats.with_reference_noise`, Welch). Prompts that share structure carry
-a cluster id; the bootstrap then redraws whole clusters (`stats.resample_counts`).
+a cluster id; the bootstrap then redraws whole clusters (`stats.resample_counts`). Prompts may
+carry a skill label (a subject, a level): every metric is then also summarised per skill, to
+show which skills lose coverage.
 
 plus the attribution of Δpass@k to regimes and transition cells, the crossover k* and the
 area between the curves over log k (attribution.py), with per-prompt Beta-Binomial intervals.
@@ -33,7 +35,7 @@ lighteval, vLLM: see `boundary.readers`); the pipeline's `boundary report` calls
 
 CLI:
     boundary diagnose --base BASE [--base BASE2 ...] --trained NAME:SEED=PATH [...] [--calibration CAL]
-                      [--clusters FILE]
+                      [--clusters FILE] [--skills FILE]
                       [--mask NAME=PATH ...] [--pair A B] [--labels NAME=LABEL ...]
                       [--ks 1,4,16,64,256]
                       [--easy 0.6 --boundary 0.1 --coverage-k 256 --coverage-min 0.4]
@@ -83,6 +85,7 @@ from boundary.training.gate import read_mask
 REPORT, VERIFY = settings.defaults("report"), settings.defaults("verify")
 OWNER = "boundary diagnose"
 ALL = "all"
+UNLABELLED = "(no label)"  # a prompt the skill labels leave out
 RUN_KEYS = ["method", "seed"]
 CALIBRATION = ("calibration", 0)  # the calibration's place among the inputs while they are paired
 
@@ -103,13 +106,15 @@ def parse_run(spec: str) -> tuple[str, int, str]:
 # ----------------------------------------------------------------------------- per prompt
 
 def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
-                 ks, bins=rg.DEFAULT_BINS, names: dict | None = None, problems: dict | None = None) -> pd.DataFrame:
+                 ks, bins=rg.DEFAULT_BINS, names: dict | None = None, problems: dict | None = None,
+                 skills=None) -> pd.DataFrame:
     """One row per (method, seed, prompt): counts, pass@k, and the base's values beside them.
 
     `runs` maps (method, seed) -> counts frame; the base enters as method 'base', seed 0.
     Every run must cover exactly the base's prompts (a transition needs both sides).
     `names` maps (method, seed) -> file name for error messages, `problems` prompt_id ->
-    problem text (named beside an id in them).
+    problem text (named beside an id in them), `skills` prompt_id -> skill label (column
+    `skill`; UNLABELLED where it has none, 'all' everywhere without it).
     """
     names = names or {}
     base_ids = set(base["prompt_id"])
@@ -138,6 +143,11 @@ def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
         f["stratum"] = rg.strata(f["p_base"], bins)
     else:
         f["p_base"], f["regime"], f["stratum"] = np.nan, ALL, ALL
+    f["skill"] = ALL
+    if skills is not None:
+        labels = pd.Series(skills, dtype=object).astype(str)
+        labels.index = labels.index.astype(str)
+        f["skill"] = f["prompt_id"].astype(str).map(labels).fillna(UNLABELLED)
     return f
 
 
@@ -399,6 +409,7 @@ class Diagnosis:
     transitions: pd.DataFrame      # [transitions.csv]
     bootstrap: pd.DataFrame        # [bootstrap.csv]
     strata: pd.DataFrame | None    # [strata.csv] summary by p_base stratum
+    skills: pd.DataFrame | None    # [skills.csv] summary by skill label (prompts given one)
     sensitivity: pd.DataFrame | None  # [sensitivity.csv]
     pairs: pd.DataFrame | None = None  # [pairs.csv] seed-paired A - B
     masks: pd.DataFrame | None = None  # [masks.csv]
@@ -428,7 +439,7 @@ class Diagnosis:
                "transitions": self.transitions, "bootstrap": self.bootstrap}
         if self.regimes is not None:
             out["regimes"] = with_problems(self.regimes[["prompt_id", "p_base", "regime"]], self.problems)
-        for name in ("strata", "sensitivity", "pairs", "masks", "attribution", "crossover", "curves",
+        for name in ("strata", "skills", "sensitivity", "pairs", "masks", "attribution", "crossover", "curves",
                      "prompts"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
@@ -456,12 +467,12 @@ def _base_passk_over_draws(frame: pd.DataFrame, draws: list, ks) -> pd.DataFrame
     return f
 
 
-def reference_draws(draws: list, regimes, ks, bins, group: str = "regime") -> pd.DataFrame:
+def reference_draws(draws: list, regimes, ks, bins, group: str = "regime", skills=None) -> pd.DataFrame:
     """The base's value of every Δ metric per base draw (column `draw`): delta_passk@k is the
     draw's passk@k, delta_cov its passk at the largest k; per `group` (and `all`)."""
     rows = []
     for i, d in enumerate(draws):
-        m = run_metrics(prompt_frame(d, {}, regimes, ks, bins), ks, group)
+        m = run_metrics(prompt_frame(d, {}, regimes, ks, bins, skills=skills), ks, group)
         p = m[m["metric"] == "passk"]
         rows += [p.assign(metric="delta_passk", draw=i),
                  p[p["k"] == max(ks)].assign(metric="delta_cov", k=pd.NA, draw=i)]
@@ -485,6 +496,15 @@ ONE_BASE_DRAW = ("one base draw: the Δ intervals over seeds leave out the base'
                  "(evaluate it at several seeds: evaluate.base_seeds, or --base given more than once)")
 
 
+def prompt_labels(path, column: str) -> pd.Series:
+    """{prompt_id: label} from a table of prompt_id and `column` (--clusters, --skills)."""
+    table = read_table(path, ["prompt_id", column], ids=("prompt_id", column))
+    ids = table["prompt_id"].astype(str)
+    if ids.duplicated().any():
+        raise BoundaryError(f"{path}: prompt_id {ids[ids.duplicated()].iloc[0]!r} is given twice")
+    return table.set_index(ids)[column]
+
+
 def cluster_labels(prompt_ids, clusters) -> np.ndarray | None:
     """One cluster id per prompt (in `prompt_ids` order) from a {prompt_id: cluster} mapping or
     Series; a prompt it lacks is its own cluster. None when there is no mapping."""
@@ -502,10 +522,12 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
             resamples: int = REPORT["bootstrap"]["resamples"], boot_seed: int = REPORT["bootstrap"]["seed"],
             pairs=(), bins=rg.DEFAULT_BINS, masks: dict | None = None, names: dict | None = None,
             level: float = REPORT["level"], prior: str = "fit", attribution: bool = True,
-            problems: dict | None = None, regime_source: str = "frozen-base calibration", clusters=None) -> Diagnosis:
+            problems: dict | None = None, regime_source: str = "frozen-base calibration", clusters=None,
+            skills=None) -> Diagnosis:
     """Diagnose trained runs against the base on one split (regimes None: no regime split).
     `base` is one counts frame or a list of independent draws (pooled; their spread widens
-    every Δ's seed interval); `clusters` maps prompt_id -> cluster id for the bootstrap.
+    every Δ's seed interval); `clusters` maps prompt_id -> cluster id for the bootstrap;
+    `skills` maps prompt_id -> skill label for the per-skill summary (`Diagnosis.skills`).
     `problems` (prompt_id -> text) puts each prompt's problem beside its id in the per-prompt
     tables and error lines; `regime_source` says where the regime labels came from."""
     if not 0 < level < 1:
@@ -521,7 +543,7 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
     if regimes is not None:  # a calibration may cover more prompts than were evaluated
         regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
         regimes = regimes[regimes["prompt_id"].isin(set(base["prompt_id"]))].reset_index(drop=True)
-    frame = prompt_frame(base, runs, regimes, ks_ok, bins, names, problems)
+    frame = prompt_frame(base, runs, regimes, ks_ok, bins, names, problems, skills)
     if len(draws) > 1:
         frame = _base_passk_over_draws(frame, draws, ks_ok)
     frame = add_evidence(frame, level, prior)
@@ -540,6 +562,12 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
                                   reference_draws(draws, regimes, ks_ok, bins, "stratum") if several else None,
                                   "stratum", level)
         sens = sensitivity(frame, ks_ok, rg.sensitivity_grid(th), level)
+    by_skill = None
+    if skills is not None:
+        by_skill = _with_base_noise(summarize(run_metrics(frame, ks_ok, group="skill"), ["method", "metric", "skill", "k"],
+                                              level=level),
+                                    reference_draws(draws, regimes, ks_ok, bins, "skill", skills) if several else None,
+                                    "skill", level)
     pair_tables = []
     for a, b in pairs:
         p = paired(metrics, a, b, ["metric", "regime", "k"], level=level)
@@ -560,7 +588,7 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
     return Diagnosis(
         ks=ks_ok, regimes=regimes, frame=frame, metrics=metrics, summary=summary,
         transitions=transitions(frame), bootstrap=_bootstrap_rows(wide, groups, boot[0], level, "regime"),
-        strata=strata, sensitivity=sens, pairs=pair_df,
+        strata=strata, skills=by_skill, sensitivity=sens, pairs=pair_df,
         masks=mask_metrics(masks) if masks else None, attribution=attr_table, crossover=cross, curves=curves,
         prompts=prompt_table(frame, problems), level=level, base_draws=len(draws), thresholds=th, bins=tuple(bins),
         problems=problems, regime_source=regime_source, regime_notes=notes)
@@ -583,6 +611,8 @@ def make_parser():
                          "step as DIR@step=N; given again: another independent draw of the base, pooled")
     ap.add_argument("--clusters", help="table of prompt_id, cluster: prompts that share structure, "
                                        "redrawn together by the bootstrap (default: each prompt alone)")
+    ap.add_argument("--skills", help="table of prompt_id, skill: a label per prompt (a subject, a level); "
+                                     "every metric is also summarised per skill (default: none)")
     ap.add_argument("--trained", action="append", required=True, metavar="NAME:SEED=PATH",
                     help="a trained policy's counts or samples, as method:seed=path (repeat for every "
                          "method and seed)")
@@ -667,10 +697,8 @@ def main(argv=None) -> None:
     runs = {key: d.counts for key, d in data.items() if key[0] != BASE}
     draws = [d.counts for key, d in data.items() if key[0] == BASE]
     base = pool_counts(draws)
-    clusters = None
-    if args.clusters:
-        table = read_table(args.clusters, ["prompt_id", "cluster"], ids=("prompt_id", "cluster"))
-        clusters = table.set_index(table["prompt_id"].astype(str))["cluster"]
+    clusters = prompt_labels(args.clusters, "cluster") if args.clusters else None
+    skills = prompt_labels(args.skills, "skill") if args.skills else None
     problems = {p: t for d in data.values() for p, t in d.problems.items()}
     if args.calibration:
         check_regimes(base, cal, args.calibration, problems)
@@ -705,7 +733,7 @@ def main(argv=None) -> None:
                 raise BoundaryError(f"--pair {m}: not among the --trained names ({', '.join(methods)})")
         pairs = [tuple(args.pair)]
     diag = analyse(draws, runs, regimes, ks, args.resamples, args.seed, pairs, bins, masks, names, args.level,
-                   args.prior, problems=problems, regime_source=source, clusters=clusters)
+                   args.prior, problems=problems, regime_source=source, clusters=clusters, skills=skills)
     if diag.base_draws == 1:
         warn(ONE_BASE_DRAW)
 

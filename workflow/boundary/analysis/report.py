@@ -29,9 +29,9 @@ Writes (under --out): report.html (the run's landing page: page.write_run_page);
 and p_base/regime on the diagnostic split); release/{diagnostic}_split.jsonl (the split with
 its regime labels, as in the paper's release manifest); tables/{name}.{tex,md,csv} for names in
 `table_names(settings)`; figures/{name}.{pdf,png} for `figure_names(settings)`;
-diagnostics/{split}/{regimes,passk,metrics,summary,transitions,bootstrap,pairs,strata,
+diagnostics/{split}/{regimes,passk,metrics,summary,transitions,bootstrap,pairs,strata,skills,
 sensitivity,masks,attribution,crossover,curves,prompts}.csv (the audit tables; pairs, strata,
-sensitivity and masks where they apply).
+skills, sensitivity and masks where they apply).
 All of it is written to a temp folder first and moved into place at the end.
 """
 
@@ -89,16 +89,16 @@ def load_split(split: str, paths: dict):
     return draws, runs, names
 
 
-def split_clusters(results: Path, split: str, diag_split: str):
-    """{prompt_id: cluster} from the split file's `cluster` column (the data stage writes it
-    from a dataset's cluster_field); None where the split has none (each prompt alone)."""
+def split_labels(results: Path, split: str, diag_split: str, column: str):
+    """{prompt_id: label} from the split file's `cluster` or `skill` column (the data stage
+    writes them from a dataset's cluster_field and skill_field); None where the split has none."""
     path = results / "splits" / (f"{split}.parquet" if split == diag_split else f"bench_{split}.parquet")
     if not path.is_file():
         return None
     table = pd.read_parquet(path)
-    if "cluster" not in table:
+    if column not in table:
         return None
-    return pd.Series(table["cluster"].astype(str).to_numpy(), index=table["prompt_id"].astype(str))
+    return pd.Series(table[column].astype(str).to_numpy(), index=table["prompt_id"].astype(str))
 
 
 def merged_counts(found: dict) -> pd.DataFrame:
@@ -165,7 +165,8 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
         pr = [p for p in pairs if set(p) <= have]
         return analyse(base, runs, regimes_or_none, ks, int(boot["resamples"]), int(boot["seed"]),
                        pr, bins, masks if split == diag_split else None, names, level, problems=problems,
-                       clusters=split_clusters(results, split, diag_split))
+                       clusters=split_labels(results, split, diag_split, "cluster"),
+                       skills=split_labels(results, split, diag_split, "skill"))
 
     diag = run(diag_split, regimes.assign(prompt_id=regimes["prompt_id"].astype(str)))
     if diag.base_draws == 1 and (diag.frame["method"] != BASE).any():

@@ -626,28 +626,55 @@ def sensitivity_table(diag, view: View) -> Table:
                  s[s["method"].isin(methods)].reset_index(drop=True), _missing_note(view.main, set(s["method"]), view))
 
 
+def _group_table(s: pd.DataFrame, diag, view: View, group: str, order, name: str, caption: str,
+                 header: str, extra: tuple[str, dict] | None = None) -> Table:
+    """Δp@1, Δp@K and lost prompts (total over seeds, and each seed's) per method, one row per
+    value of `group` in `order` and one for all prompts; `extra` is one more (header, {value:
+    text}) column."""
+    k_hi = max(diag.ks)
+    methods = [m for m in view.main if m in set(s["method"])]
+    f = diag.frame[diag.frame["method"].isin(methods)]
+    lost = f.assign(lost=(f["base_c"] > 0) & (f["c"] == 0)).groupby(["method", group, "seed"])["lost"].sum()
+    cols = [header, "Prompts"] + ([extra[0]] if extra else [])
+    for m in methods:
+        cols += [f"{view.label(m)} Δp@1", f"{view.label(m)} Δp@{k_hi}", f"{view.label(m)} lost"]
+    rows = []
+    for value in [o for o in order if o in set(s[group])] + ["all"]:
+        n = s[(s["method"] == BASE) & (s["metric"] == "n_prompts") & (s[group] == value)]["mean"]
+        row = [value, str(int(n.iloc[0])) if len(n) else "0"] + ([extra[1].get(value, "0")] if extra else [])
+        for m in methods:
+            sub = s[(s["method"] == m) & (s[group] == value)]
+            for k in (1, k_hi):
+                v = sub[(sub["metric"] == "delta_passk") & (sub["k"] == k)]
+                row.append(Stat(100 * v["mean"].iloc[0], 100 * v["sd"].iloc[0], sign=True) if len(v) else "n/a")
+            per_seed = lost[m].groupby("seed").sum() if value == "all" else lost[m].get(value)
+            row.append("n/a" if per_seed is None else counts_text(per_seed.sort_index().to_numpy(float)))
+        rows.append(row)
+    return Table(name, caption, cols, rows, s[s["method"].isin([BASE] + methods)].reset_index(drop=True),
+                 _missing_note(view.main, set(s["method"]), view) + [COUNT_NOTE])
+
+
 def strata_table(diag, view: View, order) -> Table:
     """Continuous stratification by p_base: Δp@1 and Δp@K per stratum."""
-    s, k_hi = diag.strata, max(diag.ks)
-    methods = [m for m in view.main if m in set(s["method"])]
-    cols = ["p_base stratum", "Prompts"]
-    for m in methods:
-        cols += [f"{view.label(m)} Δp@1", f"{view.label(m)} Δp@{k_hi}", f"{view.label(m)} lost (total)"]
-    rows = []
-    for st in [o for o in order if o in set(s["stratum"])] + ["all"]:
-        n = s[(s["method"] == BASE) & (s["metric"] == "n_prompts") & (s["stratum"] == st)]["mean"]
-        row = [st, str(int(n.iloc[0])) if len(n) else "0"]
-        for m in methods:
-            sub = s[(s["method"] == m) & (s["stratum"] == st)]
-            for metric, k, scale, fmt in (("delta_passk", 1, 100, {"sign": True}), ("delta_passk", k_hi, 100, {"sign": True}),
-                                          ("lost", None, 1, None)):
-                v = sub[(sub["metric"] == metric) & (sub["k"].isna() if k is None else sub["k"] == k)]
-                row.append("n/a" if not len(v) else total_text(v.iloc[0]) if fmt is None else
-                           Stat(v["mean"].iloc[0] * scale, v["sd"].iloc[0] * scale, **fmt))
-        rows.append(row)
-    return Table("strata", "pass@k change by base success rate p_base (points)", cols, rows,
-                 s[s["method"].isin([BASE] + methods)].reset_index(drop=True),
-                 _missing_note(view.main, set(s["method"]), view))
+    return _group_table(diag.strata, diag, view, "stratum", order, "strata",
+                        "pass@k change by base success rate p_base (points)", "p_base stratum")
+
+
+SKILLS_CAPTION = "Which skills lose coverage: pass@k change by skill (points)"
+
+
+def skills_table(diag, view: View) -> Table:
+    """Δp@1, Δp@K and lost prompts per skill label (a subject, a level) with each skill's
+    Boundary prompts: where the coverage a method lost sits."""
+    if diag.skills is None:
+        return unfilled("skills", SKILLS_CAPTION, "No skill labels: set data.diagnostic.skill_field "
+                                                  "(boundary diagnose: --skills).")
+    base = diag.frame[diag.frame["method"] == BASE]
+    boundary = base[base["regime"] == "Boundary"].groupby("skill").size()
+    order = sorted(set(base["skill"]))
+    counts = {value: str(int(boundary.get(value, 0))) for value in order} | {"all": str(int(boundary.sum()))}
+    return _group_table(diag.skills, diag, view, "skill", order, "skills", SKILLS_CAPTION, "Skill",
+                        ("Boundary", counts))
 
 
 def ranked_methods(bench, diag, view: View) -> pd.DataFrame:
@@ -755,7 +782,7 @@ def diagnostic_tables(diag, view: View, order) -> list[Table]:
     """Tables that need only the regime-labelled diagnostic split."""
     out = [regime_counts(diag, view), diag_seeds(diag, view), boundary_seeds(diag, view),
            regime_diagnostics(diag, view), transitions_table(diag, view), sensitivity_table(diag, view), strata_table(diag, view, order),
-           answer_concentration(diag, view), detectable_loss(diag, view)]
+           skills_table(diag, view), answer_concentration(diag, view), detectable_loss(diag, view)]
     return out
 
 

@@ -1,6 +1,6 @@
 """Splits: train, diagnostic and benchmark prompts as parquet (prompt_id, problem, prompt,
-answer, source; a dataset's cluster_field adds cluster; the synthetic testbed adds cell, key,
-key_rank and the true w_star).
+answer, source; a dataset's cluster_field adds cluster, its skill_field skill; the synthetic
+testbed adds cell, key, key_rank and the true w_star).
 
 Real data comes from jsonl/json/parquet files named in the config, with field names mapped
 there; `prompt` is the problem rendered through the config's template (and the tokenizer's
@@ -30,9 +30,9 @@ def load_dataset_file(spec: dict, name: str) -> pd.DataFrame:
     """One split from a local file, mapped to prompt_id, problem, answer, source. Problems,
     answers and ids are read as written (`field_texts`); a value that is not text is one line."""
     path = Path(spec["path"])
-    id_field, cluster_field = spec.get("id_field"), spec.get("cluster_field")
+    id_field, cluster_field, skill_field = spec.get("id_field"), spec.get("cluster_field"), spec.get("skill_field")
     fields = [spec["problem_field"], spec["answer_field"]]
-    keys = [f for f in (id_field, cluster_field) if f]
+    keys = list(dict.fromkeys(f for f in (id_field, cluster_field, skill_field) if f))
     df = read_table(path, fields + keys, nonempty=True, ids=keys, text=fields)
     if spec.get("limit"):
         df = df.head(spec["limit"])
@@ -56,6 +56,8 @@ def load_dataset_file(spec: dict, name: str) -> pd.DataFrame:
                         "source": spec.get("source") or name})
     if cluster_field:
         out["cluster"] = df[cluster_field].astype(str).to_numpy()
+    if skill_field:
+        out["skill"] = df[skill_field].astype(str).to_numpy()
     return out
 
 
