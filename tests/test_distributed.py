@@ -75,14 +75,16 @@ def env() -> dict:
             "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0, base_rollouts=(), standin=False):
-    """`boundary train` as the train rule runs it; `standin`: the stand-in engine of
-    tests/standin_engine.py where TRL builds vLLM's (vLLM's CPU build takes no weight update)."""
+def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0, base_rollouts=(), standin=False,
+          extra=()):
+    """`boundary train` as the train rule runs it (plus `extra` options); `standin`: the stand-in
+    engine of tests/standin_engine.py where TRL builds vLLM's (vLLM's CPU build takes no weight
+    update)."""
     out, ck = smoke / name, smoke / f"{name}_ck"
     args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
             "--settings", json.dumps(settings), "--seed", str(seed), "--out", str(out),
             "--checkpoint-dir", str(ck), *(["--processes", str(processes)] if processes > 1 else []),
-            *(["--base-rollouts", *map(str, base_rollouts)] if base_rollouts else [])]
+            *(["--base-rollouts", *map(str, base_rollouts)] if base_rollouts else []), *extra]
     if settings.get("mask"):
         args += ["--mask", str(smoke / "mask.parquet")]
     run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=subprocess_env(env(), standin),
@@ -93,9 +95,10 @@ def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0, b
 
 @pytest.fixture(scope="module")
 def pba_runs(smoke):
-    """The smoke config's PBA (support anchor, bulk base draws) in 1 process and in 2."""
+    """The smoke config's PBA (support anchor, bulk base draws) in 1 process and in 2, their
+    checkpoints kept (the resume test below restarts from one)."""
     settings = smoke_settings("pba")
-    return {n: train(smoke, f"pba_{n}proc", settings, n) for n in (1, 2)}
+    return {n: train(smoke, f"pba_{n}proc", settings, n, extra=["--keep-checkpoints"]) for n in (1, 2)}
 
 
 def test_two_processes_train_like_one(pba_runs):

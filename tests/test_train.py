@@ -358,6 +358,7 @@ def test_killed_training_resumes_from_its_last_checkpoint(model_dir, split, tmp_
     assert (out / "step4" / "config.json").exists()  # saved before the kill, kept outside out/
     assert (out / "final" / "model.safetensors").exists()
     assert (out / "final" / "tokenizer.json").exists()
+    assert not list(ck.iterdir())  # finished: its checkpoints removed (the outputs hold the run)
 
 
 def test_run_key_changes_with_every_input_the_run_is_trained_from(model_dir, split, tmp_path,

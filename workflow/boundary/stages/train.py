@@ -187,9 +187,12 @@ def log_table(history: list[dict]) -> pd.DataFrame:
 
 def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, checkpoint_dir,
           mask: pd.DataFrame | None = None, mask_path="--mask", callbacks=(),
-          base_rollout_files: list | None = None, full: dict | None = None) -> dict:
+          base_rollout_files: list | None = None, full: dict | None = None, keep_checkpoints: bool = False) -> dict:
     """Train one run. `settings`: as given (they key the run's checkpoints); `full`: their
-    complete settings (core/settings.py), resolved here unless the caller has them."""
+    complete settings (core/settings.py), resolved here unless the caller has them. Once the
+    outputs are written the run's checkpoint folder is removed unless `keep_checkpoints`: no
+    later job resumes it (a changed config or code has another key), and a 1.5B run's two
+    checkpoints with their optimizer state are about 40 GB."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -263,6 +266,8 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
         stats["mean_step_time"] = float(log["step_time"].mean()) if "step_time" in log else None
         print("train: " + json.dumps(stats, sort_keys=True), flush=True)
     trainer.accelerator.wait_for_everyone()  # no process exits while the outputs are written
+    if main_process and not keep_checkpoints:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
     trainer.accelerator.end_training()
     return stats
 
@@ -278,6 +283,9 @@ def make_parser() -> ArgumentParser:
     parser.add_argument("--checkpoint-dir", required=True,
                         help="resumable checkpoints, outside Snakemake's declared outputs "
                              "(in a subfolder named by the run's key)")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep the run's checkpoints once it has finished (default: removed, "
+                             "the outputs hold the run; a killed run always keeps them)")
     parser.add_argument("--base-rollouts", nargs="+", metavar="FILE",
                         help="the base_rollouts stage's files for this run (base-sampled anchors; "
                              "default: drawn in place)")
@@ -303,4 +311,4 @@ def run(argv=None, full: dict | None = None):
         raise BoundaryError(f"{args.train_split}: missing column problem (or prompt)")
     mask = read_mask(args.mask) if args.mask else None
     train(args.model, split, settings, args.seed, args.out, args.checkpoint_dir, mask, args.mask,
-          base_rollout_files=args.base_rollouts, full=full)
+          base_rollout_files=args.base_rollouts, full=full, keep_checkpoints=args.keep_checkpoints)
