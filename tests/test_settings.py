@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Every stage key of these configs as the rules built them before the settings layer existed
 # (common.smk at 4e77492; paper.yaml's as edited since, by common.smk at 2b735cb), byte for
 # byte: a change here reruns every finished run of them. Since issue 39 paper.yaml's train keys
-# (rollout_engine: vllm) hold vllm_importance_sampling: TRL's correction is off now.
+# (rollout_engine: vllm) hold vllm_importance_sampling: TRL's correction is off now; and
+# gradient_accumulation_steps 64, without which its micro-batch's logits cannot fit a GPU.
 SNAPSHOT = ROOT / "tests" / "fixtures" / "stage_keys.json"
 
 

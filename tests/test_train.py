@@ -322,6 +322,27 @@ def cli(args, **kwargs):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
 
 
+def test_a_micro_batch_whose_logits_cannot_fit_the_gpu_is_refused_with_the_accumulation_that_fits():
+    """config/qwen15b.yaml before gradient_accumulation_steps: 256 completions of 1,024 tokens in
+    one micro-batch, Qwen2.5's 151,936-token vocabulary: 159 GB of bf16 logits and gradient on a
+    141 GB H200. The hint keeps them to a quarter of it: 8 micro-batches of 32."""
+    from types import SimpleNamespace
+
+    from boundary.training.trainer_config import check_micro_batch
+
+    h200, vocab = 141 * 10**9, 151_936
+    cfg = SimpleNamespace(per_device_train_batch_size=256, max_completion_length=1024, bf16=True,
+                          gradient_accumulation_steps=1)
+    with pytest.raises(BoundaryError, match=r"^train.gradient_accumulation_steps: 1: a micro-batch of 256 "
+                                            r"completions of up to 1024 tokens needs 148 GiB .* set it to 8$"):
+        check_micro_batch(cfg, vocab, h200)
+    check_micro_batch(SimpleNamespace(**{**vars(cfg), "per_device_train_batch_size": 32,
+                                         "gradient_accumulation_steps": 8}), vocab, h200)
+    small = SimpleNamespace(**{**vars(cfg), "per_device_train_batch_size": 1, "max_completion_length": 10**6})
+    with pytest.raises(BoundaryError, match="cut max_completion_length$"):
+        check_micro_batch(small, vocab, h200)
+
+
 def test_killed_training_resumes_from_its_last_checkpoint(model_dir, split, tmp_path):
     split.to_parquet(tmp_path / "train.parquet")
     mask = pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": float(i % 2),

@@ -201,7 +201,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     from boundary.training import rollout_engine
     from boundary.training.schedule import anchor_weights_for
     from boundary.training.trainer import PBATrainer, needs_frozen_base
-    from boundary.training.trainer_config import make_config
+    from boundary.training.trainer_config import check_micro_batch, make_config
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out_dir = Path(out_dir)
@@ -225,6 +225,9 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     cfg.output_dir = str(checkpoint_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = from_pretrained(model_dir)
+    if torch.cuda.is_available():  # before the engine and the trainer take the GPU
+        gpu = torch.cuda.get_device_properties(torch.cuda.current_device())
+        check_micro_batch(cfg, model.config.vocab_size, gpu.total_memory)
     anchoring = weights is not None and cfg.masked_action == "anchor" and bool(weights.any())
     needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollout_files))
     base = from_pretrained(model_dir) if needs_base else None

@@ -92,6 +92,27 @@ class PBAConfig(GRPOConfig):
 
 
 
+def check_micro_batch(cfg, vocab: int, gpu_bytes: int) -> None:
+    """Refuse, before anything is built, a micro-batch whose logits cannot fit: its completions'
+    logits and their gradient (both held for the backward) over the vocabulary, more than the
+    GPU's whole memory. That run would end out of memory in its first step. The suggestion keeps
+    them to a quarter of the GPU, room for the weights, the optimizer and a colocated engine."""
+    rows, tokens = cfg.per_device_train_batch_size, cfg.max_completion_length
+    element = 2 if cfg.bf16 else 4
+
+    def need(n: int) -> int:
+        return 2 * element * n * tokens * vocab
+
+    if need(rows) <= gpu_bytes:
+        return
+    per_process = rows * cfg.gradient_accumulation_steps
+    fits = [a for a in range(1, per_process + 1) if per_process % a == 0 and need(per_process // a) <= gpu_bytes // 4]
+    hint = f"set it to {fits[0]}" if fits else "cut max_completion_length"
+    raise BoundaryError(f"train.gradient_accumulation_steps: {cfg.gradient_accumulation_steps}: a micro-batch of {rows} "
+                        f"completions of up to {tokens} tokens needs {need(rows) / 2**30:.0f} GiB for its logits and "
+                        f"their gradient alone (vocabulary {vocab}), more than the GPU's {gpu_bytes / 2**30:.0f} GiB; {hint}")
+
+
 def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
     """A run's PBAConfig from its complete settings (`core.settings.resolve("train", ...)`)."""
     bf16 = s["bf16"]
