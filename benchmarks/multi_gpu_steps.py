@@ -55,6 +55,11 @@ SHAPES = {
                                    num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                                    rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
                                    hidden_act="silu", use_sliding_window=False, max_window_layers=28)),
+    # Qwen/Qwen2.5-0.5B's config.json (the 0.5B pilot's shape, issue 41).
+    "qwen2.5-0.5b": ("Qwen2", dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                                   num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                                   rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                   hidden_act="silu", use_sliding_window=False, max_window_layers=24)),
     # Qwen2.5-7B's family and proportions at toy size: a CPU dry run of the 7B benchmark.
     "tiny-qwen2": ("Qwen2", dict(vocab_size=1000, hidden_size=64, intermediate_size=256,
                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
