@@ -106,6 +106,12 @@ def _default():
      "a random mask"),
     (lambda c: c["masks"]["pba"].update(fraction=0.5), "config: masks.pba.fraction: not read by a gate mask "
      "(it reads G0, tau)"),
+    (lambda c: c["masks"].update(r={"kind": "random", "seed": 1}), "config: masks.r: give fraction or share_of "
+     "(a gate mask's name: its protected share), one of the two"),
+    (lambda c: c["masks"].update(r={"kind": "random", "seed": 1, "fraction": 0.5, "share_of": "pba"}),
+     "config: masks.r: give fraction or share_of (a gate mask's name: its protected share), one of the two"),
+    (lambda c: c["masks"].update(r={"kind": "random", "seed": 1, "share_of": "random"}),
+     "config: masks.r.share_of: 'random' is not a gate, soft or solved mask of this config"),
     (lambda c: c["methods"].update(late={"checkpoint_of": "grpo", "step": 100, "beta_kl": 0.1}),
      "config: methods.late.beta_kl: not used by a checkpoint_of method (it evaluates grpo's policy; set it "
      "there)"),

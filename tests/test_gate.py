@@ -75,6 +75,17 @@ def test_random_mask_is_fixed_fraction(draws):
     assert m.equals(again)
 
 
+def test_a_random_mask_at_a_gate_masks_share_anchors_as_many_prompt_epochs(draws):
+    """share_of: the gate mask (G0 8, tau 0.10) anchors b and c in both epochs, 4 of 8 prompt-epochs:
+    the random mask anchors half the prompts in every epoch; the stage's log names the share."""
+    ids = ["a", "b", "c", "d"]
+    gate = {"kind": "gate", "G0": 8, "tau": 0.10, "epochs": 2}
+    m = build_mask("random", {"share_of": "pba", "share_of_settings": gate, "seed": 17, "epochs": 2}, draws, ids)
+    assert (m.groupby("epoch")["action"].apply(lambda a: (a == "anchor").sum()) == 2).all()
+    with pytest.raises(BoundaryError, match="--gate-draws: required for a random mask with share_of"):
+        build_mask("random", {"share_of": "pba", "share_of_settings": gate, "seed": 17, "epochs": 2}, None, ids)
+
+
 def test_oracle_mask(draws):
     regimes = pd.DataFrame({"prompt_id": ["a", "b", "c", "d"],
                             "regime": ["SolvedEasy", "Boundary", "OutOfReach", "Boundary"]})
@@ -103,3 +114,31 @@ def test_cli_writes_mask(draws, tmp_path):
           "--settings", json.dumps({"G0": 8, "tau": 0.1, "epochs": 2}), "--out", str(out)])
     mask = pd.read_parquet(out)
     assert len(mask) == 8 and set(mask["action"]) == {"sharpen", "anchor"}
+
+
+def test_a_configs_random_mask_at_the_gates_share_through_the_stage(draws, tmp_path, capsys):
+    """masks.random.share_of: pba: its key holds pba's (a changed tau makes it again), and the
+    stage anchors pba's pooled share and says so in its log line."""
+    from pathlib import Path
+
+    import yaml
+
+    from boundary.core import settings
+    from boundary.core.config import validate_config
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    raw["masks"]["random"] = {"kind": "random", "share_of": "pba", "seed": 17}
+    raw["gate"].update(G0=8, tau=0.10, refresh_steps=100)
+    raw["train"].update(steps=200, checkpoints=[200])  # two refresh epochs, as the draws hold
+    config = validate_config(raw)
+    key = settings.mask_key(config, "random")
+    assert key["share_of_settings"] == settings.mask_key(config, "pba")
+    config["masks"]["pba"]["tau"] = 0.25
+    assert settings.mask_key(config, "random") != key
+    draws.to_parquet(tmp_path / "draws.parquet")
+    pd.DataFrame({"prompt_id": ["a", "b", "c", "d"]}).to_parquet(tmp_path / "train.parquet")
+    main(["--kind", "random", "--gate-draws", str(tmp_path / "draws.parquet"), "--train-split",
+          str(tmp_path / "train.parquet"), "--settings", settings.text(key), "--out", str(tmp_path / "random.parquet")])
+    mask = pd.read_parquet(tmp_path / "random.parquet")
+    assert (mask.groupby("epoch")["action"].apply(lambda a: (a == "anchor").sum()) == 2).all()
+    assert capsys.readouterr().out.strip().endswith("the share pba anchors, pooled over its epochs: 0.5000")

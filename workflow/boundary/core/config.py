@@ -17,6 +17,7 @@ import yaml
 
 from boundary.core.errors import BoundaryError
 from boundary.core.names import RESERVED
+from boundary.core.settings import GATED
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
@@ -178,7 +179,7 @@ def _check_references(config: dict) -> None:
 
 # Keys a mask kind reads (training/gate.py); any other is ignored by that kind.
 MASK_KEYS = {"gate": {"G0", "tau"}, "solved": {"G0", "tau"}, "soft": {"G0", "tau", "confidence"},
-             "random": {"fraction", "seed"}, "oracle": set()}
+             "random": {"fraction", "share_of", "seed"}, "oracle": set()}
 # A method's knobs that only one setting reads: key -> (is it read?, what reads it).
 METHOD_KNOBS = {
     "support_floor": (lambda m: m.get("anchor") == "support", "anchor: support"),
@@ -200,6 +201,19 @@ CHECKPOINT_KEYS = {"label", "seeds", "setting", "checkpoint_of", "step"}
 # Train keys a later key replaced: refused in one line that names the replacement.
 REPLACED_TRAIN_KEYS = {"use_vllm": "replaced by train.rollout_engine (generate | vllm; vllm: TRL's "
                                    "engine, colocated unless vllm_mode: server)"}
+
+
+def _check_random_mask(name: str, spec: dict, masks: dict) -> None:
+    """A random mask: a seed, and its share as a fraction or as a gated mask's (share_of)."""
+    where = f"config: masks.{name}"
+    if "seed" not in spec:
+        raise BoundaryError(f"{where}.seed: required by a random mask")
+    if ("fraction" in spec) == ("share_of" in spec):
+        raise BoundaryError(f"{where}: give fraction or share_of (a gate mask's name: its protected share), "
+                            "one of the two")
+    ref = spec.get("share_of")
+    if ref is not None and (masks.get(ref) or {}).get("kind") not in GATED:
+        raise BoundaryError(f"{where}.share_of: {ref!r} is not a gate, soft or solved mask of this config")
 
 
 def _check_settings_used(raw: dict, config: dict) -> None:
@@ -227,9 +241,8 @@ def _check_settings_used(raw: dict, config: dict) -> None:
         if unread:
             raise BoundaryError(f"config: masks.{name}.{unread[0]}: not read by a {kind} mask "
                                 f"(it reads {', '.join(sorted(MASK_KEYS[kind])) or 'no other key'})")
-        missing = sorted(MASK_KEYS["random"] - set(spec)) if kind == "random" else []
-        if missing:
-            raise BoundaryError(f"config: masks.{name}.{missing[0]}: required by a random mask")
+        if kind == "random":
+            _check_random_mask(name, spec, raw["masks"])
     for name, given in (raw.get("methods") or {}).items():
         method, where = config["methods"][name], f"config: methods.{name}"
         if method["checkpoint_of"] is not None:

@@ -124,12 +124,16 @@ def calibrate_key(config: dict, split: str) -> dict:
 
 
 def mask_key(config: dict, mask: str) -> dict:
-    """A mask's own parameters; gated masks inherit G0 and tau from the gate section."""
+    """A mask's own parameters; gated masks inherit G0 and tau from the gate section; a random
+    mask's `share_of` brings the named mask's key (share_of_settings), so it is made again when
+    that mask would be."""
     spec = dict(config["masks"][mask])
     if spec["kind"] in GATED:
         spec.setdefault("G0", config["gate"]["G0"])
         spec.setdefault("tau", config["gate"]["tau"])
     spec["epochs"] = refresh_epochs(config["train"]["steps"], config["gate"]["refresh_steps"])
+    if spec.get("share_of"):
+        spec["share_of_settings"] = mask_key(config, spec["share_of"])
     return spec
 
 
@@ -254,6 +258,7 @@ def stage_schema(stage: str) -> dict:
     elif stage == "masks":
         node = _section("masks")
         node["properties"]["epochs"] = {"$ref": "#/definitions/posint"}
+        node["properties"]["share_of_settings"] = {"type": "object"}  # the named mask's key (mask_key)
         node["required"] = ["kind", "epochs"]
     elif stage in ("train", "base-rollouts"):
         train, method = _section("train"), _section("methods")
@@ -291,12 +296,16 @@ def resolve(stage: str, given: dict) -> dict:
     settings = copy.deepcopy(given)
     if stage == "masks" and settings.get("kind") in MASK_KEYS:  # each kind's own keys only
         kind = settings["kind"]
-        unread = sorted(set(settings) - {"kind", "epochs"} - MASK_KEYS[kind])
+        own = MASK_KEYS[kind] | {"kind", "epochs"} | ({"share_of_settings"} if "share_of" in settings else set())
+        unread = sorted(set(settings) - own)
         if unread:
             raise BoundaryError(f"{stage} settings: {unread[0]}: not read by a {kind} mask")
-        schema = {**schema, "required": ["kind", "epochs", *sorted(MASK_KEYS[kind] - {"confidence"})],
-                  "properties": {k: v for k, v in schema["properties"].items()
-                                 if k in MASK_KEYS[kind] | {"kind", "epochs"}}}
+        if kind == "random" and ("fraction" in settings) == ("share_of" in settings):
+            raise BoundaryError(f"{stage} settings: a random mask takes fraction or share_of, one of the two")
+        schema = {**schema, "required": sorted(own - {"confidence", "fraction", "share_of"}),
+                  "properties": {k: v for k, v in schema["properties"].items() if k in own}}
+        if isinstance(settings.get("share_of_settings"), dict):  # the named mask's, complete
+            settings["share_of_settings"] = resolve(stage, settings["share_of_settings"])
     _fill_defaults(settings, schema, words=("default", "x-default"))
     errors = sorted(_validator(schema).iter_errors(settings),
                     key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.options import ArgumentParser, description
-from boundary.training.gate import KINDS, build_mask, summary
+from boundary.training.gate import KINDS, build_mask, random_fraction, summary
 
 
 def make_parser() -> ArgumentParser:
@@ -35,4 +35,6 @@ def main(argv=None):
                if args.train_regimes else None)
     mask = build_mask(args.kind, settings, draws, split["prompt_id"], regimes)
     write_table(mask, args.out)
-    print(f"mask {args.kind}: {mask['prompt_id'].nunique()} prompts; {summary(mask)}")
+    share = (f"; the share {settings['share_of']} anchors, pooled over its epochs: "
+             f"{random_fraction(settings, draws, split['prompt_id']):.4f}" if settings.get("share_of") else "")
+    print(f"mask {args.kind}: {mask['prompt_id'].nunique()} prompts; {summary(mask)}{share}")

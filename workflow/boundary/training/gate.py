@@ -12,7 +12,8 @@ Kinds (complete settings, core/settings.py: the soft gate's confidence is the sc
                                           paper's one-success rule)
   soft   {G0, tau, confidence, epochs}    weight = clip(1 - LCB / tau, 0, 1), LCB the
                                           Clopper-Pearson (Beta-quantile) lower bound on w
-  random {fraction, seed, epochs}         a fixed random `fraction` of prompts anchored
+  random {fraction | share_of, seed, epochs}  a fixed random `fraction` of prompts anchored, or
+                                          the share a gated mask anchors (share_of)
   oracle {epochs}                         anchor the prompts labelled Boundary
   solved {G0, tau, epochs}                the gate turned around: anchor iff w_hat >= tau, the
                                           prompts the base solves. With the gate's G0 and tau
@@ -105,7 +106,7 @@ def build_mask(kind: str, settings: dict, draws: pd.DataFrame | None, prompt_ids
         # One draw for the whole run: the control asks whether protecting *any* fixed 70%
         # of prompts helps, so it has no gate noise and never flips.
         rng = np.random.default_rng(int(settings["seed"]))
-        n_anchor = int(round(float(settings["fraction"]) * len(prompt_ids)))
+        n_anchor = int(round(random_fraction(settings, draws, prompt_ids) * len(prompt_ids)))
         chosen = set(rng.choice(prompt_ids, size=n_anchor, replace=False).tolist())
         weight = ev["prompt_id"].isin(chosen).astype(float)
     else:  # oracle
@@ -123,6 +124,18 @@ def build_mask(kind: str, settings: dict, draws: pd.DataFrame | None, prompt_ids
     previous = ev.groupby("prompt_id")["action"].shift(1)
     ev["flip"] = previous.notna() & (previous != ev["action"])
     return ev[COLUMNS]
+
+
+def random_fraction(settings: dict, draws: pd.DataFrame | None, prompt_ids) -> float:
+    """A random mask's share of anchored prompts: `fraction`, or with `share_of` the named gated
+    mask's anchored share pooled over its epochs (its key in share_of_settings), built here from
+    the same gate draws."""
+    ref = settings.get("share_of_settings")
+    if ref is None:
+        return float(settings["fraction"])
+    if draws is None:
+        raise BoundaryError(f"--gate-draws: required for a random mask with share_of ({settings['share_of']})")
+    return float((build_mask(ref["kind"], ref, draws, prompt_ids)["action"] == "anchor").mean())
 
 
 def read_mask(path, columns=("prompt_id", "epoch", "action", "weight")) -> pd.DataFrame:
