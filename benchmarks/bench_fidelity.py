@@ -159,7 +159,9 @@ def make_split(args) -> None:
     key = settings.data_key(config, "diagnostic")
     spec = key["data"]["diagnostic"]
     spec["limit"] = args.prompts
-    if args.data:  # the check's own prompts, whatever task the config diagnoses
+    if args.data:  # the check's own prompts, whatever task the config diagnoses (none of its labels)
+        for field in ("cluster_field", "skill_field"):
+            spec.pop(field, None)
         spec.update(path=args.data, **GSM8K_TEST)
     with tempfile.TemporaryDirectory() as tokenizer_dir:
         model = args.model

@@ -45,10 +45,12 @@ def rows(path: Path) -> list[dict]:
 
 
 def candidates(data: Path) -> dict[str, tuple[list[dict], list[dict]]]:
-    """{name: (train, diagnostic)}, each row {id, problem, answer} (+ level, subject), by the page's table."""
+    """{name: (train, diagnostic)}, each row {id, problem, answer} (+ level, and subject where the
+    MATH500 file has it), by the page's table."""
     def pick(name, items, problem, answer, math=False):
         return [{"id": f"{name}-{i:05d}", "problem": r[problem], "answer": answer(r),
-                 **({"level": int(r["level"]), "subject": r["subject"]} if math else {})} for i, r in items]
+                 **({"level": int(r["level"])} if math else {}),
+                 **({"subject": r["subject"]} if math and "subject" in r else {})} for i, r in items]
 
     gsm = lambda r: r["answer"].split("####")[-1].strip().replace(",", "")
     plain = lambda r: r["answer"]
