@@ -16,8 +16,7 @@ from pathlib import Path
 import yaml
 
 from boundary.core.errors import BoundaryError
-from boundary.core.names import RESERVED
-from boundary.core.settings import GATED
+from boundary.core.names import GATED, RESERVED
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 

@@ -13,6 +13,10 @@ DIAGNOSTIC = "diagnostic"
 # tests/test_config.py holds them equal).
 NAME_PATTERN = r"[A-Za-z0-9_]+"
 
+# Mask kinds that read the gate draws (the first G0 of each epoch) and take G0 and tau from
+# the gate section unless the mask sets them.
+GATED = ("gate", "soft", "solved")
+
 # Names the pipeline already uses where a config's names go, by config section.
 RESERVED = {
     "methods": {BASE: f"eval/*/{BASE}/ is the frozen base's evaluation"},

@@ -26,13 +26,10 @@ import math
 from pathlib import Path
 
 from boundary.core.errors import BoundaryError
-from boundary.core.names import BASE
+from boundary.core.names import BASE, GATED
 
 DEFAULTS_PATH = Path(__file__).with_name("schema_defaults.json")
 
-# Mask kinds that read the gate draws (the first G0 of each epoch) and take G0 and tau from
-# the gate section unless the mask sets them.
-GATED = ("gate", "soft", "solved")
 # Settings training reads from other sections: name -> (section, key).
 TRAIN_DERIVED = {"refresh_steps": ("gate", "refresh_steps"), "extractor": ("verify", "extractor"),
                  "verify_timeout": ("verify", "timeout")}

@@ -30,7 +30,7 @@ import pandas as pd
 
 from boundary.core.artifacts import read_table
 from boundary.core.errors import BoundaryError
-from boundary.core.settings import GATED  # kinds that read the first G0 gate draws of each epoch
+from boundary.core.names import GATED  # kinds that read the first G0 gate draws of each epoch
 
 KINDS = ("gate", "soft", "random", "oracle", "solved")
 COLUMNS = ["prompt_id", "epoch", "successes", "G0", "w_hat", "action", "weight", "flip"]
