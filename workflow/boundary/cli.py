@@ -24,6 +24,7 @@ USER_COMMANDS = {
     "diagnose": ("boundary.analysis.diagnose", "regimes, transitions, tables, figures from counts files"),
     "seeds": ("boundary.analysis.stats", "seed means, SDs, t intervals and paired gains"),
     "power": ("boundary.analysis.power", "diagnostic prompts and seeds that resolve a Boundary change"),
+    "stage-times": ("boundary.analysis.stage_times", "every job's wall time and peak memory from a run's benchmarks"),
     "arithmetic": ("boundary.tasks.arithmetic", "seeded arithmetic word problems as JSONL splits"),
     "check-config": ("boundary.core.config", "check config files as the workflow would (--configfile)"),
     "cluster-check": ("boundary.core.cluster", "name the rules a SLURM cluster can never schedule"),
