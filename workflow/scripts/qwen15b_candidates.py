@@ -87,8 +87,11 @@ SELECTION_FIELDS = ("id", "problem", "answer", "level")
 def subsample(train: list[dict], diagnostic: list[dict], near: set[str], sizes, name: str):
     """The selection's (train, diagnostic) subsample: near-copy diagnostic prompts dropped first."""
     kept = [r for r in diagnostic if r["id"] not in near]
-    return tuple([{k: r[k] for k in SELECTION_FIELDS if k in r} for r in draw(rows, size, f"{name} {what}")]
-                 for rows, size, what in ((train, sizes[0], "train"), (kept, sizes[1], "diagnostic")))
+
+    def measured(items: list[dict]) -> list[dict]:
+        return [{k: r[k] for k in SELECTION_FIELDS if k in r} for r in items]
+
+    return measured(draw(train, sizes[0], f"{name} train")), measured(draw(kept, sizes[1], f"{name} diagnostic"))
 
 
 def write_jsonl(path: Path, items: list[dict]) -> None:

@@ -410,6 +410,7 @@ class Diagnosis:
     bootstrap: pd.DataFrame        # [bootstrap.csv]
     strata: pd.DataFrame | None    # [strata.csv] summary by p_base stratum
     skills: pd.DataFrame | None    # [skills.csv] summary by skill label (prompts given one)
+    group_metrics: dict            # per seed, as `metrics`, by "stratum" and by "skill" (those computed)
     sensitivity: pd.DataFrame | None  # [sensitivity.csv]
     pairs: pd.DataFrame | None = None  # [pairs.csv] seed-paired A - B
     masks: pd.DataFrame | None = None  # [masks.csv]
@@ -553,19 +554,19 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
     summary = _with_base_noise(summarize(metrics, ["method", "metric", "regime", "k"], level=level),
                                reference, "regime", level)
     strata = sens = th = None
-    notes = []
+    notes, group_metrics = [], {}
     if regimes is not None:
         th = rg.thresholds_of(regimes)
         notes = rg.unpopulated(regimes["n"], th) if "n" in regimes else []
-        by_stratum = run_metrics(frame, ks_ok, group="stratum")
+        by_stratum = group_metrics["stratum"] = run_metrics(frame, ks_ok, group="stratum")
         strata = _with_base_noise(summarize(by_stratum, ["method", "metric", "stratum", "k"], level=level),
                                   reference_draws(draws, regimes, ks_ok, bins, "stratum") if several else None,
                                   "stratum", level)
         sens = sensitivity(frame, ks_ok, rg.sensitivity_grid(th), level)
     by_skill = None
     if skills is not None:
-        by_skill = _with_base_noise(summarize(run_metrics(frame, ks_ok, group="skill"), ["method", "metric", "skill", "k"],
-                                              level=level),
+        group_metrics["skill"] = run_metrics(frame, ks_ok, group="skill")
+        by_skill = _with_base_noise(summarize(group_metrics["skill"], ["method", "metric", "skill", "k"], level=level),
                                     reference_draws(draws, regimes, ks_ok, bins, "skill", skills) if several else None,
                                     "skill", level)
     pair_tables = []
@@ -588,7 +589,7 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
     return Diagnosis(
         ks=ks_ok, regimes=regimes, frame=frame, metrics=metrics, summary=summary,
         transitions=transitions(frame), bootstrap=_bootstrap_rows(wide, groups, boot[0], level, "regime"),
-        strata=strata, skills=by_skill, sensitivity=sens, pairs=pair_df,
+        strata=strata, skills=by_skill, group_metrics=group_metrics, sensitivity=sens, pairs=pair_df,
         masks=mask_metrics(masks) if masks else None, attribution=attr_table, crossover=cross, curves=curves,
         prompts=prompt_table(frame, problems), level=level, base_draws=len(draws), thresholds=th, bins=tuple(bins),
         problems=problems, regime_source=regime_source, regime_notes=notes)

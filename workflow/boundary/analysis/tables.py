@@ -633,8 +633,8 @@ def _group_table(s: pd.DataFrame, diag, view: View, group: str, order, name: str
     text}) column."""
     k_hi = max(diag.ks)
     methods = [m for m in view.main if m in set(s["method"])]
-    f = diag.frame[diag.frame["method"].isin(methods)]
-    lost = f.assign(lost=(f["base_c"] > 0) & (f["c"] == 0)).groupby(["method", group, "seed"])["lost"].sum()
+    seeds = diag.group_metrics[group]
+    lost = seeds[seeds["metric"] == "lost"].set_index(["method", group, "seed"])["value"]
     cols = [header, "Prompts"] + ([extra[0]] if extra else [])
     for m in methods:
         cols += [f"{view.label(m)} Δp@1", f"{view.label(m)} Δp@{k_hi}", f"{view.label(m)} lost"]
@@ -647,7 +647,7 @@ def _group_table(s: pd.DataFrame, diag, view: View, group: str, order, name: str
             for k in (1, k_hi):
                 v = sub[(sub["metric"] == "delta_passk") & (sub["k"] == k)]
                 row.append(Stat(100 * v["mean"].iloc[0], 100 * v["sd"].iloc[0], sign=True) if len(v) else "n/a")
-            per_seed = lost[m].groupby("seed").sum() if value == "all" else lost[m].get(value)
+            per_seed = lost[m].get(value)
             row.append("n/a" if per_seed is None else counts_text(per_seed.sort_index().to_numpy(float)))
         rows.append(row)
     return Table(name, caption, cols, rows, s[s["method"].isin([BASE] + methods)].reset_index(drop=True),
