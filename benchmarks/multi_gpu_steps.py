@@ -157,16 +157,7 @@ def build_random(shape: str, tok, max_len: int):
     return model
 
 
-def main():
-    from datasets import Dataset
-
-    from boundary.core.settings import resolve
-    from boundary.training.launch import die_with_launcher, leave, stacks_on_sigusr1, stop_processes
-    from boundary.training.trainer import PBATrainer
-    from boundary.training.trainer_config import make_config
-
-    die_with_launcher()  # a timed-out launch, killed, takes its workers with it
-    stacks_on_sigusr1()  # ... after saying where they were
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     p.add_argument("--model", help="a model folder (else --shape, random weights)")
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-7b")
@@ -185,23 +176,43 @@ def main():
     p.add_argument("--eos", action="store_true", help="leave eos on (default: suppressed, full-length rollouts)")
     add_engine_options(p)
     p.add_argument("--out", required=True)
-    args = p.parse_args()
-    args.vocab = SHAPES[args.shape][1]["vocab_size"]
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return p
+
+
+def train_settings(args, world: int) -> dict:
+    """The train settings of the run the options describe, on `world` processes."""
     settings = {"lr": 1e-6, "num_generations": args.G, "prompts_per_step": args.prompts,
                 "max_completion_length": args.completion_len, "temperature": 1.0, "top_p": 1.0,
                 "bf16": "auto", "steps": args.steps, "checkpoints": [], "refresh_steps": args.steps,
                 "save_steps": 10 ** 6, "gpus": world, "sharding": args.sharding,
                 "gradient_accumulation_steps": args.accum, **METHODS[args.method]}
     if args.engine == "vllm":
+        # A check at every sync unless --check-every says otherwise: each step's figure then holds
+        # one (the `check` phase), which a config's vllm_check_every (50) spreads over 50 steps.
+        settings.update({"rollout_engine": "vllm", "vllm_check_every": 1,
+                         "vllm_max_model_length": args.prompt_len + args.completion_len + 8,
+                         **engine_settings(args)})
+    return settings
+
+
+def main():
+    from datasets import Dataset
+
+    from boundary.core.settings import resolve
+    from boundary.training.launch import die_with_launcher, leave, stacks_on_sigusr1, stop_processes
+    from boundary.training.trainer import PBATrainer
+    from boundary.training.trainer_config import make_config
+
+    die_with_launcher()  # a timed-out launch, killed, takes its workers with it
+    stacks_on_sigusr1()  # ... after saying where they were
+    args = make_parser().parse_args()
+    args.vocab = SHAPES[args.shape][1]["vocab_size"]
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    settings = train_settings(args, world)
+    if args.engine == "vllm":
         from boundary.sampling.vllm import without_flashinfer_sampler
 
         without_flashinfer_sampler()  # as the train stage does
-        # A check at every sync unless --check-every says otherwise: each step's figure then holds
-        # one (the `check` phase), which a config's vllm_check_every (50) spreads over 50 steps.
-        settings.update(rollout_engine="vllm", vllm_check_every=1,
-                        vllm_max_model_length=args.prompt_len + args.completion_len + 8,
-                        **engine_settings(args))
     result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
               "processes": world, "engine": args.engine, "eos": args.eos, "accum": args.accum,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}

@@ -313,3 +313,62 @@ def test_the_benchmark_s_phases_sum_to_its_step_and_the_engine_check_is_a_phase_
     assert row == {"step": 58.0, "generate": 7.0, "sync": 5.0, "check": 5.0, "score": 11.0, "fwd_bwd": 13.0,
                    "optimizer": 17.0}
     assert sum(v for k, v in row.items() if k != "step") == row["step"]
+
+
+def test_the_benchmark_s_engine_options_override_its_check_at_every_sync():
+    """benchmarks/multi_gpu_steps.py checks the engine at every sync unless --check-every says
+    otherwise (row m of gpu_issue39.sh: 50, as the configs); its other engine options reach the
+    run's settings as the train stage names them."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import multi_gpu_steps as worker
+
+    def settings(*flags):
+        return worker.train_settings(worker.make_parser().parse_args(["--out", "x", *flags]), 4)
+
+    assert "rollout_engine" not in settings()
+    every = settings("--engine", "vllm")
+    assert (every["rollout_engine"], every["vllm_check_every"], every["gpus"]) == ("vllm", 1, 4)
+    assert every["vllm_max_model_length"] == 128 + 256 + 8
+    row_m = settings("--engine", "vllm", "--check-every", "50", "--sleep", "off", "--vllm-mem", "0.3")
+    assert row_m["vllm_check_every"] == 50
+    assert row_m["vllm_enable_sleep_mode"] is False and row_m["vllm_gpu_memory_utilization"] == 0.3
+
+
+def _launch(root, name, processes, diff=0.05, action=1, fsdp=False):
+    """One launch's files as lease.sh brings them back, for benchmarks/check_engine_launches.py."""
+    import pandas as pd
+
+    for method in ("grpo", "pba"):
+        run = root / name / "train" / method / "seed0"
+        run.mkdir(parents=True)
+        pd.DataFrame({"engine_logp_mean_abs_diff": [diff] * 8, "engine_logp_max_abs_diff": [0.5] * 8,
+                      "reward": [0.1] * 8, "step_time": [2.0] * 8}).to_parquet(run / "log.parquet")
+        pd.DataFrame({"step": range(8), "action": [action] * 8}).to_parquet(run / "actions.parquet")
+        (root / name / "logs" / "train" / method).mkdir(parents=True)
+        warning = "torch/distributed/fsdp/_fully_shard/_fsdp_state.py:350] ...\n" if fsdp else ""
+        (root / name / "logs" / "train" / method / "seed0.log").write_text(
+            f"train: {processes} processes on GPUs 0,1\n{warning}")
+        (root / name / "benchmarks" / "train" / method).mkdir(parents=True)
+        (root / name / "benchmarks" / "train" / method / "seed0.tsv").write_text("s\th:m:s\n90.5\t0:01:30\n")
+    (root / name / "base_rollouts.md5").write_text("aa  0.parquet\nbb  1.parquet\n")
+
+
+def test_the_launch_check_passes_equal_launches_and_names_each_defect(tmp_path, capsys):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import check_engine_launches as check
+
+    _launch(tmp_path / "ok", "ddp2", 2)
+    _launch(tmp_path / "ok", "fsdp4", 4, fsdp=True)
+    assert check.main([str(tmp_path / "ok")]) == 0
+    assert "PASS: 4 runs" in capsys.readouterr().out
+    _launch(tmp_path / "bad", "ddp2", 2)
+    _launch(tmp_path / "bad", "ddp4", 2, diff=0.2, action=2)  # asked for 4 processes
+    _launch(tmp_path / "bad", "fsdp2", 2)  # no FSDP in its log
+    assert check.main([str(tmp_path / "bad")]) == 1
+    out = capsys.readouterr().out
+    assert "ddp4 grpo: engine 0.2 nats a token; 2 processes, fsdp in log False; actions differ" in out
+    assert "fsdp2 pba: 2 processes, fsdp in log False" in out
