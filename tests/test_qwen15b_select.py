@@ -268,3 +268,21 @@ def test_the_confirmation_reads_the_study_runs_whole_held_out_split(artifacts, t
         results / "qwen15b" / "regimes" / "regimes.parquet")
     with pytest.raises(SystemExit, match="not math500's held-out split"):
         select.main(args)
+
+
+@pytest.mark.parametrize("success, trains", [(0.25, True), (0.125, False)])
+def test_the_pilot_check_reads_the_gate_draws_reward_against_the_bar(tmp_path, capsys, success, trains):
+    """Amendment 4: the pilot trains at its cap when its gate draws' mean is at least 20%; else
+    its completions go to 1,024 tokens. A run without gate draws is one line."""
+    gate = pd.DataFrame(gate_for([f"p{i}" for i in range(40)], success, 512), columns=["prompt_id", "correct", "n_tokens"])
+    gate["finish_reason"] = ["length" if i % 4 == 0 else "stop" for i in range(len(gate))]
+    (tmp_path / "pilot" / "rollouts").mkdir(parents=True)
+    gate.to_parquet(tmp_path / "pilot" / "rollouts" / "base_gate.parquet")
+    select.main(["--results", str(tmp_path), "--pilot", "pilot"])
+    out = capsys.readouterr().out
+    correct = int(round(8 * success)) * 40
+    lo, hi = select.wilson(correct, 320)
+    assert f"pilot: training reward {correct / 320:.3f} [{lo:.3f}, {hi:.3f}] ({correct} of 320 gate draws of 40 prompts; 25.0% cut" in out
+    assert ("the pilot trains at its cap" in out) == trains and ("go to 1,024 tokens" in out) == (not trains)
+    with pytest.raises(SystemExit, match=r"qwen15b_select: .*other/rollouts/base_gate.parquet"):
+        select.main(["--results", str(tmp_path), "--pilot", "other"])

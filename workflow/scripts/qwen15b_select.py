@@ -36,6 +36,14 @@ of `{candidate}_held_out.jsonl`, near-copies already dropped); confirmed when it
 is at least 20%, else the table's next candidate by rank is the one to confirm.
 
     python workflow/scripts/qwen15b_select.py --confirm qwen15b [--candidate NAME]
+
+--pilot RUN reads Amendment 4's check before the pilot trains: the mean of results/RUN's gate
+draws (every refresh epoch) is the model's training reward on the task at the run's cap; under
+20%, the pilot's completions go to 1,024 tokens before anything trains. The rule reads the point
+estimate; the Wilson interval over draws (which share prompts, so it is too narrow) is printed
+beside it, with the share of draws cut at the cap.
+
+    python workflow/scripts/qwen15b_select.py --pilot qwen05b_pilot
 """
 
 from __future__ import annotations
@@ -172,6 +180,20 @@ def confirm(run: str, name: str | None, candidates: Path, results: Path, table: 
             + (f"confirm {after} next" if after else "no candidate is left: the study does not train on this model"))
 
 
+def pilot(run: str, results: Path) -> str:
+    """Amendment 4's line: the training reward of results/RUN's gate draws against MIN_REWARD."""
+    path = results / run / "rollouts" / "base_gate.parquet"
+    gate = read_table(path, ["prompt_id", "correct", "finish_reason"], nonempty=True)
+    correct, draws = int(gate["correct"].astype(bool).sum()), len(gate)
+    (lo,), (hi,) = wilson([correct], [draws])
+    line = (f"{run}: training reward {correct / draws:.3f} [{lo:.3f}, {hi:.3f}] ({correct} of {draws} gate draws "
+            f"of {gate['prompt_id'].nunique()} prompts; {gate['finish_reason'].eq('length').mean():.1%} cut at the cap)")
+    if correct / draws >= MIN_REWARD:
+        return f"{line}: at least {MIN_REWARD:.0%}, the pilot trains at its cap"
+    return (f"{line}: under {MIN_REWARD:.0%}, so by Amendment 4 the pilot's completions go to 1,024 tokens and its "
+            "calibration and gate draws are made again at that cap, re-costed before any training")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidates", default="results/qwen15b/candidates")
@@ -179,7 +201,14 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default="results/qwen15b/selection.csv")
     ap.add_argument("--confirm", metavar="RUN", help="read the confirmation of results/RUN instead (--out: the table)")
     ap.add_argument("--candidate", help="with --confirm: the candidate it confirms (default: the table's rank 1)")
+    ap.add_argument("--pilot", metavar="RUN", help="read Amendment 4's training-reward check of results/RUN instead")
     args = ap.parse_args(argv)
+    if args.pilot:
+        try:
+            print(pilot(args.pilot, Path(args.results)))
+        except BoundaryError as err:
+            sys.exit(f"qwen15b_select: {err}")
+        return
     if args.confirm:
         try:
             print(confirm(args.confirm, args.candidate, Path(args.candidates), Path(args.results), Path(args.out)))
