@@ -96,6 +96,11 @@ def only(ids: pd.Series, keep: set[str], what: Path) -> pd.Series:
     return ids.isin(keep)
 
 
+def successes(gate: pd.DataFrame) -> tuple[int, int]:
+    """The gate draws' correct count and their number: the training reward's two terms."""
+    return int(gate["correct"].astype(bool).sum()), len(gate)
+
+
 def measure(name: str, candidates: Path, results: Path) -> dict:
     """One candidate's row of the table."""
     run, files = CANDIDATES[name]
@@ -118,7 +123,7 @@ def measure(name: str, candidates: Path, results: Path) -> dict:
     is_boundary = regimes["regime"].eq(BOUNDARY)
     dropped = int((is_boundary & regimes["prompt_id"].astype(str).isin(near)).sum())
     boundary, prompts = int(is_boundary.sum()) - dropped, len(regimes) - dropped
-    correct, draws = int(gate["correct"].astype(bool).sum()), len(gate)
+    correct, draws = successes(gate)
     reward, share = correct / draws, boundary / prompts
     (reward_lo, share_lo), (reward_hi, share_hi) = wilson([correct, boundary], [draws, prompts])
     return {"candidate": name, "run": run, "train_prompts": gate["prompt_id"].nunique(), "gate_draws": draws,
@@ -184,7 +189,7 @@ def pilot(run: str, results: Path) -> str:
     """Amendment 4's line: the training reward of results/RUN's gate draws against MIN_REWARD."""
     path = results / run / "rollouts" / "base_gate.parquet"
     gate = read_table(path, ["prompt_id", "correct", "finish_reason"], nonempty=True)
-    correct, draws = int(gate["correct"].astype(bool).sum()), len(gate)
+    correct, draws = successes(gate)
     (lo,), (hi,) = wilson([correct], [draws])
     line = (f"{run}: training reward {correct / draws:.3f} [{lo:.3f}, {hi:.3f}] ({correct} of {draws} gate draws "
             f"of {gate['prompt_id'].nunique()} prompts; {gate['finish_reason'].eq('length').mean():.1%} cut at the cap)")
@@ -203,29 +208,27 @@ def main(argv=None) -> None:
     ap.add_argument("--candidate", help="with --confirm: the candidate it confirms (default: the table's rank 1)")
     ap.add_argument("--pilot", metavar="RUN", help="read Amendment 4's training-reward check of results/RUN instead")
     args = ap.parse_args(argv)
-    if args.pilot:
-        try:
-            print(pilot(args.pilot, Path(args.results)))
-        except BoundaryError as err:
-            sys.exit(f"qwen15b_select: {err}")
-        return
-    if args.confirm:
-        try:
-            print(confirm(args.confirm, args.candidate, Path(args.candidates), Path(args.results), Path(args.out)))
-        except BoundaryError as err:
-            sys.exit(f"qwen15b_select: {err}")
-        return
     try:
-        rows = [measure(name, Path(args.candidates), Path(args.results)) for name in CANDIDATES]
+        run(args)
     except BoundaryError as err:
         sys.exit(f"qwen15b_select: {err}")
+
+
+def run(args) -> None:
+    candidates, results = Path(args.candidates), Path(args.results)
+    if args.pilot:
+        print(pilot(args.pilot, results))
+        return
+    if args.confirm:
+        print(confirm(args.confirm, args.candidate, candidates, results, Path(args.out)))
+        return
+    rows = [measure(name, candidates, results) for name in CANDIDATES]
     table = select(pd.DataFrame(rows, columns=COLUMNS[:-1]))
     write_table(table, args.out)
     with pd.option_context("display.width", 250, "display.max_columns", None, "display.float_format", "{:.3f}".format):
         print(table.drop(columns="run").to_string(index=False))
     print(verdict(table))
     print(f"-> {args.out}")
-
 
 if __name__ == "__main__":
     main()
