@@ -15,6 +15,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The `boundary` CLI lives beside this interpreter; subprocesses must find it.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
+# The files whose tests run whole pipelines or several processes, longest first (about 350 s to
+# 40 s on a 2-core machine; test_qwen15b's only with the 1.5B GGUF present). They are collected
+# first and test.sh keeps that order (--dist loadfile --no-loadscope-reorder), so the two workers
+# end together: xdist's own order (most tests first) left the longest file for last, about
+# 90 s of one worker alone.
+LONGEST_FIRST = ["test_real_model.py", "test_qwen15b.py", "test_distributed.py", "test_workflow.py", "test_slurm.py",
+                 "test_train.py", "test_sampling.py", "test_rollout_engine.py", "test_lease.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order kept
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:

@@ -11,4 +11,4 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
 fi
 # Two workers (the CI machine has 2 cores); a test file stays on one worker, so its module
 # fixtures (a Snakemake run, a trained model) are built once.
-exec python -m pytest -q -n 2 --dist loadfile --durations=10 "$@"
+exec python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=10 "$@"
