@@ -382,6 +382,30 @@ def test_killed_training_resumes_from_its_last_checkpoint(model_dir, split, tmp_
     assert not list(ck.iterdir())  # finished: its checkpoints removed (the outputs hold the run)
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_last_step_writes_no_resumable_checkpoint_unless_checkpoints_are_kept(model_dir, split, tmp_path, keep):
+    """A finished run removes its checkpoints, so its last step saves none (save_steps 2 of 4
+    steps: step 2 only); with --keep-checkpoints the last step's checkpoint is written and kept."""
+    from transformers import TrainerCallback
+
+    from boundary.stages.train import train
+
+    class Saves(TrainerCallback):
+        def __init__(self):
+            self.steps = []
+
+        def on_save(self, args, state, control, **kwargs):
+            self.steps.append(state.global_step)
+
+    saves = Saves()
+    settings = {**SETTINGS, "checkpoints": [], "verify_workers": 1}
+    train(model_dir, split, settings, 0, tmp_path / "out", tmp_path / "ck", callbacks=[saves], keep_checkpoints=keep)
+    assert saves.steps == ([2, 4] if keep else [2])
+    assert (tmp_path / "out" / "final" / "config.json").exists()
+    kept = sorted(p.name for p in (tmp_path / "ck").glob("*/checkpoint-*"))
+    assert kept == (["checkpoint-2", "checkpoint-4"] if keep else [])
+
+
 def test_run_key_changes_with_every_input_the_run_is_trained_from(model_dir, split, tmp_path,
                                                                   monkeypatch):
     """A job resumes only its own key's checkpoints: a changed gate (mask weights), base,

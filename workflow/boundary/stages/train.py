@@ -130,6 +130,22 @@ def step_snapshots(steps, folder: Path):
     return StepSnapshots()
 
 
+def no_checkpoint_at_the_end():
+    """A TrainerCallback that skips the resumable checkpoint of the last step (transformers
+    saves at every multiple of save_steps, the last step too): the finished run removes its
+    checkpoint folder, so that save (weights and optimizer state: 1.6 GB at 135M, about 21 GB at
+    1.5B) would only be written to be deleted. A kill between the last step and the outputs
+    resumes from the checkpoint before it."""
+    from transformers import TrainerCallback
+
+    class NoCheckpointAtTheEnd(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= state.max_steps:
+                control.should_save = False
+
+    return NoCheckpointAtTheEnd()
+
+
 def save_atomic(accelerator, model, tokenizer, path: Path):
     """save_pretrained of the whole model, by the main process. Every process calls it: under
     FSDP the whole state dict is gathered from the shards."""
@@ -192,7 +208,8 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     complete settings (core/settings.py), resolved here unless the caller has them. Once the
     outputs are written the run's checkpoint folder is removed unless `keep_checkpoints`: no
     later job resumes it (a changed config or code has another key), and a 1.5B run's two
-    checkpoints with their optimizer state are about 40 GB."""
+    checkpoints with their optimizer state are about 40 GB. Without `keep_checkpoints` the last
+    step writes no resumable checkpoint either."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -236,9 +253,10 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     snapshots = checkpoint_dir / "snapshots"
     snapshots.mkdir(parents=True, exist_ok=True)
     snapshot = step_snapshots([c for c in checkpoints if c < cfg.max_steps], snapshots)
+    kept = [] if keep_checkpoints else [no_checkpoint_at_the_end()]  # after transformers' own, which it overrides
     trainer = PBATrainer(model, reward_funcs=reward, args=cfg, train_dataset=data,
                          processing_class=tokenizer, anchor_weights=weights, base_model=base,
-                         base_rollouts=base_rollout_files, callbacks=[snapshot, *callbacks])
+                         base_rollouts=base_rollout_files, callbacks=[snapshot, *kept, *callbacks])
     snapshot.accelerator = trainer.accelerator
     resume = last_checkpoint(checkpoint_dir)
     main_process = trainer.accelerator.is_main_process
@@ -287,8 +305,9 @@ def make_parser() -> ArgumentParser:
                         help="resumable checkpoints, outside Snakemake's declared outputs "
                              "(in a subfolder named by the run's key)")
     parser.add_argument("--keep-checkpoints", action="store_true",
-                        help="keep the run's checkpoints once it has finished (default: removed, "
-                             "the outputs hold the run; a killed run always keeps them)")
+                        help="keep the run's checkpoints once it has finished, the last step's too "
+                             "(default: removed, and the last step writes none: the outputs hold the run; "
+                             "a killed run always keeps them)")
     parser.add_argument("--base-rollouts", nargs="+", metavar="FILE",
                         help="the base_rollouts stage's files for this run (base-sampled anchors; "
                              "default: drawn in place)")
