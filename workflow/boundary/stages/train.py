@@ -253,10 +253,10 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     snapshots = checkpoint_dir / "snapshots"
     snapshots.mkdir(parents=True, exist_ok=True)
     snapshot = step_snapshots([c for c in checkpoints if c < cfg.max_steps], snapshots)
-    kept = [] if keep_checkpoints else [no_checkpoint_at_the_end()]  # after transformers' own, which it overrides
+    skip_last_save = [] if keep_checkpoints else [no_checkpoint_at_the_end()]  # after transformers' own, which it overrides
     trainer = PBATrainer(model, reward_funcs=reward, args=cfg, train_dataset=data,
                          processing_class=tokenizer, anchor_weights=weights, base_model=base,
-                         base_rollouts=base_rollout_files, callbacks=[snapshot, *kept, *callbacks])
+                         base_rollouts=base_rollout_files, callbacks=[snapshot, *skip_last_save, *callbacks])
     snapshot.accelerator = trainer.accelerator
     resume = last_checkpoint(checkpoint_dir)
     main_process = trainer.accelerator.is_main_process
