@@ -74,11 +74,11 @@ def main(argv=None) -> int:
     rows = [row for launch in launches for row in launch_rows(launch, first)]
     print(pd.DataFrame(rows).to_string(index=False))
     failures = [f"{r['launch']} {r['method']}: {'; '.join(w)}" for r in rows if (w := verdict(r, args.steps))]
-    base = {f.name: (f / "base_rollouts.md5").read_text().split()[::2] for f in launches}
-    if any(md5 != base[first.name] for md5 in base.values()):
+    checksums = [tuple((f / "base_rollouts.md5").read_text().split()[::2]) for f in launches]
+    equal = len(set(checksums)) == 1
+    if not equal:
         failures.append("base rollouts differ between launches")
-    print(f"base rollouts: {'equal' if len(set(map(tuple, base.values()))) == 1 else 'differ'} "
-          f"at every launch ({len(base[first.name])} shards)")
+    print(f"base rollouts: {'equal' if equal else 'differ'} at every launch ({len(checksums[0])} shards)")
     print("\n".join(failures) or f"PASS: {len(rows)} runs, the engine within {LOGP_TOLERANCE} nats a token "
           f"at every step, actions equal at every launch")
     return 1 if failures else 0
