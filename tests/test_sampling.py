@@ -405,6 +405,29 @@ def test_auto_batch_takes_only_this_jobs_share_of_a_shared_gpu(monkeypatch):
     assert hf.default_batch_size(model, 10, 90) == int(int(0.2 * gib) * share / per_row)  # less free than a share
 
 
+def test_auto_batch_counts_the_memory_its_own_earlier_calls_left_cached(monkeypatch):
+    """A second sampling call in one process (the gate's next refresh epoch) is sized on the
+    memory the first one's batch left in torch's cache too: the cache is emptied before the
+    driver is asked what is free."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig
+
+    from boundary.sampling import hf
+
+    cfg = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      vocab_size=1000)
+    model = SimpleNamespace(device=torch.device("cuda", 0), config=cfg, dtype=torch.bfloat16)
+    gib = 2**30
+    cached = {"held": int(0.8 * gib)}
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: cached.update(held=0))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (int(0.9 * gib) - cached["held"], gib))
+    monkeypatch.delenv("BOUNDARY_JOBS_PER_GPU", raising=False)
+    columns = 10 + 90 + hf.CHECK_EVERY
+    per_row = 2 * 2 * 2 * 16 * 2 * columns + 10 * 4 * 1000 + 2 * 4 * 4 * columns
+    assert hf.default_batch_size(model, 10, 90) == min(hf.MAX_BATCH, int(int(0.9 * gib) * hf.MEMORY_SHARE / per_row))
+
+
 def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, tiny_model_dir):
     """On a GPU the engine's max_num_seqs is sampling.vllm_max_num_seqs over the jobs sharing the
     GPU, at most the call's completions (vLLM's own default, 1024 on an H100, is far below what

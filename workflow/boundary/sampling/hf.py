@@ -266,7 +266,7 @@ def default_batch_size(model, prompt_len: int, max_new: int) -> int:
     """Seats that fit the device: on a GPU, a share of this job's memory over one seat's KV
     cache (its full length, allocated up front) plus the sampler's [seats, vocab] fp32
     buffers (about ten of them live in a step) and the attention scores, at most MAX_BATCH.
-    This job's memory is what is free, and no more than its share of the device when jobs
+    This job's memory is what is free (its own cache emptied first), and no more than its share of the device when jobs
     share it ($BOUNDARY_JOBS_PER_GPU): a job sized on free memory alone grew into its
     neighbour's (an H200 run, out of memory). A GPU to itself gets MEMORY_SHARE (real SmolLM2
     on an 80 GB H100: 3,778 seats, peak 70.4 GiB; 7% more tokens/s than at 0.6), a shared
@@ -277,6 +277,10 @@ def default_batch_size(model, prompt_len: int, max_new: int) -> int:
     columns = prompt_len + max_new + CHECK_EVERY
     per_row = (kv_bytes_per_token(model) * columns + 10 * 4 * cfg.vocab_size
                + 2 * 4 * cfg.num_attention_heads * columns)
+    # An earlier call in this process (the gate's next refresh epoch) leaves its batch's blocks
+    # in torch's cache, which the driver counts as used: without this, the 1.5B's gate draws got
+    # 2,074 seats in epoch 1 and 195 in epochs 2-3, a third of the speed.
+    torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(model.device)
     jobs = jobs_per_gpu()
     mine = min(free, total / jobs)
