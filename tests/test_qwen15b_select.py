@@ -286,3 +286,29 @@ def test_the_pilot_check_reads_the_gate_draws_reward_against_the_bar(tmp_path, c
     assert ("the pilot trains at its cap" in out) == trains and ("go to 1,024 tokens" in out) == (not trains)
     with pytest.raises(SystemExit, match=r"qwen15b_select: .*other/rollouts/base_gate.parquet"):
         select.main(["--results", str(tmp_path), "--pilot", "other"])
+
+
+def test_the_confirmation_page_is_rebuilt_from_its_committed_run():
+    """docs/results/2026-11-28-qwen15b-task-selection.md's confirmation: the labels recomputed
+    from the committed calibration's verdicts at the config's thresholds are the committed
+    labels, and give the page's counts (57 of 245 Boundary), its pass@1 and completion figures,
+    the gate's reward, and the 115 of 128 labels shared with the selection's adaptive run."""
+    from boundary.analysis.regimes import counts_from_calibration
+
+    run = ROOT / "docs" / "results" / "2026-11-28-qwen15b-task-selection" / "qwen15b"
+    calibration = pd.read_parquet(run / "rollouts" / "base_calibration.parquet")
+    settings_ = load_config(ROOT / "config" / "qwen15b.yaml")["regimes"]
+    labels = label_counts(counts_from_calibration(calibration), Thresholds(**settings_))
+    committed = pd.read_parquet(run / "regimes" / "regimes.parquet")
+    pd.testing.assert_frame_equal(labels.reset_index(drop=True), committed.reset_index(drop=True), check_like=True)
+    counts = committed["regime"].value_counts().to_dict()
+    assert counts == {"SolvedEasy": 77, "Reachable": 84, "Boundary": 57, "OutOfReach": 27}
+    assert (len(calibration), round(calibration["correct"].mean(), 3), round(calibration["n_tokens"].mean(), 1),
+            round((calibration["finish_reason"] == "length").mean(), 3)) == (62_720, 0.382, 546.8, 0.123)
+    gate = pd.read_parquet(run / "rollouts" / "base_gate.parquet")
+    assert (len(gate), round(gate["correct"].mean(), 3)) == (6_000, 0.321)
+    assert gate.groupby("epoch")["correct"].sum().tolist() == [641, 640, 644]
+    selection = pd.read_parquet(run.parent / "qwen15b_select_math500" / "regimes" / "regimes.parquet")
+    both = selection.merge(committed, on="prompt_id", suffixes=("_selection", ""))
+    assert (len(both), (both["regime_selection"] == both["regime"]).sum()) == (128, 115)
+    assert (both["regime"] == "Boundary").sum() == 31 and (both["regime_selection"] == "Boundary").sum() == 34
