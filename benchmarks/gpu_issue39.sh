@@ -33,7 +33,7 @@
 #   s  issue 41's cost input: the 1.5B study's step (config/qwen15b.yaml: 32 prompts x 8 of up to
 #      1,024 tokens after MATH prompts of up to 192, micro-batches of 32), the shape of the study's
 #      Qwen2.5-Coder-1.5B GGUF as imported (untied output layer, 1.78B parameters), eos suppressed
-#      (every completion full length: the step's upper bound), on 1 GPU and on 4
+#      (every completion full length: the step's upper bound), on 1 GPU and on 4 (ROW_S_GPUS)
 #   p  the same for the 0.5B pilot's step (config/qwen05b_pilot.yaml: up to 512 tokens, micro-batches
 #      of 64), the Coder-0.5B GGUF's shape (0.63B parameters), on 1 GPU (each pilot run trains on one)
 # ROW_LIMIT (default 230): seconds each 7B row may take.
@@ -75,12 +75,14 @@ else
   STUDY_SHAPE=qwen2.5-coder-1.5b-gguf; PILOT_SHAPE=qwen2.5-coder-0.5b-gguf  # the study's models, output layer untied
   ENGINE=vllm; SMOL=smollm2-135m; MID=qwen2.5-1.5b; MICRO=64; TP=4
 fi
-# Row b's GPU counts: ROW_B_GPUS, without those above the GPUs this machine has.
+# Rows b's and s's GPU counts: ROW_B_GPUS and ROW_S_GPUS, without those above the GPUs this
+# machine has (a 2-GPU lease: ROW_S_GPUS=1,2).
 if [ $CPU = 1 ]; then
   B_GPUS=${ROW_B_GPUS:-1,2}
 else
   HAVE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-  B_GPUS=$(tr ',' '\n' <<< "${ROW_B_GPUS:-1,2,4}" | awk -v have="$HAVE" '$1 >= 1 && $1 <= have' | paste -sd, -)
+  fits() { tr ',' '\n' <<< "$1" | awk -v have="$HAVE" '$1 >= 1 && $1 <= have' | paste -sd, -; }
+  B_GPUS=$(fits "${ROW_B_GPUS:-1,2,4}") S_GPUS=$(fits "${ROW_S_GPUS:-$S_GPUS}")
 fi
 for row in $(echo "$ROWS" | grep -o .); do
   echo "=== row $row ($(date -u +%H:%M:%S))"
@@ -101,8 +103,9 @@ for row in $(echo "$ROWS" | grep -o .); do
          --timeout 250 --logs $L/h ;;
     d) timeout 300 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --prompts 64 --G 8 --completion-len 1024 --accum 4 \
          --steps 2 --runs fsdp:grpo --engine $ENGINE --timeout 290 --logs $L/d ;;
-    s) $PY benchmarks/bench_scaling.py "${STUDY[@]}" --gpus $S_GPUS --shape $STUDY_SHAPE --engine $ENGINE --timeout 280 \
-         --logs $L/s ;;
+    s) if [ -z "$S_GPUS" ]; then echo "row s: none of ROW_S_GPUS=${ROW_S_GPUS:-1,4} fits the $HAVE GPU(s) here"
+       else $PY benchmarks/bench_scaling.py "${STUDY[@]}" --gpus "$S_GPUS" --shape $STUDY_SHAPE --engine $ENGINE \
+              --timeout 280 --logs $L/s; fi ;;
     p) $PY benchmarks/bench_scaling.py "${PILOT[@]}" --gpus 1 --shape $PILOT_SHAPE --engine $ENGINE --timeout 250 --logs $L/p ;;
     e) timeout 230 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine generate --timeout 220 --logs $L/e ;;
   esac

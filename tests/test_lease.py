@@ -167,6 +167,27 @@ def test_the_data_a_lease_carries_under_data_and_elsewhere_in_the_checkout(tmp_p
                        "the device has no such file)"]
 
 
+def test_a_gguf_goes_in_slices_a_call_each_that_join_to_the_file(tmp_path):
+    """lease_in.sh gguf FILE MIB DIR: DIR/NN/NAME.part_NN, one folder a device call, each at most
+    MIB MiB, joined in name order (as lease.sh joins them) into FILE's bytes; a slice that would
+    not fit a call beside the tracked tree is warned of in one line."""
+    import subprocess
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(os.urandom(5 * 2**20 // 2))
+    run = subprocess.run(["bash", "workflow/scripts/lease_in.sh", "gguf", str(gguf), "1", str(tmp_path / "s")],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    parts = sorted((tmp_path / "s").glob("*/m.gguf.part_*"))
+    assert [p.parent.name + "/" + p.name for p in parts] == [f"{n:02d}/m.gguf.part_{n:02d}" for n in range(3)]
+    assert b"".join(p.read_bytes() for p in parts) == gguf.read_bytes()
+    assert max(p.stat().st_size for p in parts) == 2**20 and "warning" not in run.stdout
+    run = subprocess.run(["bash", "workflow/scripts/lease_in.sh", "gguf", str(gguf), "63", str(tmp_path / "s")],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    warnings = [line for line in run.stdout.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("lease_in: warning: the tracked tree (")
+    assert "and a 63 MiB slice exceed the 64 MiB a call carries" in warnings[0]
+
+
 @pytest.mark.slow
 def test_a_detached_run_outlives_its_call_and_the_next_call_waits_for_it_and_packs(tmp_path):
     """lease.sh --detach: the call that starts Snakemake may end (here: killed, as a device call's

@@ -13,10 +13,12 @@
 #                                    call's files landed) into results/RUN and .snakemake/metadata,
 #                                    dated now, so `snakemake -n` here or the next lease's carry
 #                                    sees those stages as done
-#   lease_in.sh gguf FILE [MIB]      .lease/gguf/NN/NAME.part_NN: FILE in MIB-MiB slices (default
-#                                    54: a slice and the 8 MiB working tree fit the 64 MiB a call
-#                                    carries), one folder a call; the device call for slice NN is
-#                                    mkdir -p /tmp/lease-gguf && cp .lease/gguf/NN/* /tmp/lease-gguf/
+#   lease_in.sh gguf FILE [MIB] [DIR]
+#                                    DIR/NN/NAME.part_NN (DIR default .lease/gguf): FILE in MIB-MiB
+#                                    slices (default 50: a slice and the 10 MiB working tree fit
+#                                    the 64 MiB a call carries; it warns when they do not), one
+#                                    folder a call; the device call for slice NN is
+#                                    mkdir -p /tmp/lease-gguf && cp DIR/NN/* /tmp/lease-gguf/
 #                                    and lease.sh joins them and checks the SHA-256 pin
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -41,15 +43,15 @@ case "${1:-}" in
     grep "^left_out \|^unfinished " "$folder"/lease_*.manifest | sed 's/^/lease_in: not in this lease'"'"'s files: /' || true
     ;;
   gguf)
-    file="${2:?usage: lease_in.sh gguf FILE [MIB]}" mib="${3:-54}"
+    file="${2:?usage: lease_in.sh gguf FILE [MIB] [DIR]}" mib="${3:-50}" dir="${4:-.lease/gguf}"
     [ -f "$file" ] || { echo "lease_in: $file: no such file (workflow/scripts/qwen05b.sh makes the 0.5B one)" >&2; exit 1; }
-    rm -rf .lease/gguf && mkdir -p .lease/gguf/split
-    split -b "${mib}M" -d -a 2 "$file" ".lease/gguf/split/$(basename "$file").part_"
-    for part in .lease/gguf/split/*; do
-      nn="${part##*_}"; mkdir -p ".lease/gguf/$nn"; mv "$part" ".lease/gguf/$nn/"
-      echo "lease_in: .lease/gguf/$nn ($(($(stat -c %s ".lease/gguf/$nn"/*) / 1048576)) MiB)"
+    rm -rf "$dir" && mkdir -p "$dir/split"
+    split -b "${mib}M" -d -a 2 "$file" "$dir/split/$(basename "$file").part_"
+    for part in "$dir"/split/*; do
+      nn="${part##*_}"; mkdir -p "$dir/$nn"; mv "$part" "$dir/$nn/"
+      echo "lease_in: $dir/$nn ($(($(stat -c %s "$dir/$nn"/*) / 1048576)) MiB)"
     done
-    rmdir .lease/gguf/split
+    rmdir "$dir/split"
     tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
     [ $((tree + mib * 1048576)) -le $((64 * 1048576)) ] ||
       echo "lease_in: warning: the tracked tree ($((tree / 1048576)) MiB) and a $mib MiB slice exceed the 64 MiB a call carries: use a smaller MIB"
