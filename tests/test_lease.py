@@ -142,6 +142,29 @@ def test_a_seeds_targets_are_its_training_logs_and_evaluations(capsys):
     assert not [t for t in targets if "seed1" in t or "/models/" in t or "/final" in t]
 
 
+def test_a_seed_split_across_leases_by_method(capsys):
+    """--methods: a seed's targets for some methods only (those evaluating their checkpoints go
+    with them), `base` for the base's draw; together the parts are the whole seed. A method that
+    is not the config's, or a checkpoint's evaluation without the method that trains it, is
+    refused in one line."""
+    smoke = str(ROOT / "config" / "smoke.yaml")
+
+    def targets(*more):
+        lease_pack.main(["targets", "--configfile", smoke, "--seed", "0", *more])
+        return capsys.readouterr().out.split()
+
+    whole, grpo, rest = targets(), targets("--methods", "grpo"), targets("--methods", "pba,base")
+    assert "results/smoke/train/grpo/seed0/log.parquet" in grpo
+    assert "results/smoke/eval/testbed/early_stop/seed0/counts.parquet" in grpo  # grpo's checkpoint
+    assert not [t for t in grpo if "/base/" in t or "/pba/" in t]
+    assert "results/smoke/eval/diagnostic/base/seed0/counts.parquet" in rest
+    assert sorted(grpo + rest) == sorted(whole)
+    with pytest.raises(SystemExit, match=r"--methods ppo: not a method of .*smoke.yaml \(nor base\)$"):
+        targets("--methods", "grpo,ppo")
+    with pytest.raises(SystemExit, match="--methods early_stop: evaluates grpo's checkpoint: name that method too"):
+        targets("--methods", "early_stop")
+
+
 def test_the_data_a_lease_carries_under_data_and_elsewhere_in_the_checkout(tmp_path, monkeypatch, capsys):
     """data/ files go to .lease/data (lease.sh links data/ to it); the checkout's other files (the
     selection's subsamples under results/) to .lease/files at their paths (lease.sh copies them

@@ -4,7 +4,7 @@
 # come back (docs/how-to/run_a_study_across_gpu_leases.md). Run from the repository root:
 #
 #   OUT=<folder> bash workflow/scripts/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
-#       [--wheels DIR]... [--seed S] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
+#       [--wheels DIR]... [--seed S [--methods M,...]] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
 #       [--detach [--run-budget SECONDS]] [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
@@ -23,7 +23,9 @@
 #                 devices nvidia-smi lists, 0 without one): one sampling or 1-GPU training job a
 #                 device, so 4 GPUs hold the three methods' trainings and one evaluation at once
 #   --seed        adds the targets of seed S of every method and the base's draw S (its training
-#                 logs and evaluations: `lease_pack.py targets`), listed once the software is in
+#                 logs and evaluations: `lease_pack.py targets`), listed once the software is in;
+#                 --methods: only those methods' (`base`: the base's draw S), e.g. `grpo,pba` in one
+#                 lease of 2 GPUs and `random,base` in the next
 #   --setup       the software, the data and the base model's file only: no restore, no Snakemake,
 #                 no pack (e.g. once, before several runs of this checkout start side by side)
 #   --keep-locks  leave Snakemake's locks (by default a lock left by a killed call is cleared):
@@ -53,7 +55,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
-cfg="" carry="" seed="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
+cfg="" carry="" seed="" methods="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
 overrides=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -61,6 +63,7 @@ while [ $# -gt 0 ]; do
     --override) overrides+=("$2"); shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
+    --methods) methods="$2"; shift 2 ;;
     --wheels) wheels+=("$2"); shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --cores) cores="$2"; shift 2 ;;
@@ -75,6 +78,7 @@ while [ $# -gt 0 ]; do
 done
 : "${OUT:?lease.sh: set OUT to the folder that comes back}"
 [ -f "$cfg" ] || { echo "lease.sh: --configfile ${cfg:-(none)}: no such file" >&2; exit 2; }
+[ -z "$methods" ] || [ -n "$seed" ] || { echo "lease.sh: --methods $methods: needs --seed" >&2; exit 2; }
 for file in "${overrides[@]}"; do
   [ -f "$file" ] || { echo "lease.sh: --override $file: no such file" >&2; exit 2; }
   grep -Eq '^(run|base_model):' "$file" &&
@@ -133,7 +137,8 @@ chmod +x "$BIN/boundary"
 export PATH="$BIN:$PATH"
 run=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['run'])" "$cfg") || exit 1
 if [ -n "$seed" ]; then
-  seeded=$($PY workflow/scripts/lease_pack.py targets --configfile "$cfg" --seed "$seed") || exit 1
+  seeded=$($PY workflow/scripts/lease_pack.py targets --configfile "$cfg" --seed "$seed" \
+    ${methods:+--methods "$methods"}) || exit 1
   read -r -d '' -a more <<< "$seeded" || true
   targets+=("${more[@]}")
 fi

@@ -21,9 +21,11 @@ those stages as done instead of redoing them.
           what this machine made before them (the base re-imported here, a data folder copied
           in), so Snakemake's mtime trigger does not rerun them; a change of params, code or
           input set still does (the metadata came with them).
-  targets --configfile CFG --seed S
+  targets --configfile CFG --seed S [--methods M,...]
           the files one lease makes for seed S of every method: its training logs and every
-          evaluation of that seed (the base's draw S too), one a line.
+          evaluation of that seed (the base's draw S too), one a line; --methods: only those
+          methods (and the methods that evaluate their checkpoints), `base` for the base's draw,
+          so that a seed too large for one lease is split across leases by method.
 
 Model weights never travel (results/RUN/models/, train/<method>/seed<s>/final and step<n>/,
 *.safetensors, *.bin, *.pt, *.gguf). Snakemake does not remake a missing file whose
@@ -243,13 +245,23 @@ def targets(args) -> None:
     config = validate_config(load_yaml(args.configfile))
     out, seed = f"results/{config['run']}", args.seed
     benches = [DIAGNOSTIC] + settings.benchmarks(config)
-    for method, spec in config["methods"].items():
-        if seed in settings.seeds_of(config, method):
+    methods = config["methods"]
+    chosen = set(methods) | {BASE} if args.methods is None else set(args.methods.split(","))
+    unknown = sorted(chosen - set(methods) - {BASE})
+    if unknown:
+        sys.exit(f"lease_pack: --methods {unknown[0]}: not a method of {args.configfile} (nor {BASE})")
+    orphans = sorted(m for m in chosen - {BASE} if methods[m]["checkpoint_of"] not in (None, *chosen))
+    if orphans:  # its policy is another method's checkpoint, which only that method's lease holds
+        sys.exit(f"lease_pack: --methods {orphans[0]}: evaluates {methods[orphans[0]]['checkpoint_of']}'s "
+                 "checkpoint: name that method too (the weights stay on the machine that trained them)")
+    for method, spec in methods.items():
+        # A checkpoint's evaluation goes with the method that trains it.
+        if (method in chosen or spec["checkpoint_of"] in chosen) and seed in settings.seeds_of(config, method):
             if not spec["checkpoint_of"]:
                 print(f"{out}/train/{method}/seed{seed}/log.parquet")
             for bench in benches:
                 print(f"{out}/eval/{bench}/{method}/seed{seed}/counts.parquet")
-    if seed < settings.base_seeds(config):
+    if BASE in chosen and seed < settings.base_seeds(config):
         for bench in benches:
             print(f"{out}/eval/{bench}/{BASE}/seed{seed}/counts.parquet")
 
@@ -277,6 +289,8 @@ def main(argv=None) -> None:
     p = sub.add_parser("targets")
     p.add_argument("--configfile", required=True)
     p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--methods", help="comma-separated: only these methods' targets (and the base's draw if "
+                   "`base` is named; default: every method and the base)")
     p.set_defaults(func=targets)
     args = ap.parse_args(argv)
     args.func(args)
