@@ -1,0 +1,133 @@
+"""The pilot's seed leases against a hold of 2 GPUs (docs/results/2026-11-28-qwen15b-
+preregistration.md, Amendment 8), from the pilot's first lease's own files. Run from the
+repository root once lease 1's files are merged:
+
+    python workflow/scripts/qwen05b_pilot_plan.py [--configfile config/qwen05b_pilot.yaml]
+        [--results results]
+
+A lease of 2 GPUs holds either two methods of a seed (`lease.sh --seed S --methods grpo,pba`,
+then `random,base`: each method trains and is evaluated on its own GPU) or one (`--methods grpo`,
+...: it trains on one GPU while the other draws its anchor's base rollouts or a base draw, then
+its evaluation runs in 2 shards over both, `sampling.shards: 2`). On the busiest GPU a lease takes
+
+    fixed + base rollouts + training + evaluation (or half of it, one method a lease)
+
+where, from lease 1's files:
+- the sampling rate: the calibration shards' tokens over their jobs' wall seconds (Snakemake's
+  benchmark files: model load included, as an evaluation job's is), per GPU;
+- tokens a completion: the calibration's mean (the diagnostic split at the run's cap; the
+  benchmarks' completions are taken at the same length, and a trained policy's at the base's);
+- base rollouts: the PBA mask's anchored share of prompt-epochs x steps x prompts a step x G;
+- fixed: the machine's start and the carry calls (CALLS_S), the import (its benchmark file), the
+  pack and return (PACK_S);
+- training: row p's measured step (STEP_S, every completion at the cap: an upper bound) x steps
+  x ANCHOR_FACTOR, plus the trainer's start (START_S), on one GPU.
+
+Amendment 8's rule: the first of these designs whose lease fits HOLD_S less MARGIN_S is the one
+the pilot trains (the diagnostic split whole before anything else, then the benchmarks, then the
+fewest leases); if none fits, the pilot is blocked on hold length and the page says so.
+1. as configured, two methods a lease;
+2. as configured, one method a lease;
+3. each benchmark cut to its first BENCH_CUT prompts, two methods a lease;
+4. the same, one method a lease;
+5. that, and the diagnostic split cut to its first DIAG_CUT prompts (section 4's fallback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from boundary.analysis.stage_times import read_benchmarks  # noqa: E402
+from boundary.core.artifacts import read_table  # noqa: E402
+from boundary.core.config import load_config  # noqa: E402
+from boundary.core.errors import BoundaryError  # noqa: E402
+
+HOLD_S, MARGIN_S = 1800, 180  # a lease's 30 minutes, less room for a slow call or pack
+CALLS_S, PACK_S = 150, 60  # 13 carry calls and the start (the 1.5B's 22 took 125 s); the last pack
+STEP_S, START_S = 9.13, 50  # row p on one H200: the pilot's step, all 512 tokens; the trainer's start
+ANCHOR_FACTOR = 1.1  # section 4's allowance for the anchor's term (not measured)
+BENCH_CUT, DIAG_CUT = 32, 128
+
+
+def measured(results: Path) -> dict:
+    """The rate (tokens a GPU-second), tokens a completion, import seconds and anchored share."""
+    jobs = read_benchmarks(results).set_index("job")
+    shards = sorted((results / "rollouts" / "base_calibration_shards").glob("*.parquet"))
+    if not shards:
+        raise BoundaryError(f"{results}/rollouts/base_calibration_shards: no shard (lease 1 makes them)")
+    tokens = seconds = completions = 0
+    for path in shards:
+        job = f"calibrate_base/shard{path.stem}"
+        if job not in jobs.index:
+            raise BoundaryError(f"{results}/benchmarks/{job}.tsv: missing (the shard's wall time)")
+        drawn = read_table(path, ["n_tokens"], nonempty=True)["n_tokens"]
+        tokens, completions, seconds = tokens + drawn.sum(), completions + len(drawn), seconds + jobs.at[job, "seconds"]
+    if "import_base" not in jobs.index:
+        raise BoundaryError(f"{results}/benchmarks/import_base.tsv: missing")
+    mask = read_table(results / "masks" / "pba.parquet", ["action"], nonempty=True)
+    return {"rate": tokens / seconds, "tokens": tokens / completions, "import_s": float(jobs.at["import_base", "seconds"]),
+            "anchored": float(mask["action"].eq("anchor").mean())}
+
+
+def lease_seconds(config: dict, m: dict, diagnostic: int, benchmark_prompts: int, methods: int) -> dict:
+    """The seconds of a lease's parts on its busiest GPU, and their sum, with `methods` (2 or 1)
+    methods a lease."""
+    train, n = config["train"], config["evaluate"]["n"]
+    per_step = train["prompts_per_step"] * train["num_generations"]
+    parts = {
+        "fixed": CALLS_S + m["import_s"] + PACK_S,
+        "base_rollouts": m["anchored"] * train["steps"] * per_step * m["tokens"] / m["rate"],
+        "training": START_S + train["steps"] * STEP_S * ANCHOR_FACTOR,
+        "evaluation": (diagnostic + benchmark_prompts) * n * m["tokens"] / m["rate"] / (3 - methods),
+    }
+    return {**parts, "total": sum(parts.values())}
+
+
+def plan(config: dict, results: Path) -> tuple[pd.DataFrame, str, str]:
+    m = measured(results)
+    diagnostic = len(read_table(results / "regimes" / "regimes.parquet", ["prompt_id"], nonempty=True))
+    limits = [spec.get("limit") for spec in config["data"]["benchmarks"].values()]
+    if None in limits:
+        raise BoundaryError("data.benchmarks: every benchmark needs a `limit` for this arithmetic")
+    cut = sum(min(x, BENCH_CUT) for x in limits)
+    designs = [("as configured", diagnostic, sum(limits), 2),
+               ("as configured", diagnostic, sum(limits), 1),
+               (f"benchmarks cut to {BENCH_CUT} prompts", diagnostic, cut, 2),
+               (f"benchmarks cut to {BENCH_CUT} prompts", diagnostic, cut, 1),
+               (f"and the diagnostic split to {DIAG_CUT}", min(diagnostic, DIAG_CUT), cut, 1)]
+    table = pd.DataFrame([{"design": name, "diagnostic": d, "benchmark_prompts": b, "methods_a_lease": k,
+                           **{part: round(v / 60, 1) for part, v in lease_seconds(config, m, d, b, k).items()}}
+                          for name, d, b, k in designs])
+    table["fits"] = table["total"] <= (HOLD_S - MARGIN_S) / 60
+    head = (f"lease 1 measured: {m['rate']:,.0f} tokens a GPU-second end to end, {m['tokens']:.0f} tokens a completion, "
+            f"import {m['import_s']:.0f} s, PBA anchors {m['anchored']:.1%} of prompt-epochs (minutes below; a hold "
+            f"allows {(HOLD_S - MARGIN_S) / 60:.0f})")
+    fitting = table[table["fits"]]
+    verdict = (f"Amendment 8: the pilot trains with design {fitting.index[0] + 1}, {fitting['design'].iloc[0]}, "
+               f"{fitting['methods_a_lease'].iloc[0]} method(s) a lease"
+               if len(fitting) else "Amendment 8: no design fits a hold of 2 GPUs: the pilot is blocked on hold length")
+    return table, head, verdict
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configfile", default="config/qwen05b_pilot.yaml")
+    ap.add_argument("--results", default="results")
+    args = ap.parse_args(argv)
+    try:
+        config = load_config(args.configfile)
+        table, head, verdict = plan(config, Path(args.results) / config["run"])
+    except BoundaryError as err:
+        sys.exit(f"qwen05b_pilot_plan: {err}")
+    print(head)
+    print(table.to_string(index=False))
+    print(verdict)
+
+
+if __name__ == "__main__":
+    main()
