@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # (common.smk at 4e77492; paper.yaml's as edited since, by common.smk at 2b735cb), byte for
 # byte: a change here reruns every finished run of them. Since issue 39 paper.yaml's train keys
 # (rollout_engine: vllm) hold vllm_importance_sampling: TRL's correction is off now; and
-# gradient_accumulation_steps 64, without which its micro-batch's logits cannot fit a GPU.
+# gradient_accumulation_steps 64, without which its micro-batch's logits cannot fit a GPU. Its
+# calibrate and gate-draws keys hold sampling.shards at 1 (it splits only evaluations and base
+# rollouts; its 8 made them differ from a 1-shard run's without changing a draw).
 SNAPSHOT = ROOT / "tests" / "fixtures" / "stage_keys.json"
 
 
@@ -127,6 +129,18 @@ def test_one_calibration_shard_stays_out_of_the_key_and_more_are_in_it():
     config["calibration"]["shards"] = 4  # other draws (offset streams): another key
     assert settings.calibrate_key(config, DIAGNOSTIC)["calibration"]["shards"] == 4
     assert settings.resolve("calibrate", one)["calibration"]["shards"] == 1
+
+
+def test_sampling_shards_reach_the_evaluation_keys_only():
+    """Changing sampling.shards between GPU leases remakes no calibration, gate draw or mask
+    (they are carried, never recomputed); evaluations are split by it (the base rollouts too,
+    into other files: their key is the training's, which does not hold it)."""
+    config = load_config(ROOT / "config" / "smoke.yaml")
+    before = stage_keys(config)
+    config["sampling"]["shards"] = 2
+    after = stage_keys(config)
+    changed = [k for k in before if before[k] != after[k]]
+    assert changed and changed == [k for k in before if k.startswith("evaluate/")]
 
 
 def test_complete_settings_hold_every_default_of_the_schema():
