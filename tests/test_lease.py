@@ -211,6 +211,34 @@ def test_a_gguf_goes_in_slices_a_call_each_that_join_to_the_file(tmp_path):
     assert "and a 63 MiB slice exceed the 64 MiB a call carries" in warnings[0]
 
 
+def test_the_pilot_s_first_lease_command_makes_what_later_leases_carry(tmp_path):
+    """The how-to's call 14 for the pilot's first lease (docs/how-to/run_a_study_across_gpu_leases.md):
+    a dry run of its targets plans the calibration's shards and join, the regimes, the gate draws
+    and both masks. (Its first draft named the masks alone, which read only the gate draws: the
+    calibration would not have been made.)"""
+    import re
+
+    from test_workflow import snakemake
+
+    from boundary.core.config import load_config
+
+    how_to = (ROOT / "docs" / "how-to" / "run_a_study_across_gpu_leases.md").read_text()
+    call = next(line for line in how_to.splitlines() if line.startswith("| 14 |"))
+    targets = re.findall(r"results/qwen05b_pilot/\S+?\.parquet", call)
+    config = load_config(ROOT / "config" / "qwen05b_pilot.yaml")
+    (tmp_path / config["base_model"]).parent.mkdir(parents=True)
+    (tmp_path / config["base_model"]).write_bytes(b"")  # the dry run opens none
+    for entry in (config["data"]["train"], config["data"]["diagnostic"], *config["data"]["benchmarks"].values()):
+        (tmp_path / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / entry["path"]).write_text("")
+    out = snakemake("-n", *targets, "--cores", "1", "--configfile", str(ROOT / "config" / "qwen05b_pilot.yaml"),
+                    cwd=tmp_path).stdout
+    planned = set(re.findall(r"^rule (\w+):", out, flags=re.M)) | set(re.findall(r"^localrule (\w+):", out, flags=re.M))
+    assert {"import_base", "splits", "calibrate_base_shard", "calibrate_base", "regimes", "gate_draws",
+            "mask"} <= planned
+    assert not planned & {"train_grpo", "train_pba", "train_random", "evaluate", "base_rollouts"}
+
+
 @pytest.mark.slow
 def test_a_detached_run_outlives_its_call_and_the_next_call_waits_for_it_and_packs(tmp_path):
     """lease.sh --detach: the call that starts Snakemake may end (here: killed, as a device call's
