@@ -82,7 +82,8 @@ if [ $CPU = 1 ]; then
 else
   HAVE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   fits() { tr ',' '\n' <<< "$1" | awk -v have="$HAVE" '$1 >= 1 && $1 <= have' | paste -sd, -; }
-  B_GPUS=$(fits "${ROW_B_GPUS:-1,2,4}") S_GPUS=$(fits "${ROW_S_GPUS:-$S_GPUS}")
+  ROW_S_GPUS=${ROW_S_GPUS:-$S_GPUS}
+  B_GPUS=$(fits "${ROW_B_GPUS:-1,2,4}") S_GPUS=$(fits "$ROW_S_GPUS")
 fi
 for row in $(echo "$ROWS" | grep -o .); do
   echo "=== row $row ($(date -u +%H:%M:%S))"
@@ -103,7 +104,7 @@ for row in $(echo "$ROWS" | grep -o .); do
          --timeout 250 --logs $L/h ;;
     d) timeout 300 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --prompts 64 --G 8 --completion-len 1024 --accum 4 \
          --steps 2 --runs fsdp:grpo --engine $ENGINE --timeout 290 --logs $L/d ;;
-    s) if [ -z "$S_GPUS" ]; then echo "row s: none of ROW_S_GPUS=${ROW_S_GPUS:-1,4} fits the $HAVE GPU(s) here"
+    s) if [ -z "$S_GPUS" ]; then echo "row s: none of ROW_S_GPUS=$ROW_S_GPUS fits the $HAVE GPU(s) here"
        else $PY benchmarks/bench_scaling.py "${STUDY[@]}" --gpus "$S_GPUS" --shape $STUDY_SHAPE --engine $ENGINE \
               --timeout 280 --logs $L/s; fi ;;
     p) $PY benchmarks/bench_scaling.py "${PILOT[@]}" --gpus 1 --shape $PILOT_SHAPE --engine $ENGINE --timeout 250 --logs $L/p ;;

@@ -218,19 +218,14 @@ def test_the_pilot_s_first_lease_command_makes_what_later_leases_carry(tmp_path)
     calibration would not have been made.)"""
     import re
 
-    from test_workflow import snakemake
+    from test_workflow import dry_run_inputs, snakemake
 
     from boundary.core.config import load_config
 
     how_to = (ROOT / "docs" / "how-to" / "run_a_study_across_gpu_leases.md").read_text()
     call = next(line for line in how_to.splitlines() if line.startswith("| 14 |"))
     targets = re.findall(r"results/qwen05b_pilot/\S+?\.parquet", call)
-    config = load_config(ROOT / "config" / "qwen05b_pilot.yaml")
-    (tmp_path / config["base_model"]).parent.mkdir(parents=True)
-    (tmp_path / config["base_model"]).write_bytes(b"")  # the dry run opens none
-    for entry in (config["data"]["train"], config["data"]["diagnostic"], *config["data"]["benchmarks"].values()):
-        (tmp_path / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / entry["path"]).write_text("")
+    dry_run_inputs(tmp_path, load_config(ROOT / "config" / "qwen05b_pilot.yaml"))
     out = snakemake("-n", *targets, "--cores", "1", "--configfile", str(ROOT / "config" / "qwen05b_pilot.yaml"),
                     cwd=tmp_path).stdout
     planned = set(re.findall(r"^rule (\w+):", out, flags=re.M)) | set(re.findall(r"^localrule (\w+):", out, flags=re.M))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import ROOT
-from test_workflow import snakemake
+from test_workflow import dry_run_inputs, snakemake
 
 from boundary.core.config import load_config
 
@@ -76,13 +76,9 @@ def test_the_script_refuses_a_join_that_is_not_the_pinned_gguf(tmp_path):
 @pytest.mark.parametrize("name", ["qwen15b", "qwen15b_smoke", "qwen05b_pilot"])
 def test_the_configs_plan_four_base_draws(tmp_path, name):
     """A dry run: every benchmark's base is evaluated at each of evaluate.base_seeds seeds."""
-    (tmp_path / "models").mkdir()
     config = load_config(ROOT / "config" / f"{name}.yaml")
-    (tmp_path / config["base_model"]).write_bytes(b"")  # the dry run opens none
+    dry_run_inputs(tmp_path, config)
     data = config["data"]
-    for entry in (data["train"], data["diagnostic"], *data["benchmarks"].values()):
-        (tmp_path / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / entry["path"]).write_text("")
     out = snakemake("-n", "-p", "--cores", "1", "--configfile", str(ROOT / "config" / f"{name}.yaml"),
                     cwd=tmp_path).stdout
     evaluate = config["evaluate"]

@@ -24,6 +24,16 @@ def snakemake(*args, cwd=ROOT, check=True):
     return run
 
 
+def dry_run_inputs(workdir, config: dict) -> None:
+    """Empty files at a real-model config's base model and data paths under `workdir`: a dry
+    run checks they exist and opens none."""
+    data = config["data"]
+    for path in (config["base_model"], *(e["path"] for e in (data["train"], data["diagnostic"],
+                                                              *data["benchmarks"].values()))):
+        (Path(workdir) / path).parent.mkdir(parents=True, exist_ok=True)
+        (Path(workdir) / path).write_bytes(b"")
+
+
 def planned_jobs(workdir, configfile) -> set[tuple[str, str]]:
     """(rule, first output) of every job with outputs that a dry run would schedule (the
     target rule `all` has none and is left out)."""

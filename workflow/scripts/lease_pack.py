@@ -246,7 +246,7 @@ def targets(args) -> None:
     out, seed = f"results/{config['run']}", args.seed
     benches = [DIAGNOSTIC] + settings.benchmarks(config)
     methods = config["methods"]
-    chosen = set(methods) | {BASE} if args.methods is None else set(args.methods.split(","))
+    chosen = (set(methods) | {BASE}) if args.methods is None else set(args.methods.split(","))
     unknown = sorted(chosen - set(methods) - {BASE})
     if unknown:
         sys.exit(f"lease_pack: --methods {unknown[0]}: not a method of {args.configfile} (nor {BASE})")

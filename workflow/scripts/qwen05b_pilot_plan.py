@@ -66,12 +66,13 @@ def measured(results: Path) -> dict:
         if job not in jobs.index:
             raise BoundaryError(f"{results}/benchmarks/{job}.tsv: missing (the shard's wall time)")
         drawn = read_table(path, ["n_tokens"], nonempty=True)["n_tokens"]
-        tokens, completions, seconds = tokens + drawn.sum(), completions + len(drawn), seconds + jobs.at[job, "seconds"]
+        tokens, completions = tokens + drawn.sum(), completions + len(drawn)
+        seconds += jobs.at[job, "seconds"]
     if "import_base" not in jobs.index:
         raise BoundaryError(f"{results}/benchmarks/import_base.tsv: missing")
     mask = read_table(results / "masks" / "pba.parquet", ["action"], nonempty=True)
-    return {"rate": tokens / seconds, "tokens": tokens / completions, "import_s": float(jobs.at["import_base", "seconds"]),
-            "anchored": float(mask["action"].eq("anchor").mean())}
+    return {"rate": tokens / seconds, "tokens": tokens / completions,
+            "import_s": float(jobs.at["import_base", "seconds"]), "anchored": float(mask["action"].eq("anchor").mean())}
 
 
 def lease_seconds(config: dict, m: dict, diagnostic: int, benchmark_prompts: int, methods: int) -> dict:
@@ -83,7 +84,8 @@ def lease_seconds(config: dict, m: dict, diagnostic: int, benchmark_prompts: int
         "fixed": CALLS_S + m["import_s"] + PACK_S,
         "base_rollouts": m["anchored"] * train["steps"] * per_step * m["tokens"] / m["rate"],
         "training": START_S + train["steps"] * STEP_S * ANCHOR_FACTOR,
-        "evaluation": (diagnostic + benchmark_prompts) * n * m["tokens"] / m["rate"] / (3 - methods),
+        # one method a lease: its evaluation in 2 shards, one a GPU
+        "evaluation": (diagnostic + benchmark_prompts) * n * m["tokens"] / m["rate"] / (2 if methods == 1 else 1),
     }
     return {**parts, "total": sum(parts.values())}
 
@@ -104,9 +106,9 @@ def plan(config: dict, results: Path) -> tuple[pd.DataFrame, str, str]:
                            **{part: round(v / 60, 1) for part, v in lease_seconds(config, m, d, b, k).items()}}
                           for name, d, b, k in designs])
     table["fits"] = table["total"] <= (HOLD_S - MARGIN_S) / 60
-    head = (f"lease 1 measured: {m['rate']:,.0f} tokens a GPU-second end to end, {m['tokens']:.0f} tokens a completion, "
-            f"import {m['import_s']:.0f} s, PBA anchors {m['anchored']:.1%} of prompt-epochs (minutes below; a hold "
-            f"allows {(HOLD_S - MARGIN_S) / 60:.0f})")
+    head = (f"lease 1 measured: {m['rate']:,.0f} tokens a GPU-second end to end, "
+            f"{m['tokens']:.0f} tokens a completion, import {m['import_s']:.0f} s, PBA anchors {m['anchored']:.1%} "
+            f"of prompt-epochs (minutes below; a hold allows {(HOLD_S - MARGIN_S) / 60:.0f})")
     fitting = table[table["fits"]]
     verdict = (f"Amendment 8: the pilot trains with design {fitting.index[0] + 1}, {fitting['design'].iloc[0]}, "
                f"{fitting['methods_a_lease'].iloc[0]} method(s) a lease"

@@ -78,7 +78,7 @@ def seeds_of(config: dict, method: str) -> list[int]:
     return spec.get("seeds") or config["methods"][source].get("seeds") or config["train"]["seeds"]
 
 
-def sampling_key(config: dict, split: str, sharded: bool = True) -> dict:
+def sampling_key(config: dict, split: str, *, sharded: bool = True) -> dict:
     """Sampling and verification settings of a stage that samples `split`. sampling.shards
     splits evaluations and base rollouts into jobs; a stage it does not split (`sharded` False:
     the calibration, the gate's draws) holds it at 1, so that changing it between GPU leases
@@ -117,10 +117,10 @@ def calibrate_key(config: dict, split: str) -> dict:
     if calibration.get("shards") == 1:
         calibration.pop("shards")
     if calibration["adaptive"]:
-        return {"calibration": calibration, "regimes": config["regimes"], **sampling_key(config, split, False)}
+        return {"calibration": calibration, "regimes": config["regimes"], **sampling_key(config, split, sharded=False)}
     for key in ADAPTIVE_KEYS:
         calibration.pop(key, None)
-    return {"calibration": calibration, **sampling_key(config, split, False)}
+    return {"calibration": calibration, **sampling_key(config, split, sharded=False)}
 
 
 def mask_key(config: dict, mask: str) -> dict:
@@ -143,7 +143,7 @@ def gate_draws_key(config: dict) -> dict:
     gate = {k: config["gate"][k] for k in ("seed", "temperature", "top_p")}
     epochs = refresh_epochs(config["train"]["steps"], config["gate"]["refresh_steps"])
     return {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": epochs},
-            **sampling_key(config, "train", False)}
+            **sampling_key(config, "train", sharded=False)}
 
 
 def regimes_key(config: dict) -> dict:

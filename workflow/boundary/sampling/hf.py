@@ -268,9 +268,9 @@ def default_batch_size(model, prompt_len: int, max_new: int) -> int:
     buffers (about ten of them live in a step) and the attention scores, at most MAX_BATCH.
     This job's memory is what is free (its own cache emptied first), and no more than its
     share of the device when jobs share it ($BOUNDARY_JOBS_PER_GPU): a job sized on free
-    memory alone grew into its neighbour's (an H200 run, out of memory). A GPU to itself gets MEMORY_SHARE (real SmolLM2
-    on an 80 GB H100: 3,778 seats, peak 70.4 GiB; 7% more tokens/s than at 0.6), a shared
-    one SHARED_MEMORY_SHARE of the job's part."""
+    memory alone grew into its neighbour's (an H200 run, out of memory). A GPU to itself
+    gets MEMORY_SHARE (real SmolLM2 on an 80 GB H100: 3,778 seats, peak 70.4 GiB; 7% more
+    tokens/s than at 0.6), a shared one SHARED_MEMORY_SHARE of the job's part."""
     if model.device.type != "cuda":
         return CPU_BATCH
     cfg = model.config.get_text_config()
