@@ -289,3 +289,34 @@ def test_an_override_that_names_the_run_or_the_base_is_refused_in_one_line(tmp_p
     assert done.returncode == 2 and not (tmp_path / "out").exists()
     assert done.stderr.strip() == (f"lease.sh: --override {tmp_path / 'o.yaml'}: sets run or base_model, "
                                    "which only --configfile names")
+
+
+def test_a_later_call_of_a_hold_need_not_carry_a_wheel_folder_again(tmp_path):
+    """A carry replaces the folders it names, so a folder left out of a later call is absent
+    there: lease.sh goes on if this hold installed from it already, and refuses in one line a
+    folder it never saw."""
+    import subprocess
+    import sys
+    import zipfile
+
+    wheels = tmp_path / "kit"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "leasecheck-0.1-py3-none-any.whl", "w") as whl:
+        whl.writestr("leasecheck/__init__.py", "")
+        whl.writestr("leasecheck-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: leasecheck\nVersion: 0.1\n")
+        whl.writestr("leasecheck-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr("leasecheck-0.1.dist-info/RECORD", "")
+    env = {**os.environ, "PYTHON": sys.executable, "LEASE_SITE": str(tmp_path / "site"), "OUT": str(tmp_path / "out")}
+
+    def call(folder):
+        return subprocess.run(["bash", "workflow/scripts/lease.sh", "--configfile", "config/smoke.yaml",
+                               "--wheels", str(folder), "--setup"], cwd=ROOT, env=env, capture_output=True, text=True)
+
+    first = call(wheels)
+    assert first.returncode == 0 and (tmp_path / "site" / "leasecheck" / "__init__.py").is_file(), first.stdout
+    (wheels / "leasecheck-0.1-py3-none-any.whl").unlink()
+    wheels.rmdir()
+    later = call(wheels)
+    assert later.returncode == 0 and "installed by an earlier call of this hold" in later.stdout, later.stdout
+    never = call(tmp_path / "other")
+    assert never.returncode == 1 and f"--wheels {tmp_path / 'other'}: no such folder" in never.stdout, never.stdout

@@ -17,6 +17,7 @@
 #                 lacks go into its site-packages; any other folder's wheels go with --no-deps
 #                 into /tmp/site (first on PYTHONPATH). vLLM's parts /tmp/vllm_part_* (a tar.xz of
 #                 its wheel, benchmarks/gpu_issue39.sh) are unpacked there if vllm is not importable.
+#                 A later call of the same hold may leave a folder uncarried: it was installed.
 #   --budget      seconds this call may take in all (default 590); Snakemake is stopped (SIGINT,
 #                 then SIGKILL 20 s later) 60 s before, to leave time to pack
 #   --cores       Snakemake's --cores (default all); --gpus: its --resources gpu= (default: the
@@ -99,7 +100,15 @@ git log -1 --format='lease.sh: commit %H' 2>/dev/null || true
 # 1. Software: Snakemake and the carried wheel sets; `boundary` runs this checkout's package.
 want=$(sed -n 's/.*"snakemake==\([^"]*\)".*/\1/p' pyproject.toml)
 mkdir -p "$SITE"
+installed="$SITE/.lease-wheel-dirs"  # the folders this hold has installed from
 for dir in "${wheels[@]}"; do
+  if [ ! -d "$dir" ]; then
+    # A later call of a warm hold need not carry a folder again: a carry replaces the folders it
+    # names, so one left out is absent, and what it held is installed already.
+    grep -qxF "$dir" "$installed" 2>/dev/null || { say "--wheels $dir: no such folder"; exit 1; }
+    say "--wheels $dir: not carried this call; installed by an earlier call of this hold"
+    continue
+  fi
   if ls "$dir"/snakemake-*.whl >/dev/null 2>&1; then
     # Only the distributions the interpreter lacks, into its own site-packages: nothing it has is
     # shadowed. Not pip's resolver: snakemake requires pulp (16 MB of ILP solvers) that the set
@@ -124,6 +133,7 @@ PY
     [ -e "$stamp" ] || { $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
       "$dir"/*.whl && touch "$stamp"; } || { say "installing the wheels of $dir failed"; exit 1; }
   fi
+  echo "$dir" >> "$installed"
 done
 if ls /tmp/vllm_part_* >/dev/null 2>&1 && ! $PY -c "import vllm" 2>/dev/null; then
   cat /tmp/vllm_part_* | xz -d | tar -x -C "$SITE" || { say "unpacking vllm from /tmp/vllm_part_* failed"; exit 1; }
