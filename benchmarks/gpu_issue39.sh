@@ -36,6 +36,8 @@
 #      (every completion full length: the step's upper bound), on 1 GPU and on 4 (ROW_S_GPUS)
 #   p  the same for the 0.5B pilot's step (config/qwen05b_pilot.yaml: up to 512 tokens, micro-batches
 #      of 64), the Coder-0.5B GGUF's shape (0.63B parameters), on 1 GPU (each pilot run trains on one)
+#   q  the pilot's step at the study's cap (Amendment 9: up to 1,024 tokens, micro-batches of 32), the
+#      0.5B's shape, on 1 GPU and on 2 (ROW_Q_GPUS)
 # ROW_LIMIT (default 230): seconds each 7B row may take.
 set -u
 ROWS=${1:-abc}
@@ -75,7 +77,7 @@ else
   STUDY_SHAPE=qwen2.5-coder-1.5b-gguf; PILOT_SHAPE=qwen2.5-coder-0.5b-gguf  # the study's models, output layer untied
   ENGINE=vllm; SMOL=smollm2-135m; MID=qwen2.5-1.5b; MICRO=64; TP=4
 fi
-# Rows b's and s's GPU counts: ROW_B_GPUS and ROW_S_GPUS, without those above the GPUs this
+# Rows b's, s's and q's GPU counts: ROW_B_GPUS, ROW_S_GPUS and ROW_Q_GPUS, without those above the GPUs this
 # machine has (a 2-GPU lease: ROW_S_GPUS=1,2).
 if [ $CPU = 1 ]; then
   B_GPUS=${ROW_B_GPUS:-1,2}
@@ -83,7 +85,7 @@ else
   HAVE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   fits() { tr ',' '\n' <<< "$1" | awk -v have="$HAVE" '$1 >= 1 && $1 <= have' | paste -sd, -; }
   ROW_S_GPUS=${ROW_S_GPUS:-$S_GPUS}
-  B_GPUS=$(fits "${ROW_B_GPUS:-1,2,4}") S_GPUS=$(fits "$ROW_S_GPUS")
+  B_GPUS=$(fits "${ROW_B_GPUS:-1,2,4}") S_GPUS=$(fits "$ROW_S_GPUS") Q_GPUS=$(fits "${ROW_Q_GPUS:-1,2}")
 fi
 for row in $(echo "$ROWS" | grep -o .); do
   echo "=== row $row ($(date -u +%H:%M:%S))"
@@ -108,6 +110,8 @@ for row in $(echo "$ROWS" | grep -o .); do
        else $PY benchmarks/bench_scaling.py "${STUDY[@]}" --gpus "$S_GPUS" --shape $STUDY_SHAPE --engine $ENGINE \
               --timeout 280 --logs $L/s; fi ;;
     p) $PY benchmarks/bench_scaling.py "${PILOT[@]}" --gpus 1 --shape $PILOT_SHAPE --engine $ENGINE --timeout 250 --logs $L/p ;;
+    q) $PY benchmarks/bench_scaling.py "${STUDY[@]}" --gpus "${Q_GPUS:-1}" --shape $PILOT_SHAPE --engine $ENGINE \
+         --timeout 280 --logs $L/q ;;
     e) timeout 230 $PY benchmarks/bench_7b_shape.py "${SEVEN[@]}" --runs fsdp:grpo --engine generate --timeout 220 --logs $L/e ;;
   esac
   stop_gpu_leftovers

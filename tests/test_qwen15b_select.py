@@ -270,11 +270,14 @@ def test_the_confirmation_reads_the_study_runs_whole_held_out_split(artifacts, t
         select.main(args)
 
 
-@pytest.mark.parametrize("success, trains", [(0.25, True), (0.125, False)])
-def test_the_pilot_check_reads_the_gate_draws_reward_against_the_bar(tmp_path, capsys, success, trains):
+@pytest.mark.parametrize("success, cap, verdict", [(0.25, 512, "the pilot trains at its cap"),
+                                                   (0.125, 512, "go to 1,024 tokens"),
+                                                   (0.125, 1024, "by Amendment 9 the pilot goes on at it")])
+def test_the_pilot_check_reads_the_gate_draws_reward_against_the_bar(tmp_path, capsys, success, cap, verdict):
     """Amendment 4: the pilot trains at its cap when its gate draws' mean is at least 20%; else
-    its completions go to 1,024 tokens. A run without gate draws is one line."""
-    gate = pd.DataFrame(gate_for([f"p{i}" for i in range(40)], success, 512), columns=["prompt_id", "correct", "n_tokens"])
+    its completions go to 1,024 tokens, and if they are there already it goes on (Amendment 9).
+    A run without gate draws is one line."""
+    gate = pd.DataFrame(gate_for([f"p{i}" for i in range(40)], success, cap), columns=["prompt_id", "correct", "n_tokens"])
     gate["finish_reason"] = ["length" if i % 4 == 0 else "stop" for i in range(len(gate))]
     (tmp_path / "pilot" / "rollouts").mkdir(parents=True)
     gate.to_parquet(tmp_path / "pilot" / "rollouts" / "base_gate.parquet")
@@ -283,7 +286,8 @@ def test_the_pilot_check_reads_the_gate_draws_reward_against_the_bar(tmp_path, c
     correct = int(round(8 * success)) * 40
     lo, hi = select.wilson(correct, 320)
     assert f"pilot: training reward {correct / 320:.3f} [{lo:.3f}, {hi:.3f}] ({correct} of 320 gate draws of 40 prompts; 25.0% cut" in out
-    assert ("the pilot trains at its cap" in out) == trains and ("go to 1,024 tokens" in out) == (not trains)
+    verdicts = ["the pilot trains at its cap", "go to 1,024 tokens", "by Amendment 9 the pilot goes on at it"]
+    assert [v for v in verdicts if v in out] == [verdict]
     with pytest.raises(SystemExit, match=r"qwen15b_select: .*other/rollouts/base_gate.parquet"):
         select.main(["--results", str(tmp_path), "--pilot", "other"])
 

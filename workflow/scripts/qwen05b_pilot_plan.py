@@ -1,9 +1,9 @@
-"""The pilot's seed leases against a hold of 2 GPUs (docs/results/2026-11-28-qwen15b-
-preregistration.md, Amendment 8), from the pilot's first lease's own files. Run from the
+"""The pilot's seed leases against a hold of 2 GPUs, or of 1 (docs/results/2026-11-28-qwen15b-
+preregistration.md, Amendments 8 and 9), from the pilot's first lease's own files. Run from the
 repository root once lease 1's files are merged:
 
     python workflow/scripts/qwen05b_pilot_plan.py [--configfile config/qwen05b_pilot.yaml]
-        [--results results]
+        [--results results] [--gpus 2]
 
 A lease of 2 GPUs holds either two methods of a seed (`lease.sh --seed S --methods grpo,pba`,
 then `random,base`: each method trains and is evaluated on its own GPU) or one (`--methods grpo`,
@@ -20,17 +20,24 @@ where, from lease 1's files:
 - base rollouts: the PBA mask's anchored share of prompt-epochs x steps x prompts a step x G;
 - fixed: the machine's start and the carry calls (CALLS_S), the import (its benchmark file), the
   pack and return (PACK_S);
-- training: row p's measured step (STEP_S, every completion at the cap: an upper bound) x steps
-  x ANCHOR_FACTOR, plus the trainer's start (START_S), on one GPU.
+- training: the step measured at the config's cap on the run's GPUs (STEP_S, every completion at
+  the cap: an upper bound) x steps x ANCHOR_FACTOR, plus the trainer's start (START_S).
+
+On a hold of 1 GPU only the one-method designs trained on one GPU exist, and their evaluation runs
+on that GPU alone.
 
 Amendment 8's rule: the first of these designs whose lease fits HOLD_S less MARGIN_S is the one
 the pilot trains (the diagnostic split whole before anything else, then the benchmarks, then the
-fewest leases); if none fits, the pilot is blocked on hold length and the page says so.
+fewest leases); if none fits, the pilot is blocked on hold length and the page says so. In that
+order (Amendment 9 adds 6 and 7, the trainer on both GPUs of the hold, `train.gpus: 2`, whose step
+row q measures on 2 GPUs; until it has, they are listed as unmeasured and never chosen):
 1. as configured, two methods a lease;
 2. as configured, one method a lease;
 3. each benchmark cut to its first BENCH_CUT prompts, two methods a lease;
 4. the same, one method a lease;
-5. that, and the diagnostic split cut to its first DIAG_CUT prompts (section 4's fallback).
+6. design 4 trained on both GPUs;
+5. design 4 with the diagnostic split cut to its first DIAG_CUT prompts (section 4's fallback);
+7. design 5 trained on both GPUs.
 """
 
 from __future__ import annotations
@@ -49,7 +56,11 @@ from boundary.core.errors import BoundaryError  # noqa: E402
 
 HOLD_S, MARGIN_S = 1800, 180  # a lease's 30 minutes, less room for a slow call or pack
 CALLS_S, PACK_S = 150, 60  # 13 carry calls and the start (the 1.5B's 22 took 125 s); the last pack
-STEP_S, START_S = 9.13, 50  # row p on one H200: the pilot's step, all 512 tokens; the trainer's start
+# The pilot's step on H200s by (completion cap, GPUs the run trains on), benchmarks/gpu_issue39.sh:
+# 512 on one, row p, the larger of its two leases' figures (9.13 s, 11.12 s); 1,024 on one, row q
+# (docs/results/2026-11-29-qwen05b-pilot.md). 1,024 on two: row q on a 2-GPU lease, not yet run.
+STEP_S = {(512, 1): 11.12, (1024, 1): 16.43}
+START_S = 50  # the trainer's start
 ANCHOR_FACTOR = 1.1  # section 4's allowance for the anchor's term (not measured)
 BENCH_CUT, DIAG_CUT = 32, 128
 
@@ -75,44 +86,64 @@ def measured(results: Path) -> dict:
             "import_s": float(jobs.at["import_base", "seconds"]), "anchored": float(mask["action"].eq("anchor").mean())}
 
 
-def lease_seconds(config: dict, m: dict, diagnostic: int, benchmark_prompts: int, methods: int) -> dict:
-    """The seconds of a lease's parts on its busiest GPU, and their sum, with `methods` (2 or 1)
-    methods a lease."""
+def step_seconds(train: dict, train_gpus: int = 1) -> float:
+    """The measured step; a run on one GPU must have one, a run on two may not yet (NaN)."""
+    cap = train["max_completion_length"]
+    if (cap, 1) not in STEP_S:
+        raise BoundaryError(f"train.max_completion_length {cap}: no training step measured at this cap "
+                            f"(measured: {sorted(c for c, _ in STEP_S)}; row q of benchmarks/gpu_issue39.sh "
+                            f"measures 1,024)")
+    return STEP_S.get((cap, train_gpus), float("nan"))
+
+
+def lease_seconds(config: dict, m: dict, diagnostic: int, benchmark_prompts: int, methods: int,
+                  gpus: int = 2, train_gpus: int = 1) -> dict:
+    """The seconds of a lease's parts on its busiest GPU, and their sum, with `methods` methods a
+    lease of `gpus` GPUs (methods <= gpus), each trained on `train_gpus`."""
     train, n = config["train"], config["evaluate"]["n"]
     per_step = train["prompts_per_step"] * train["num_generations"]
     parts = {
         "fixed": CALLS_S + m["import_s"] + PACK_S,
         "base_rollouts": m["anchored"] * train["steps"] * per_step * m["tokens"] / m["rate"],
-        "training": START_S + train["steps"] * STEP_S * ANCHOR_FACTOR,
-        # one method a lease: its evaluation in 2 shards, one a GPU
-        "evaluation": (diagnostic + benchmark_prompts) * n * m["tokens"] / m["rate"] / (2 if methods == 1 else 1),
+        "training": START_S + train["steps"] * step_seconds(train, train_gpus) * ANCHOR_FACTOR,
+        # one method on 2 GPUs: its evaluation in 2 shards, one a GPU
+        "evaluation": (diagnostic + benchmark_prompts) * n * m["tokens"] / m["rate"] / (gpus // methods),
     }
     return {**parts, "total": sum(parts.values())}
 
 
-def plan(config: dict, results: Path) -> tuple[pd.DataFrame, str, str]:
+def plan(config: dict, results: Path, gpus: int = 2) -> tuple[pd.DataFrame, str, str]:
     m = measured(results)
     diagnostic = len(read_table(results / "regimes" / "regimes.parquet", ["prompt_id"], nonempty=True))
     limits = [spec.get("limit") for spec in config["data"]["benchmarks"].values()]
     if None in limits:
         raise BoundaryError("data.benchmarks: every benchmark needs a `limit` for this arithmetic")
     cut = sum(min(x, BENCH_CUT) for x in limits)
-    designs = [("as configured", diagnostic, sum(limits), 2),
-               ("as configured", diagnostic, sum(limits), 1),
-               (f"benchmarks cut to {BENCH_CUT} prompts", diagnostic, cut, 2),
-               (f"benchmarks cut to {BENCH_CUT} prompts", diagnostic, cut, 1),
-               (f"and the diagnostic split to {DIAG_CUT}", min(diagnostic, DIAG_CUT), cut, 1)]
-    table = pd.DataFrame([{"design": name, "diagnostic": d, "benchmark_prompts": b, "methods_a_lease": k,
-                           **{part: round(v / 60, 1) for part, v in lease_seconds(config, m, d, b, k).items()}}
-                          for name, d, b, k in designs])
-    table["fits"] = table["total"] <= (HOLD_S - MARGIN_S) / 60
-    head = (f"lease 1 measured: {m['rate']:,.0f} tokens a GPU-second end to end, "
+    bench, diag = f"benchmarks cut to {BENCH_CUT} prompts", f"and the diagnostic split to {DIAG_CUT}"
+    designs = [  # (number, design, diagnostic prompts, benchmark prompts, methods a lease, GPUs a run trains on)
+        (1, "as configured", diagnostic, sum(limits), 2, 1), (2, "as configured", diagnostic, sum(limits), 1, 1),
+        (3, bench, diagnostic, cut, 2, 1), (4, bench, diagnostic, cut, 1, 1), (6, bench, diagnostic, cut, 1, 2),
+        (5, diag, min(diagnostic, DIAG_CUT), cut, 1, 1), (7, diag, min(diagnostic, DIAG_CUT), cut, 1, 2)]
+    rows = []
+    for number, name, d, b, k, t in designs:
+        if k * t <= gpus:
+            parts = lease_seconds(config, m, d, b, k, gpus, t)
+            rows.append({"number": number, "design": name, "diagnostic": d, "benchmark_prompts": b,
+                         "methods_a_lease": k, "trained_on_gpus": t, **{part: round(v / 60, 1) for part, v in parts.items()},
+                         "fits": parts["total"] <= HOLD_S - MARGIN_S})  # on the seconds, not the rounded minutes
+    table = pd.DataFrame(rows)
+    head = (f"the calibration's lease measured: {m['rate']:,.0f} tokens a GPU-second end to end, "
             f"{m['tokens']:.0f} tokens a completion, import {m['import_s']:.0f} s, PBA anchors {m['anchored']:.1%} "
             f"of prompt-epochs (minutes below; a hold allows {(HOLD_S - MARGIN_S) / 60:.0f})")
     fitting = table[table["fits"]]
-    verdict = (f"Amendment 8: the pilot trains with design {fitting.index[0] + 1}, {fitting['design'].iloc[0]}, "
-               f"{fitting['methods_a_lease'].iloc[0]} method(s) a lease"
-               if len(fitting) else "Amendment 8: no design fits a hold of 2 GPUs: the pilot is blocked on hold length")
+    verdict = (f"Amendment 8: the pilot trains with design {fitting['number'].iloc[0]}, {fitting['design'].iloc[0]}, "
+               f"{fitting['methods_a_lease'].iloc[0]} method(s) a lease of {gpus} GPU(s), "
+               f"each trained on {fitting['trained_on_gpus'].iloc[0]}"
+               if len(fitting) else
+               f"Amendment 8: no design fits a hold of {gpus} GPU(s): the pilot is blocked on hold length")
+    unmeasured = table.loc[table["training"].isna(), "number"].tolist()
+    if not len(fitting) and unmeasured:
+        verdict += f" until row q measures the step on 2 GPUs (design(s) {', '.join(map(str, unmeasured))})"
     return table, head, verdict
 
 
@@ -120,10 +151,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configfile", default="config/qwen05b_pilot.yaml")
     ap.add_argument("--results", default="results")
+    ap.add_argument("--gpus", type=int, choices=(1, 2), default=2, help="the hold's GPUs")
     args = ap.parse_args(argv)
     try:
         config = load_config(args.configfile)
-        table, head, verdict = plan(config, Path(args.results) / config["run"])
+        table, head, verdict = plan(config, Path(args.results) / config["run"], args.gpus)
     except BoundaryError as err:
         sys.exit(f"qwen05b_pilot_plan: {err}")
     print(head)

@@ -67,6 +67,7 @@ from boundary.core.errors import BoundaryError  # noqa: E402
 CANDIDATES = {"gsm8k": ("qwen15b_select_gsm8k", "gsm8k"), "math500": ("qwen15b_select_math500", "math500"),
               "math500_l3": ("qwen15b_select_math500", "math500"), "omni_d5": ("qwen15b_select_omni", "omni_d5")}
 MIN_REWARD = MIN_SHARE = 0.20
+STUDY_CAP = 1024  # the 1.5B study's completion cap (config/qwen15b.yaml), the pilot's after Amendment 4
 BOUNDARY = "Boundary"
 COLUMNS = ["candidate", "run", "train_prompts", "gate_draws", "reward", "reward_lo", "reward_hi",
            "diagnostic_prompts", "near_copy_boundary", "boundary", "boundary_share", "share_lo", "share_hi",
@@ -186,17 +187,22 @@ def confirm(run: str, name: str | None, candidates: Path, results: Path, table: 
 
 
 def pilot(run: str, results: Path) -> str:
-    """Amendment 4's line: the training reward of results/RUN's gate draws against MIN_REWARD."""
+    """Amendment 4's line: the training reward of results/RUN's gate draws against MIN_REWARD; at
+    the study's cap already (the draws cut at the cap are that long), Amendment 9's."""
     path = results / run / "rollouts" / "base_gate.parquet"
-    gate = read_table(path, ["prompt_id", "correct", "finish_reason"], nonempty=True)
+    gate = read_table(path, ["prompt_id", "correct", "finish_reason", "n_tokens"], nonempty=True)
+    cut = gate["finish_reason"].eq("length")
     correct, draws = successes(gate)
     (lo,), (hi,) = wilson([correct], [draws])
     line = (f"{run}: training reward {correct / draws:.3f} [{lo:.3f}, {hi:.3f}] ({correct} of {draws} gate draws "
             f"of {gate['prompt_id'].nunique()} prompts; {gate['finish_reason'].eq('length').mean():.1%} cut at the cap)")
     if correct / draws >= MIN_REWARD:
         return f"{line}: at least {MIN_REWARD:.0%}, the pilot trains at its cap"
-    return (f"{line}: under {MIN_REWARD:.0%}, so by Amendment 4 the pilot's completions go to 1,024 tokens and its "
-            "calibration and gate draws are made again at that cap, re-costed before any training")
+    if not cut.any() or gate.loc[cut, "n_tokens"].max() >= STUDY_CAP:
+        return (f"{line}: under {MIN_REWARD:.0%} at the study's cap, so by Amendment 9 the pilot goes on at it, "
+                "its page stating the reward under the bar first")
+    return (f"{line}: under {MIN_REWARD:.0%}, so by Amendment 4 the pilot's completions go to {STUDY_CAP:,} tokens "
+            "and its calibration and gate draws are made again at that cap, re-costed before any training")
 
 
 def main(argv=None) -> None:
