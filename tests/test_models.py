@@ -106,3 +106,37 @@ def test_a_base_model_path_that_does_not_exist_says_so(tmp_path):
         import_base("models/Qwen2.5-7B", tmp_path / "base")
     assert str(err.value) == ("models/Qwen2.5-7B: no such model folder or file (as a hub id it could not be "
                               "fetched: hub ids need network access)")
+
+
+def test_a_gguf_is_parsed_once_for_the_eos_lookup_and_every_transformers_load(monkeypatch, tmp_path):
+    """transformers parses a GGUF afresh for its config, tokenizer and weights, each looking
+    GGUFReader up in the gguf module at the call: inside gguf_parsed_once they share one reader a
+    file (a 151k-token vocabulary's metadata is about 10 s a parse), and the module is restored."""
+    import gguf
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from boundary.sampling import models
+
+    class Parsed(Exception):
+        pass
+
+    made = []
+
+    class Reader:
+        def __init__(self, path, mode="r"):
+            made.append(str(path))
+
+        @property
+        def fields(self):
+            raise Parsed  # what transformers reads first: its call reached the shared reader
+
+    monkeypatch.setattr(gguf, "GGUFReader", Reader)
+    path = tmp_path / "m.gguf"
+    with models.gguf_parsed_once():
+        assert gguf.GGUFReader(str(path)) is gguf.GGUFReader(path)
+        for _ in range(3):  # config, tokenizer, weights
+            with pytest.raises(Parsed):
+                load_gguf_checkpoint(str(path))
+        with pytest.raises(Parsed):
+            models._gguf_eos_ids(path)
+    assert made == [str(path)] and gguf.GGUFReader is Reader

@@ -12,6 +12,7 @@ first of them: TRL stops at the tokenizer's eos as well as the generation config
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -30,10 +31,33 @@ def _short(err: Exception) -> str:
 
 
 def _gguf_eos_ids(path: Path) -> list[int]:
-    from gguf import GGUFReader
+    import gguf
 
-    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.eos_token_id")
+    field = gguf.GGUFReader(str(path)).fields.get("tokenizer.ggml.eos_token_id")
     return [int(field.parts[field.data[0]][0])] if field is not None else []
+
+
+@contextlib.contextmanager
+def gguf_parsed_once():
+    """One GGUFReader a file inside the block. transformers parses the file afresh for its config,
+    its tokenizer and its weights (`from gguf import GGUFReader` at each call), and a parse of a
+    151k-token vocabulary's metadata is about 10 s of Python: with the eos lookup, 4 parses were
+    42 of the 0.5B import's 76 s. The reader is read-only (a memmap), so one serves every call."""
+    import gguf
+
+    real, readers = gguf.GGUFReader, {}
+
+    def shared(path, mode="r"):
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = real(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield readers
+    finally:
+        gguf.GGUFReader = real
 
 
 def _load_source(source: str):
@@ -47,9 +71,10 @@ def _load_source(source: str):
         kwargs = {"gguf_file": path.name}
         folder = str(path.parent)
         try:
-            extra = _gguf_eos_ids(path)
-            tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-            model = from_pretrained(folder, **kwargs)
+            with gguf_parsed_once():
+                extra = _gguf_eos_ids(path)
+                tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+                model = from_pretrained(folder, **kwargs)
         except Exception as err:  # a GGUF transformers cannot read, whatever the cause
             raise BoundaryError(f"{path}: transformers cannot read this GGUF ({_short(err)})") from None
         return _dequantised(model), tokenizer, extra
