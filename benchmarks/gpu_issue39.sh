@@ -77,8 +77,8 @@ else
   STUDY_SHAPE=qwen2.5-coder-1.5b-gguf; PILOT_SHAPE=qwen2.5-coder-0.5b-gguf  # the study's models, output layer untied
   ENGINE=vllm; SMOL=smollm2-135m; MID=qwen2.5-1.5b; MICRO=64; TP=4
 fi
-# Rows b's, s's and q's GPU counts: ROW_B_GPUS, ROW_S_GPUS and ROW_Q_GPUS, without those above the GPUs this
-# machine has (a 2-GPU lease: ROW_S_GPUS=1,2).
+# Rows b's, s's and q's GPU counts: ROW_B_GPUS, ROW_S_GPUS and ROW_Q_GPUS, without those above the
+# GPUs this machine has (a 2-GPU lease: ROW_S_GPUS=1,2).
 if [ $CPU = 1 ]; then
   B_GPUS=${ROW_B_GPUS:-1,2}
 else

@@ -1,6 +1,6 @@
 """The pilot's seed leases against a hold of 2 GPUs, or of 1 (docs/results/2026-11-28-qwen15b-
-preregistration.md, Amendments 8 and 9), from the pilot's first lease's own files. Run from the
-repository root once lease 1's files are merged:
+preregistration.md, Amendments 8 and 9), from the files of the pilot's lease that made its
+calibration at the config's cap. Run from the repository root once that lease's files are merged:
 
     python workflow/scripts/qwen05b_pilot_plan.py [--configfile config/qwen05b_pilot.yaml]
         [--results results] [--gpus 2]
@@ -12,7 +12,7 @@ its evaluation runs in 2 shards over both, `sampling.shards: 2`). On the busiest
 
     fixed + base rollouts + training + evaluation (or half of it, one method a lease)
 
-where, from lease 1's files:
+where, from that lease's files:
 - the sampling rate: the calibration shards' tokens over their jobs' wall seconds (Snakemake's
   benchmark files: model load included, as an evaluation job's is), per GPU;
 - tokens a completion: the calibration's mean (the diagnostic split at the run's cap; the
@@ -70,7 +70,7 @@ def measured(results: Path) -> dict:
     jobs = read_benchmarks(results).set_index("job")
     shards = sorted((results / "rollouts" / "base_calibration_shards").glob("*.parquet"))
     if not shards:
-        raise BoundaryError(f"{results}/rollouts/base_calibration_shards: no shard (lease 1 makes them)")
+        raise BoundaryError(f"{results}/rollouts/base_calibration_shards: no shard (the calibration lease makes them)")
     tokens = seconds = completions = 0
     for path in shards:
         job = f"calibrate_base/shard{path.stem}"
