@@ -23,12 +23,11 @@ def benchmark(path, seconds):
 
 
 def lease1(results, rate, tokens=400, anchored=0.25):
-    """Four calibration shards of 100 completions of `tokens` at `rate` tokens a second, a
-    160 s import, a PBA mask anchoring `anchored` of its prompt-epochs, 245 labelled prompts."""
-    shards = results / "rollouts" / "base_calibration_shards"
-    shards.mkdir(parents=True)
+    """A calibration of 400 completions of `tokens` drawn in four shards at `rate` tokens a second,
+    a 160 s import, a PBA mask anchoring `anchored` of its prompt-epochs, 245 labelled prompts."""
+    (results / "rollouts").mkdir(parents=True)
+    pd.DataFrame({"n_tokens": [tokens] * 400}).to_parquet(results / "rollouts" / "base_calibration.parquet")
     for k in range(4):
-        pd.DataFrame({"n_tokens": [tokens] * 100}).to_parquet(shards / f"{k}.parquet")
         benchmark(results / "benchmarks" / "calibrate_base" / f"shard{k}.tsv", 100 * tokens / rate)
     benchmark(results / "benchmarks" / "import_base.tsv", 160)
     (results / "masks").mkdir()
@@ -42,7 +41,7 @@ def lease1(results, rate, tokens=400, anchored=0.25):
 def test_a_lease_is_its_fixed_costs_base_rollouts_training_and_one_evaluation(tmp_path):
     lease1(tmp_path, rate=40_000)
     config = load_config(CONFIG)
-    m = plan_script.measured(tmp_path)
+    m = plan_script.measured(tmp_path, 4)
     assert m == {"rate": 40_000, "tokens": 400, "import_s": 160, "anchored": 0.25}
     parts = plan_script.lease_seconds(config, m, 245, 400, 2)
     train = config["train"]
@@ -61,7 +60,7 @@ def test_a_lease_is_its_fixed_costs_base_rollouts_training_and_one_evaluation(tm
 def test_the_step_is_the_one_measured_at_the_config_s_cap(tmp_path):
     lease1(tmp_path, rate=40_000)
     config = load_config(CONFIG)
-    m = plan_script.measured(tmp_path)
+    m = plan_script.measured(tmp_path, 4)
     steps = {cap: plan_script.lease_seconds({**config, "train": {**config["train"], "max_completion_length": cap}},
                                             m, 245, 400, 2)["training"] for cap in (512, 1024)}
     assert steps[1024] - steps[512] == pytest.approx(60 * (16.43 - 11.12) * plan_script.ANCHOR_FACTOR)
@@ -148,11 +147,8 @@ def test_the_pilot_page_is_rebuilt_from_its_committed_lease():
     assert (masks["pba"]["flip"].sum(), anchored["pba"].mean(), anchored["random"].mean()) == (46, 0.72, 0.72)
     assert round((anchored["pba"] & anchored["random"]).mean(), 3) == 0.528
 
-    seconds = sum(plan_script.read_benchmarks(run).set_index("job").at[f"calibrate_base/shard{k}", "seconds"]
-                  for k in range(4))
-    m = {"rate": calibration["n_tokens"].sum() / seconds, "tokens": calibration["n_tokens"].mean(),
-         "import_s": 97.59, "anchored": 0.72}
-    assert round(m["rate"]) == 35_683
+    m = plan_script.measured(run, config["calibration"]["shards"])
+    assert (round(m["rate"]), m["import_s"], m["anchored"]) == (35_683, 97.59, 0.72)
     totals = [round(plan_script.lease_seconds(config, m, d, b, k)["total"] / 60, 1)
               for d, b, k in [(245, 400, 2), (245, 400, 1), (245, 64, 2), (245, 64, 1), (128, 64, 1)]]
     assert totals == [55.9, 41.0, 40.4, 33.2, 30.5]

@@ -13,7 +13,7 @@ its evaluation runs in 2 shards over both, `sampling.shards: 2`). On the busiest
     fixed + base rollouts + training + evaluation (or half of it, one method a lease)
 
 where, from that lease's files:
-- the sampling rate: the calibration shards' tokens over their jobs' wall seconds (Snakemake's
+- the sampling rate: the calibration's tokens over its shard jobs' wall seconds (Snakemake's
   benchmark files: model load included, as an evaluation job's is), per GPU;
 - tokens a completion: the calibration's mean (the diagnostic split at the run's cap; the
   benchmarks' completions are taken at the same length, and a trained policy's at the base's);
@@ -65,24 +65,17 @@ ANCHOR_FACTOR = 1.1  # section 4's allowance for the anchor's term (not measured
 BENCH_CUT, DIAG_CUT = 32, 128
 
 
-def measured(results: Path) -> dict:
-    """The rate (tokens a GPU-second), tokens a completion, import seconds and anchored share."""
+def measured(results: Path, shards: int) -> dict:
+    """The rate (tokens a GPU-second), tokens a completion, import seconds and anchored share,
+    from the joined calibration and its `shards` jobs' benchmark files."""
     jobs = read_benchmarks(results).set_index("job")
-    shards = sorted((results / "rollouts" / "base_calibration_shards").glob("*.parquet"))
-    if not shards:
-        raise BoundaryError(f"{results}/rollouts/base_calibration_shards: no shard (the calibration lease makes them)")
-    tokens = seconds = completions = 0
-    for path in shards:
-        job = f"calibrate_base/shard{path.stem}"
+    names = [f"calibrate_base/shard{k}" for k in range(shards)] if shards > 1 else ["calibrate_base"]
+    for job in names + ["import_base"]:
         if job not in jobs.index:
-            raise BoundaryError(f"{results}/benchmarks/{job}.tsv: missing (the shard's wall time)")
-        drawn = read_table(path, ["n_tokens"], nonempty=True)["n_tokens"]
-        tokens, completions = tokens + drawn.sum(), completions + len(drawn)
-        seconds += jobs.at[job, "seconds"]
-    if "import_base" not in jobs.index:
-        raise BoundaryError(f"{results}/benchmarks/import_base.tsv: missing")
+            raise BoundaryError(f"{results}/benchmarks/{job}.tsv: missing (the job's wall time)")
+    drawn = read_table(results / "rollouts" / "base_calibration.parquet", ["n_tokens"], nonempty=True)["n_tokens"]
     mask = read_table(results / "masks" / "pba.parquet", ["action"], nonempty=True)
-    return {"rate": tokens / seconds, "tokens": tokens / completions,
+    return {"rate": drawn.sum() / jobs.loc[names, "seconds"].sum(), "tokens": drawn.mean(),
             "import_s": float(jobs.at["import_base", "seconds"]), "anchored": float(mask["action"].eq("anchor").mean())}
 
 
@@ -113,7 +106,7 @@ def lease_seconds(config: dict, m: dict, diagnostic: int, benchmark_prompts: int
 
 
 def plan(config: dict, results: Path, gpus: int = 2) -> tuple[pd.DataFrame, str, str]:
-    m = measured(results)
+    m = measured(results, config["calibration"]["shards"])
     diagnostic = len(read_table(results / "regimes" / "regimes.parquet", ["prompt_id"], nonempty=True))
     limits = [spec.get("limit") for spec in config["data"]["benchmarks"].values()]
     if None in limits:

@@ -195,7 +195,7 @@ def pilot(run: str, results: Path) -> str:
     correct, draws = successes(gate)
     (lo,), (hi,) = wilson([correct], [draws])
     line = (f"{run}: training reward {correct / draws:.3f} [{lo:.3f}, {hi:.3f}] ({correct} of {draws} gate draws "
-            f"of {gate['prompt_id'].nunique()} prompts; {gate['finish_reason'].eq('length').mean():.1%} cut at the cap)")
+            f"of {gate['prompt_id'].nunique()} prompts; {cut.mean():.1%} cut at the cap)")
     if correct / draws >= MIN_REWARD:
         return f"{line}: at least {MIN_REWARD:.0%}, the pilot trains at its cap"
     if not cut.any() or gate.loc[cut, "n_tokens"].max() >= STUDY_CAP:
