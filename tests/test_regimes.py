@@ -73,3 +73,25 @@ def test_bad_settings_are_one_line(tmp_path):
         regimes_stage.main(["--calibration", "unused", "--settings", str(tmp_path / "s.json"), "--out", "unused"])
     with pytest.raises(BoundaryError):
         rg.Thresholds(easy=0.05, boundary=0.1, coverage_k=256, coverage_min=0.4)
+
+
+def test_a_label_that_rests_on_unverified_answers_is_named_in_one_warning(tmp_path, capsys):
+    """An unverified answer (a check that overran) counts not correct; where counting it correct
+    would move the prompt to another regime the stage names it (the 0.5B pilot's math500-00203:
+    0 of 256 correct, 2 unverified, OutOfReach or Boundary). Labels stay as computed."""
+    rows = ([("zero", i, False, i >= 2) for i in range(256)]          # 2 unverified: OutOfReach or Boundary
+            + [("safe", i, i < 100, i != 200) for i in range(256)]     # 1 unverified: Reachable either way
+            + [("edge", i, i < 25, i < 254) for i in range(256)])      # 25 + 2 of 256 crosses 0.10
+    cal = pd.DataFrame(rows, columns=["prompt_id", "sample_idx", "correct", "verified"])
+    cal.to_parquet(tmp_path / "cal.parquet")
+    (tmp_path / "s.json").write_text(json.dumps({"easy": 0.6, "boundary": 0.10, "coverage_k": 256, "coverage_min": 0.4}))
+    args = ["--settings", str(tmp_path / "s.json"), "--out", str(tmp_path / "regimes.parquet")]
+    regimes_stage.main(["--calibration", str(tmp_path / "cal.parquet"), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["warning: regimes: 2 label(s) rest on unverified answers (counted not correct): "
+                   "edge is Boundary, Reachable if its 2 were correct; zero is OutOfReach, Boundary if its 2 were correct"]
+    out = pd.read_parquet(tmp_path / "regimes.parquet").set_index("prompt_id")["regime"].to_dict()
+    assert out == {"edge": "Boundary", "safe": "Reachable", "zero": "OutOfReach"}
+    cal.drop(columns="verified").to_parquet(tmp_path / "other_tool.parquet")  # no verdicts to doubt: no warning
+    regimes_stage.main(["--calibration", str(tmp_path / "other_tool.parquet"), *args])
+    assert capsys.readouterr().err == ""
