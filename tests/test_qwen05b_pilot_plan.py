@@ -84,7 +84,7 @@ def test_the_first_design_that_fits_a_hold_is_the_one_the_pilot_trains(tmp_path,
     assert f"the calibration's lease measured: {rate:,} tokens a GPU-second end to end, 400 tokens a completion" in out
     if design is None:
         assert f"no design fits a hold of {gpus} GPU(s): the pilot is blocked on hold length" in out
-        assert ("until row q measures the step on 2 GPUs (design(s) 6, 7)" in out) == (gpus == 2)
+        assert ("until row q measures the step on 2 GPUs (design(s) 6: fits with a step of at most " in out) == (gpus == 2)
     else:
         assert f"Amendment 8: the pilot trains with design {design}, " in out and f"a lease of {gpus} GPU(s)" in out
 
@@ -112,27 +112,43 @@ def test_a_shard_without_its_wall_time_is_one_line(tmp_path):
         plan_script.main(["--configfile", str(CONFIG), "--results", str(tmp_path)])
 
 
-def test_the_pilot_page_is_rebuilt_from_its_committed_lease():
+LEASES = {  # each lease's figures on docs/results/2026-11-29-qwen05b-pilot.md
+    "lease1_512": {"regimes": {"Boundary": 125, "OutOfReach": 56, "Reachable": 53, "SolvedEasy": 11},
+                   "calibration": (62_720, 0.106, 387.7, 0.341), "gate": (4_000, 334, 0.352), "by_epoch": [166, 168],
+                   "anchored_by_epoch": [175, 185], "masks": (46, 0.72, 0.72), "both": 0.528,
+                   "measured": (35_683, 97.59, 0.72), "totals": [55.9, 41.0, 40.4, 33.2, 30.5],
+                   "step_at_most": "6: fits with a step of at most 10.80 s, 7: fits with a step of at most 13.26 s"},
+    "lease2_1024": {"regimes": {"Boundary": 130, "OutOfReach": 49, "Reachable": 55, "SolvedEasy": 11},
+                    "calibration": (62_720, 0.109, 488.1, 0.131), "gate": (4_000, 330, 0.136), "by_epoch": [162, 168],
+                    "anchored_by_epoch": [178, 184], "masks": (48, 0.724, 0.724), "both": 0.534,
+                    "measured": (31_733, 47.98, 0.724), "totals": [68.4, 47.2, 46.3, 36.2, 32.4],
+                    "step_at_most": "6: fits with a step of at most 8.07 s, 7: fits with a step of at most 11.56 s"},
+}
+
+
+@pytest.mark.parametrize("lease", sorted(LEASES))
+def test_the_pilot_page_is_rebuilt_from_its_committed_leases(lease, tmp_path, capsys):
     """docs/results/2026-11-29-qwen05b-pilot.md: the regimes recomputed from the committed
     calibration's verdicts, its pass@1 and completion figures, the training reward by epoch, both
-    masks rebuilt from the committed gate draws, the rate the plan reads, and the re-cost table."""
+    masks rebuilt from the committed gate draws, the rate the plan reads, and the re-cost table
+    with its verdict."""
     from boundary.analysis.regimes import Thresholds, counts_from_calibration, label_counts
     from boundary.core import settings
     from boundary.training.gate import build_mask
 
-    run = ROOT / "docs" / "results" / "2026-11-29-qwen05b-pilot" / "lease1_512"
+    want = LEASES[lease]
+    run = ROOT / "docs" / "results" / "2026-11-29-qwen05b-pilot" / lease
     config = load_config(CONFIG)
     calibration = pd.read_parquet(run / "rollouts" / "base_calibration.parquet")
     labels = label_counts(counts_from_calibration(calibration), Thresholds(**config["regimes"]))
     committed = pd.read_parquet(run / "regimes" / "regimes.parquet")
     pd.testing.assert_frame_equal(labels.reset_index(drop=True), committed.reset_index(drop=True), check_like=True)
-    assert committed["regime"].value_counts().to_dict() == {"Boundary": 125, "OutOfReach": 56, "Reachable": 53,
-                                                           "SolvedEasy": 11}
+    assert committed["regime"].value_counts().to_dict() == want["regimes"]
     assert (len(calibration), round(calibration["correct"].mean(), 3), round(calibration["n_tokens"].mean(), 1),
-            round((calibration["finish_reason"] == "length").mean(), 3)) == (62_720, 0.106, 387.7, 0.341)
+            round((calibration["finish_reason"] == "length").mean(), 3)) == want["calibration"]
     gate = pd.read_parquet(run / "rollouts" / "base_gate.parquet")
-    assert (len(gate), gate["correct"].sum(), round((gate["finish_reason"] == "length").mean(), 3)) == (4_000, 334, 0.352)
-    assert gate.groupby("epoch")["correct"].sum().tolist() == [166, 168]
+    assert (len(gate), gate["correct"].sum(), round((gate["finish_reason"] == "length").mean(), 3)) == want["gate"]
+    assert gate.groupby("epoch")["correct"].sum().tolist() == want["by_epoch"]
 
     prompts = sorted(gate["prompt_id"].unique())
     gated = {"G0": config["gate"]["G0"], "tau": config["gate"]["tau"], "epochs": 2}
@@ -143,12 +159,16 @@ def test_the_pilot_page_is_rebuilt_from_its_committed_lease():
     for name, mask in masks.items():
         pd.testing.assert_frame_equal(mask, pd.read_parquet(run / "masks" / f"{name}.parquet"), check_like=True)
     anchored = {name: mask["action"].eq("anchor") for name, mask in masks.items()}
-    assert masks["pba"].groupby("epoch")["action"].apply(lambda a: a.eq("anchor").sum()).tolist() == [175, 185]
-    assert (masks["pba"]["flip"].sum(), anchored["pba"].mean(), anchored["random"].mean()) == (46, 0.72, 0.72)
-    assert round((anchored["pba"] & anchored["random"]).mean(), 3) == 0.528
+    assert masks["pba"].groupby("epoch")["action"].apply(lambda a: a.eq("anchor").sum()).tolist() == \
+        want["anchored_by_epoch"]
+    assert (masks["pba"]["flip"].sum(), anchored["pba"].mean(), anchored["random"].mean()) == want["masks"]
+    assert round((anchored["pba"] & anchored["random"]).mean(), 3) == want["both"]
 
     m = plan_script.measured(run, config["calibration"]["shards"])
-    assert (round(m["rate"]), m["import_s"], m["anchored"]) == (35_683, 97.59, 0.72)
+    assert (round(m["rate"]), m["import_s"], m["anchored"]) == want["measured"]
     totals = [round(plan_script.lease_seconds(config, m, d, b, k)["total"] / 60, 1)
               for d, b, k in [(245, 400, 2), (245, 400, 1), (245, 64, 2), (245, 64, 1), (128, 64, 1)]]
-    assert totals == [55.9, 41.0, 40.4, 33.2, 30.5]
+    assert totals == want["totals"]
+    (tmp_path / config["run"]).symlink_to(run)
+    plan_script.main(["--configfile", str(CONFIG), "--results", str(tmp_path)])
+    assert capsys.readouterr().out.rstrip().endswith(f"(design(s) {want['step_at_most']})")

@@ -117,10 +117,13 @@ def plan(config: dict, results: Path, gpus: int = 2) -> tuple[pd.DataFrame, str,
         (1, "as configured", diagnostic, sum(limits), 2, 1), (2, "as configured", diagnostic, sum(limits), 1, 1),
         (3, bench, diagnostic, cut, 2, 1), (4, bench, diagnostic, cut, 1, 1), (6, bench, diagnostic, cut, 1, 2),
         (5, diag, min(diagnostic, DIAG_CUT), cut, 1, 1), (7, diag, min(diagnostic, DIAG_CUT), cut, 1, 2)]
-    rows = []
+    rows, step_at_most = [], {}  # an unmeasured design: the largest step with which it would fit
     for number, name, d, b, k, t in designs:
         if k * t <= gpus:
             parts = lease_seconds(config, m, d, b, k, gpus, t)
+            if pd.isna(parts["training"]):
+                left = HOLD_S - MARGIN_S - parts["fixed"] - parts["base_rollouts"] - parts["evaluation"]
+                step_at_most[number] = (left - START_S) / (config["train"]["steps"] * ANCHOR_FACTOR)
             rows.append({"number": number, "design": name, "diagnostic": d, "benchmark_prompts": b,
                          "methods_a_lease": k, "trained_on_gpus": t, **{part: round(v / 60, 1) for part, v in parts.items()},
                          "fits": parts["total"] <= HOLD_S - MARGIN_S})  # on the seconds, not the rounded minutes
@@ -134,9 +137,9 @@ def plan(config: dict, results: Path, gpus: int = 2) -> tuple[pd.DataFrame, str,
                f"each trained on {fitting['trained_on_gpus'].iloc[0]}"
                if len(fitting) else
                f"Amendment 8: no design fits a hold of {gpus} GPU(s): the pilot is blocked on hold length")
-    unmeasured = table.loc[table["training"].isna(), "number"].tolist()
-    if not len(fitting) and unmeasured:
-        verdict += f" until row q measures the step on 2 GPUs (design(s) {', '.join(map(str, unmeasured))})"
+    if not len(fitting) and step_at_most:
+        verdict += (" until row q measures the step on 2 GPUs (design(s) "
+                    + ", ".join(f"{n}: fits with a step of at most {s:.2f} s" for n, s in step_at_most.items()) + ")")
     return table, head, verdict
 
 
