@@ -234,6 +234,52 @@ def test_the_pilot_s_first_lease_command_makes_what_later_leases_carry(tmp_path)
     assert not planned & {"train_grpo", "train_pba", "train_random", "evaluate", "base_rollouts"}
 
 
+def test_the_pilot_s_committed_carry_plans_a_seed_lease_without_remaking_its_calibration(tmp_path):
+    """docs/results/2026-11-29-qwen05b-pilot/carry (lease 2's splits, regimes, masks and their
+    records, no rollouts): restored into a copy of this checkout as lease.sh restores it (the
+    base imported first, then the restored files dated), a dry run of seed 0 and the report
+    plans training and evaluation and nothing of the calibration's chain. A change of the
+    settings those stages are keyed by (the config's, or a rule's params) would remake them on
+    the GPU, and fails here. (A package edit does not: a lease dates restored files after the
+    checkout's, and Snakemake compares code inputs by date.) Needs ../shared/data
+    and the 0.5B's GGUF (the splits' and the import's inputs, compared by content); the import
+    itself is stood in for by its output folder, as a lease makes it before dating the rest."""
+    import re
+    import subprocess
+    import sys
+
+    from test_workflow import snakemake
+
+    data, gguf = ROOT.parent / "shared" / "data", ROOT / "models" / "Qwen2.5-Coder-0.5B-Instruct.gguf"
+    if not (data / "math500").is_dir() or not gguf.is_file():
+        pytest.skip("needs ../shared/data and the 0.5B's GGUF (workflow/scripts/qwen05b.sh): compared by content")
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    tree = subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=ROOT, input=files, check=True,
+                          capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-f", "-"], cwd=tmp_path, input=tree, check=True)
+    subprocess.run([sys.executable, "workflow/scripts/qwen15b_candidates.py", "--data", str(data)], cwd=tmp_path,
+                   check=True, capture_output=True)
+    config = tmp_path / "config" / "qwen05b_pilot.yaml"
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / gguf.name).symlink_to(gguf)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        lease_pack.main(["unpack", "docs/results/2026-11-29-qwen05b-pilot/carry"])
+        (tmp_path / "results" / "qwen05b_pilot" / "models" / "base").mkdir(parents=True)
+        lease_pack.main(["touch", ".snakemake/lease/restored.txt"])
+    finally:
+        os.chdir(cwd)
+    targets = subprocess.run([sys.executable, "workflow/scripts/lease_pack.py", "targets", "--configfile", str(config),
+                              "--seed", "0"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
+    out = snakemake("-n", *targets, "results/qwen05b_pilot/report.html", "--cores", "1", "--resources", "gpu=1",
+                    "--configfile", str(config), cwd=tmp_path).stdout
+    planned = set(re.findall(r"^(?:local)?rule (\w+):", out, flags=re.M))
+    assert {"train_grpo", "train_pba", "train_random", "evaluate", "report"} <= planned
+    remade = planned & {"import_base", "calibrate_base_shard", "calibrate_base", "gate_draws", "regimes", "mask"}
+    assert not remade, f"the pilot's carry is stale: a seed lease would remake {sorted(remade)}"
+
+
 @pytest.mark.slow
 def test_a_detached_run_outlives_its_call_and_the_next_call_waits_for_it_and_packs(tmp_path):
     """lease.sh --detach: the call that starts Snakemake may end (here: killed, as a device call's
