@@ -30,7 +30,8 @@ Amendment 8's rule: the first of these designs whose lease fits HOLD_S less MARG
 the pilot trains (the diagnostic split whole before anything else, then the benchmarks, then the
 fewest leases); if none fits, the pilot is blocked on hold length and the page says so. In that
 order (Amendment 9 adds 6 and 7, the trainer on both GPUs of the hold, `train.gpus: 2`, whose step
-row q measures on 2 GPUs; until it has, they are listed as unmeasured and never chosen):
+row q measures on 2 GPUs; until it has, they are listed as unmeasured, never chosen, and the
+verdict gives the largest step with which each would fit):
 1. as configured, two methods a lease;
 2. as configured, one method a lease;
 3. each benchmark cut to its first BENCH_CUT prompts, two methods a lease;
