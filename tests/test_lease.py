@@ -68,6 +68,18 @@ def manifest(dest: str) -> dict[str, list[str]]:
     return kinds
 
 
+def checkout_copy(dest: Path) -> Path:
+    """The checkout's tracked files (as they are in the working tree) copied into `dest`."""
+    import subprocess
+
+    dest.mkdir(parents=True, exist_ok=True)
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    tree = subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=ROOT, input=files, check=True,
+                          capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-f", "-"], cwd=dest, input=tree, check=True)
+    return dest
+
+
 def test_record_paths_are_where_snakemake_keeps_them(tmp_path):
     from snakemake.persistence.file import FilePersistence
 
@@ -234,7 +246,7 @@ def test_the_pilot_s_first_lease_command_makes_what_later_leases_carry(tmp_path)
     assert not planned & {"train_grpo", "train_pba", "train_random", "evaluate", "base_rollouts"}
 
 
-def test_the_pilot_s_committed_carry_plans_a_seed_lease_without_remaking_its_calibration(tmp_path):
+def test_the_pilot_s_committed_carry_plans_a_seed_lease_without_remaking_its_calibration(tmp_path, monkeypatch):
     """docs/results/2026-11-29-qwen05b-pilot/carry (lease 2's splits, regimes, masks and their
     records, no rollouts): restored into a copy of this checkout as lease.sh restores it (the
     base imported first, then the restored files dated), a dry run of seed 0 and the report
@@ -253,23 +265,16 @@ def test_the_pilot_s_committed_carry_plans_a_seed_lease_without_remaking_its_cal
     data, gguf = ROOT.parent / "shared" / "data", ROOT / "models" / "Qwen2.5-Coder-0.5B-Instruct.gguf"
     if not (data / "math500").is_dir() or not gguf.is_file():
         pytest.skip("needs ../shared/data and the 0.5B's GGUF (workflow/scripts/qwen05b.sh): compared by content")
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    tree = subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=ROOT, input=files, check=True,
-                          capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-f", "-"], cwd=tmp_path, input=tree, check=True)
+    checkout_copy(tmp_path)
     subprocess.run([sys.executable, "workflow/scripts/qwen15b_candidates.py", "--data", str(data)], cwd=tmp_path,
                    check=True, capture_output=True)
     config = tmp_path / "config" / "qwen05b_pilot.yaml"
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / gguf.name).symlink_to(gguf)
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        lease_pack.main(["unpack", "docs/results/2026-11-29-qwen05b-pilot/carry"])
-        (tmp_path / "results" / "qwen05b_pilot" / "models" / "base").mkdir(parents=True)
-        lease_pack.main(["touch", ".snakemake/lease/restored.txt"])
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(tmp_path)
+    lease_pack.main(["unpack", "docs/results/2026-11-29-qwen05b-pilot/carry"])
+    (tmp_path / "results" / "qwen05b_pilot" / "models" / "base").mkdir(parents=True)
+    lease_pack.main(["touch", ".snakemake/lease/restored.txt"])
     targets = subprocess.run([sys.executable, "workflow/scripts/lease_pack.py", "targets", "--configfile", str(config),
                               "--seed", "0"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
     out = snakemake("-n", *targets, "results/qwen05b_pilot/report.html", "--cores", "1", "--resources", "gpu=1",
@@ -290,12 +295,7 @@ def test_a_detached_run_outlives_its_call_and_the_next_call_waits_for_it_and_pac
     import subprocess
     import sys
 
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=ROOT, input=files, check=True,
-                   stdout=open(tmp_path / "tree.tar", "wb"))
-    subprocess.run(["tar", "-x", "-f", str(tmp_path / "tree.tar")], cwd=repo, check=True)
+    repo = checkout_copy(tmp_path / "repo")
     env = {**os.environ, "PYTHON": sys.executable, "LEASE_SITE": str(tmp_path / "site"),
            "BOUNDARY_GPU_LOCKS": str(tmp_path / "locks")}
     targets = ["results/smoke/regimes/regimes.parquet", "results/smoke/masks/pba.parquet"]

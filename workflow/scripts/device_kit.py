@@ -42,6 +42,8 @@ from packaging.version import Version
 SNAKEMAKE, VLLM, PART_MIB = "9.27.1", "0.26.0", 40
 PLATFORMS = ["manylinux1_x86_64", "manylinux2014_x86_64",
              *(f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35, 39))]
+TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+          *(f"--platform={p}" for p in PLATFORMS)]  # pip's flags for the device's interpreter
 ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
        "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
        "implementation_name": "cpython", "platform_python_implementation": "CPython"}
@@ -79,12 +81,8 @@ class KitError(Exception):
 
 
 def download(requirement: str, dest: Path, deps: bool = False, find_links: Path | None = None) -> None:
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.12",
-           "--implementation", "cp", *(f"--platform={p}" for p in PLATFORMS), "-d", str(dest), requirement]
-    if not deps:
-        cmd.insert(4, "--no-deps")
-    if find_links:
-        cmd += ["--find-links", str(find_links)]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", *TARGET, *([] if deps else ["--no-deps"]),
+           *(["--find-links", str(find_links)] if find_links else []), "-d", str(dest), requirement]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode:
         errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR")]
@@ -109,9 +107,8 @@ def needs(meta, extras=frozenset()) -> list[Requirement]:
 
 def versions(name: str) -> list[Version]:
     """The versions PyPI has of `name` for this platform and Python, newest first."""
-    run = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name, "--only-binary=:all:",
-                          "--python-version", "3.12", "--implementation", "cp",
-                          *(f"--platform={p}" for p in PLATFORMS)], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name, *TARGET],
+                         capture_output=True, text=True)
     line = next((x for x in run.stdout.splitlines() if x.startswith("Available versions:")), "")
     return [Version(v) for v in line.split(":", 1)[-1].replace(",", " ").split()]
 

@@ -90,6 +90,16 @@ def step_seconds(train: dict, train_gpus: int = 1) -> float:
     return STEP_S.get((cap, train_gpus), float("nan"))
 
 
+def training_seconds(train: dict, step: float) -> float:
+    """One run: the trainer's start, and its steps with the anchor's allowance."""
+    return START_S + train["steps"] * step * ANCHOR_FACTOR
+
+
+def step_within(train: dict, seconds: float) -> float:
+    """The largest step with which a run takes at most `seconds` (training_seconds inverted)."""
+    return (seconds - START_S) / (train["steps"] * ANCHOR_FACTOR)
+
+
 def lease_seconds(config: dict, m: dict, diagnostic: int, benchmark_prompts: int, methods: int,
                   gpus: int = 2, train_gpus: int = 1) -> dict:
     """The seconds of a lease's parts on its busiest GPU, and their sum, with `methods` methods a
@@ -99,7 +109,7 @@ def lease_seconds(config: dict, m: dict, diagnostic: int, benchmark_prompts: int
     parts = {
         "fixed": CALLS_S + m["import_s"] + PACK_S,
         "base_rollouts": m["anchored"] * train["steps"] * per_step * m["tokens"] / m["rate"],
-        "training": START_S + train["steps"] * step_seconds(train, train_gpus) * ANCHOR_FACTOR,
+        "training": training_seconds(train, step_seconds(train, train_gpus)),
         # one method on 2 GPUs: its evaluation in 2 shards, one a GPU
         "evaluation": (diagnostic + benchmark_prompts) * n * m["tokens"] / m["rate"] / (gpus // methods),
     }
@@ -124,7 +134,7 @@ def plan(config: dict, results: Path, gpus: int = 2) -> tuple[pd.DataFrame, str,
             parts = lease_seconds(config, m, d, b, k, gpus, t)
             if pd.isna(parts["training"]):
                 left = HOLD_S - MARGIN_S - parts["fixed"] - parts["base_rollouts"] - parts["evaluation"]
-                step_at_most[number] = (left - START_S) / (config["train"]["steps"] * ANCHOR_FACTOR)
+                step_at_most[number] = step_within(config["train"], left)
             rows.append({"number": number, "design": name, "diagnostic": d, "benchmark_prompts": b,
                          "methods_a_lease": k, "trained_on_gpus": t, **{part: round(v / 60, 1) for part, v in parts.items()},
                          "fits": parts["total"] <= HOLD_S - MARGIN_S})  # on the seconds, not the rounded minutes

@@ -24,7 +24,7 @@ def resting_on_unverified(samples: pd.DataFrame, table: pd.DataFrame, th: Thresh
     or crashed: counted not correct) correct, with that label. Kept here, not in
     analysis/regimes.py: calibrate imports that module, and an edit there reruns calibrations."""
     if "verified" not in samples:  # another tool's calibration: no verdicts to doubt
-        return table.iloc[:0].assign(unverified=0, if_correct="")
+        return table.iloc[:0]
     unverified = samples.loc[~samples["verified"].astype(bool)].groupby("prompt_id").size().rename("unverified")
     out = table.join(unverified, on="prompt_id", how="inner")
     out["if_correct"] = label((out["c"] + out["unverified"]) / out["n"], th)
