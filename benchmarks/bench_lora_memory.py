@@ -5,9 +5,9 @@ the policy with its adapter off), on a small random Qwen2, on the CPU or a GPU.
 
 Each variant runs in a child process of its own (so one's peak is not the other's), trains
 `--steps` steps of PBA (the policy anchor, k1: the base scores every anchored rollout) with
-the project's PBATrainer and prints, as counted from the tensors after training: the policy's
-parameters and trainable parameters, the frozen copy's parameters, the bytes of the weights
-held (policy + copy), of the gradients and of AdamW's state; and the peak: on a GPU torch's
+the project's PBATrainer and prints, as counted from the tensors: the policy's parameters and
+trainable parameters, the frozen copy's parameters, the bytes of the weights held (policy +
+copy), of the gradients (before an optimizer step) and of AdamW's state; and the peak: on a GPU torch's
 max allocated, on the CPU the process's peak resident memory above what it held before the
 model was built (imports, the tokenizer). Then the ratios LoRA / full.
 """
@@ -33,6 +33,21 @@ def nbytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def gradient_bytes_callback():
+    from transformers import TrainerCallback
+
+    class GradientBytes(TrainerCallback):
+        """The gradients' bytes just before an optimizer step (zeroed, i.e. freed, after it)."""
+
+        def __init__(self):
+            self.most = 0
+
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            self.most = max(self.most, nbytes(p.grad for p in model.parameters() if p.grad is not None))
+
+    return GradientBytes
+
+
 def run(args, variant: str, queue) -> None:
     from datasets import Dataset
 
@@ -41,6 +56,7 @@ def run(args, variant: str, queue) -> None:
     from boundary.training.trainer import PBATrainer
     from boundary.training.trainer_config import make_config
 
+    GradientBytes = gradient_bytes_callback()  # noqa: N806
     gpu = torch.cuda.is_available()
     tok = build_tokenizer(args.vocab)
     rng = np.random.default_rng(0)
@@ -62,19 +78,19 @@ def run(args, variant: str, queue) -> None:
         cfg.generation_kwargs = {"suppress_tokens": stop_ids(model, tok)}  # full-length rollouts
         cfg.save_strategy = "no"
         anchored = (rng.random(n) < 0.7).astype(float)[None]
+        grads = GradientBytes()
         trainer = PBATrainer(model, reward_funcs=pseudo_reward, args=cfg, train_dataset=data,
-                             processing_class=tok, anchor_weights=anchored)
+                             processing_class=tok, anchor_weights=anchored, callbacks=[grads])
         trainer.train()
     policy = trainer.accelerator.unwrap_model(trainer.model)
     trainable, total = parameter_counts(policy)
     copy = [] if trainer.base_model is None else list(trainer.base_model.parameters())
     state = [v for s in trainer.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-    grads = [p.grad for p in policy.parameters() if p.grad is not None]
     peak = (torch.cuda.max_memory_allocated() if gpu else
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
     queue.put({"variant": variant, "parameters": total, "trainable": trainable,
                "frozen_copy_parameters": sum(p.numel() for p in copy),
-               "weights_bytes": nbytes(policy.parameters()) + nbytes(copy), "grad_bytes": nbytes(grads),
+               "weights_bytes": nbytes(policy.parameters()) + nbytes(copy), "grad_bytes": grads.most,
                "optimizer_bytes": nbytes(state), "peak_bytes": peak})
 
 

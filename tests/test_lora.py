@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -265,6 +266,21 @@ def wait_for(path_glob, proc, seconds=300):
         time.sleep(0.05)
 
 
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
 SAME = ["step", "learning_rate", "protected_fraction", "num_tokens"]  # what a resumed run repeats
 
 
@@ -311,7 +327,9 @@ def test_a_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_resume_me(proc
     first = cli(args)
     ck = tmp_path / "ck_stopped"
     wait_for(lambda: list(ck.glob("*/checkpoint-2/trainer_state.json")), first)
-    first.send_signal(signal.SIGTERM)
+    # As SLURM's --signal does: every process of the job (launcher, torchrun, workers) at once.
+    for pid in [first.pid, *descendants(first.pid)]:
+        os.kill(pid, signal.SIGTERM)
     text, _ = first.communicate(timeout=600)
     assert first.returncode == RESUME_ME, text
     assert "stopped after step" in text, text
