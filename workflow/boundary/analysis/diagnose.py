@@ -57,8 +57,8 @@ import numpy as np
 import pandas as pd
 
 from boundary import readers
+from boundary.analysis import label_reliability as rl
 from boundary.analysis import regimes as rg
-from boundary.analysis import reliability as rl
 from boundary.analysis.attribution import Attribution, cells
 from boundary.analysis.stats import (
     bootstrap_blocks,
@@ -427,7 +427,7 @@ class Diagnosis:
     problems: dict | None = None             # prompt_id -> problem text, where the inputs carry it
     regime_source: str = "frozen-base calibration"  # what the regime labels were computed from
     regime_notes: list | None = None         # regimes the calibration's n cannot populate (regimes.unpopulated)
-    robust: pd.DataFrame | None = None       # [robust.csv] summary over the robust Boundary prompts (reliability.robust)
+    robust: pd.DataFrame | None = None       # [robust.csv] summary over the robust Boundary prompts (label_reliability.robust)
 
     @property
     def passk(self) -> pd.DataFrame:

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from boundary.analysis.label_reliability import ROBUST_SUCCESSES, robust
+from boundary.analysis.label_reliability import summary_lines as reliability_lines
 from boundary.analysis.regimes import REGIMES
-from boundary.analysis.reliability import ROBUST_SUCCESSES, robust
-from boundary.analysis.reliability import summary_lines as reliability_lines
 from boundary.core import settings
 from boundary.core.artifacts import write_table, write_text
 from boundary.core.names import BASE
@@ -546,7 +546,7 @@ def answer_concentration(diag, view: View) -> Table:
 
 def regime_counts(diag, view: View) -> Table:
     """Prompts per regime with base pass@k (calibration labels; evaluation counts), and where
-    the labels carry their reliability (analysis/reliability.py) the mean P(label) and the
+    the labels carry their reliability (analysis/label_reliability.py) the mean P(label) and the
     labels a second calibration would be expected to change."""
     k_hi = max(diag.ks)
     reg = diag.regimes

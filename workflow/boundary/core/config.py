@@ -228,6 +228,16 @@ def _check_settings_used(raw: dict, config: dict) -> None:
     unread = sorted({"rounds", "delta"} & set(raw.get("calibration") or {}))
     if unread and not config["calibration"]["adaptive"]:
         raise BoundaryError(f"config: calibration.{unread[0]}: read only with calibration.adaptive: true")
+    calibration = config["calibration"]
+    if "extend_fragile" in calibration and "extend_to" not in calibration:
+        raise BoundaryError("config: calibration.extend_fragile: read only with calibration.extend_to")
+    if "extend_to" in calibration:
+        if calibration["adaptive"]:
+            raise BoundaryError("config: calibration.extend_to: not with calibration.adaptive: true (an adaptive "
+                                "run stops a prompt before n; extend a full calibration)")
+        if calibration["extend_to"] <= calibration["n"]:
+            raise BoundaryError(f"config: calibration.extend_to: {calibration['extend_to']} must exceed "
+                                f"calibration.n ({calibration['n']})")
     if config["calibration"]["adaptive"] and config["sampling"]["backend"] != "hf":
         raise BoundaryError("config: calibration.adaptive: true needs sampling.backend: hf (vllm would "
                             "start its engine once per round, about 80-90 s each on a GPU)")

@@ -1,13 +1,13 @@
 """The `regimes` stage: regime labels from the frozen-base calibration cache, each with its
-reliability (analysis/reliability.py): P(label) under the calibration's empirical-Bayes prior
+reliability (analysis/label_reliability.py): P(label) under the calibration's empirical-Bayes prior
 and P(a fresh calibration of the same n labels it otherwise)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from boundary.analysis.label_reliability import reliable_labels, summary_lines, warn_unidentified
 from boundary.analysis.regimes import REGIMES, Thresholds, counts_from_calibration, label, label_counts
-from boundary.analysis.reliability import reliable_labels, summary_lines, warn_unidentified
 from boundary.core import settings as stage_settings
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import warn

@@ -19,9 +19,9 @@ the pool's spread of p, not a guess; on the committed SmolLM2 GSM8K calibrations
   fresh run's draws form a Polya urn, so the next m draws given j correct of r are
   BetaBinomial(m, a + c + j, b + n - c + r - j), and a dynamic program over the rounds gives
   the law of the fresh label. E[flips] is the sum over prompts.
-- `Extension`: the calibrate stage's `calibration.extend_to` rule, a prompt with at most
-  `extend_fragile` successes in its first n drawn on to `extend_to`, as a Protocol (rounds
-  n, N).
+- `extension_effect`: what calibration.extend_to (adaptive.py's `Extension`: a prompt with at
+  most `extend_fragile` successes in its first n drawn on to `extend_to`) buys in expected label
+  changes and costs in draws, computed from a calibration's counts before drawing anything.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
+from boundary.analysis.adaptive import Extension
 from boundary.analysis.regimes import PAPER, REGIMES, Thresholds, label
 from boundary.analysis.stats import fit_beta_binomial
 from boundary.core.errors import warn
@@ -72,42 +73,15 @@ def label_probability(n, c, regime, a: float, b: float, th: Thresholds = PAPER) 
 @dataclass(frozen=True)
 class Protocol:
     """How a calibration draws a prompt: the draws after each round (the last is the most) and,
-    for each round r, which counts c = 0..r stop there (the last round stops every count)."""
+    for each round r, which counts c = 0..r stop there (the last round stops every count).
+    adaptive.py's StoppingRule and Extension have the same two attributes and serve as well."""
 
     rounds: tuple[int, ...]
-    stops: dict  # {r: bool array over c = 0..r}
+    table: dict  # {r: bool array over c = 0..r}
 
     @classmethod
     def full(cls, n: int) -> Protocol:
         return cls((int(n),), {int(n): np.ones(int(n) + 1, bool)})
-
-
-@dataclass(frozen=True)
-class Extension:
-    """calibration.extend_to: a prompt with at most `fragile` successes in its first n draws is
-    drawn on to `to`; the label then reads all its draws."""
-
-    n: int
-    to: int
-    fragile: int
-
-    @property
-    def rounds(self) -> tuple[int, ...]:
-        return (self.n, self.to) if self.to > self.n else (self.n,)
-
-    def next_round(self, r: int, c: int) -> int | None:
-        """What the calibrate stage's rounds ask (scoring.scored_samples' `rule`)."""
-        return self.to if r == self.n and self.to > self.n and c <= self.fragile else None
-
-    def protocol(self) -> Protocol:
-        if self.to <= self.n:
-            return Protocol.full(self.n)
-        return Protocol(self.rounds, {self.n: np.arange(self.n + 1) > self.fragile,
-                                      self.to: np.ones(self.to + 1, bool)})
-
-    def describe(self) -> str:
-        return (f"calibration extended: a prompt with at most {self.fragile} successes in its first {self.n} "
-                f"draws is drawn on to {self.to}; its label reads all of them")
 
 
 def _log_bb(m: int, d, alpha, beta):
@@ -128,7 +102,7 @@ def fresh_labels(alpha: float, beta: float, protocol: Protocol, th: Thresholds =
         step = np.exp(_log_bb(m, d[None, :], alpha + j, beta + prev - j))
         grown = np.zeros(r + 1)
         np.add.at(grown, (j + d[None, :]).ravel(), (mass[:, None] * step).ravel())
-        stop = protocol.stops[r]
+        stop = protocol.table[r]
         names = label(np.arange(r + 1) / r, th)
         for name in REGIMES:
             out[name] += float(grown[stop & (names == name)].sum())
@@ -161,7 +135,7 @@ def extension_effect(n, c, a: float, b: float, extension: Extension, th: Thresho
     if (n != extension.n).any():
         raise ValueError(f"extension_effect: every prompt needs n = {extension.n}")
     before = flip_probability(n, c, label(c / n, th), a, b, th)
-    proto = extension.protocol()
+    proto = extension
     fragile = c <= extension.fragile
     after = flip_probability(n, c, label(c / n, th), a, b, th, protocol=lambda _: proto)
     m, to = extension.to - extension.n, extension.to
