@@ -145,7 +145,7 @@ def test_the_extension_enters_the_calibration_key_only_when_set():
     assert "extend_to" not in off["calibration"] and "extend_fragile" not in off["calibration"]
     assert on["calibration"]["extend_to"] == 1024
     resolved = settings.resolve("calibrate", on)["calibration"]
-    assert resolved["extend_fragile"] == 3
+    assert resolved["extend_fragile"] == 1
 
 
 def test_the_calibrate_stage_extends_fragile_prompts_and_keeps_the_first_n(tiny_model_dir, tmp_path):
