@@ -581,7 +581,7 @@ def regime_counts(diag, view: View) -> Table:
 def boundary_robust(diag, view: View) -> Table:
     """The Boundary endpoints on every Boundary prompt and on the robust ones alone (at least
     ROBUST_SUCCESSES calibration successes): the two claim different things."""
-    name, caption = "boundary_robust", "Boundary endpoints: all Boundary prompts and the robust ones"
+    name, caption = "boundary_robust", "Boundary endpoints: all Boundary prompts and the robust ones (seed mean ± SD; Δ in points)"
     reg = diag.regimes
     if reg is None or "c" not in reg:
         return unfilled(name, caption, "The regime labels carry no calibration counts.")
