@@ -32,6 +32,11 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def _by_successes(c, most: int = 3):
+    """(k, prompts with k calibration successes) for k = 0..most that any prompt has."""
+    return [(k, c == k) for k in range(most + 1) if (c == k).any()]
+
+
 def main(argv=None) -> None:
     import numpy as np
     import pandas as pd
@@ -69,11 +74,9 @@ def main(argv=None) -> None:
         if at.any():
             print(f"  {r:<11} {int(at.sum()):>4} prompts: mean P(label) {p_label[at].mean():.3f}, "
                   f"E[changes] {q[at].sum():.1f} ({q[at].mean():.1%})")
-    for k in range(4):
-        at = c == k
-        if at.any():
-            print(f"  c = {k}: {int(at.sum()):>4} prompts ({regime[at][0]}), E[changes] {q[at].sum():.1f} "
-                  f"({q[at].mean():.1%})")
+    for k, at in _by_successes(c):
+        print(f"  c = {k}: {int(at.sum()):>4} prompts ({regime[at][0]}), E[changes] {q[at].sum():.1f} "
+              f"({q[at].mean():.1%})")
     print(f"(exact, {time.perf_counter() - start:.2f} s)")
 
     if args.second_regime:
@@ -85,11 +88,9 @@ def main(argv=None) -> None:
         print(f"\nsecond calibration ({args.second_regime}): {int(changed.sum())} labels changed of {len(d)} "
               f"({changed.mean():.1%}); predicted {qa.sum():.1f} ± {sd:.1f} for an adaptive second run "
               f"(rounds and delta {rule.delta:g} of the schema), {q.sum():.1f} for a full one")
-        for k in range(4):
-            at = c == k
-            if at.any():
-                print(f"  c = {k}: {int(changed[at].sum())} of {int(at.sum())} changed ({changed[at].mean():.1%}); "
-                      f"predicted {qa[at].sum():.1f} ({qa[at].mean():.1%})")
+        for k, at in _by_successes(c):
+            print(f"  c = {k}: {int(changed[at].sum())} of {int(at.sum())} changed ({changed[at].mean():.1%}); "
+                  f"predicted {qa[at].sum():.1f} ({qa[at].mean():.1%})")
 
     print("\nextension: fragile (<= successes in n) drawn on to `to`; both calibrations extend")
     print(f"{'fragile':>7} {'to':>5} {'extended':>8} {'E[changes] before':>17} {'after':>6} {'extra draws':>12} "
