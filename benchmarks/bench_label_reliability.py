@@ -7,7 +7,8 @@ COUNTS: parquet or CSV files of one calibration's per-prompt counts (prompt_id, 
 column names with --n-column/--c-column), read as one pool; every prompt must have the same n.
 Prints, exactly (no simulation; analysis/label_reliability.py):
 - the empirical-Bayes prior fitted to the counts, the mean P(label), and E[label changes] of a
-  second calibration of the same n, overall and by regime and by successes 0..3;
+  second calibration of the same n, overall and by regime and by successes 0..3 (and overall
+  under Jeffreys' and the uniform prior, for comparison);
 - with --second-regime (a column holding a second calibration's labels of the same prompts):
   the changes observed against those predicted, overall and by successes, with the prediction
   for a second run drawn as an adaptive one (the schema's calibration.rounds and delta: the
@@ -78,6 +79,9 @@ def main(argv=None) -> None:
         print(f"  c = {k}: {int(at.sum()):>4} prompts ({regime[at][0]}), E[changes] {q[at].sum():.1f} "
               f"({q[at].mean():.1%})")
     print(f"(exact, {time.perf_counter() - start:.2f} s)")
+    others = {name: rl.flip_probability(n, c, regime, *prior).sum()
+              for name, prior in (("Jeffreys Beta(1/2, 1/2)", (0.5, 0.5)), ("uniform Beta(1, 1)", (1.0, 1.0)))}
+    print("E[label changes] under fixed priors instead: " + ", ".join(f"{k} {v:.1f}" for k, v in others.items()))
 
     if args.second_regime:
         rule = StoppingRule.from_settings({**settings.defaults("calibration"), "n": int(n[0])},
