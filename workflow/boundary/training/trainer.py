@@ -41,7 +41,8 @@ source, anchor weights, frozen-base log-probs only for the rows that need them),
 through `_compute_loss` (the surrogate with advantages scaled by 1 - w, plus the anchor on the
 same forward pass), and drop through the train sampler.
 
-Pinned to TRL 1.16.0 (pyproject.toml). Overridden hooks, and why:
+Pinned to TRL 1.16.0 (trl_pin.PINNED; importing this module refuses another release in one
+line). Overridden hooks, and why:
 - `_get_train_sampler`: the run's schedule (schedule.ActionSampler): dropped prompts are never
   sampled, and every step's prompts are known ahead for the base rollouts;
 - `_generate_and_score_completions`: per-row anchor weights and rollout source, frozen-base
@@ -59,6 +60,10 @@ The config is trainer_config.PBAConfig; the `boundary train` stage is stages/tra
 
 from __future__ import annotations
 
+# Before TRL: another TRL release is refused in one line (the hooks below are 1.16.0's).
+from boundary.training import trl_pin  # noqa: F401
+
+# isort: split
 import contextlib
 import copy
 import time
