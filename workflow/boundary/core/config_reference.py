@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from boundary.core.config import SCHEMA_PATH
+from boundary.core.schema import PATH as SCHEMA_PATH
 
 PAGE = SCHEMA_PATH.parents[2] / "docs" / "reference" / "config.md"
 HEADER = """# Config reference

@@ -75,6 +75,7 @@ from torch.nn.utils.rnn import pad_sequence
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+from boundary.core import settings as stage_settings
 from boundary.core.errors import BoundaryError
 from boundary.training import base_rollouts, objectives, rollout_engine, sharding
 from boundary.training.anchors import (
@@ -119,7 +120,7 @@ class PBATrainer(GRPOTrainer):
                                else np.asarray(anchor_weights, dtype=float))
         if self.anchor_weights.shape[1] != n:
             raise ValueError("anchor_weights must have one column per train prompt")
-        anchoring = cfg.masked_action == "anchor" and self.anchor_weights.any()
+        anchoring = stage_settings.anchoring(self.anchor_weights.any(), cfg.masked_action)
         if anchoring and cfg.anchor is None:
             raise BoundaryError(f"anchor: required when a mask anchors prompts (one of {ANCHORS})")
         if cfg.use_vllm and anchoring and cfg.anchor in BASE_SAMPLED and not base_rollouts:
