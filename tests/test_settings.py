@@ -76,7 +76,146 @@ def test_every_key_resolves_to_complete_settings(path):
     for method, spec in config["methods"].items():
         if not spec["checkpoint_of"]:
             full = settings.resolve("train", settings.train_key(config, method))
-            assert set(settings.defaults("methods")) <= set(full)
+            assert set(settings.defaults("methods")) - set(settings.METHOD_ONLY) <= set(full)
+
+
+def test_a_stage_s_complete_settings_give_back_its_key():
+    """`boundary train` keys its checkpoints by key("train", complete settings): the rule's key,
+    so a run resumes exactly the checkpoints made under the settings it trains with."""
+    for name in json.loads(SNAPSHOT.read_text()):
+        config = load_config(ROOT / "config" / name)
+        for method, spec in config["methods"].items():
+            if not spec["checkpoint_of"]:
+                given = settings.train_key(config, method)
+                assert settings.key("train", settings.resolve("train", given)) == given, (name, method)
+        for mask in config["masks"]:
+            given = settings.mask_key(config, mask)
+            assert settings.key("masks", settings.resolve("masks", given)) == given
+        given = settings.calibrate_key(config, DIAGNOSTIC)
+        assert settings.key("calibrate", settings.resolve("calibrate", given)) == given
+
+
+def _schema_nodes(node, path=""):
+    """(path, node) of every setting in the schema, nested ones included."""
+    for key, sub in (node.get("properties") or {}).items():
+        yield f"{path}{key}", sub, node
+        yield from _schema_nodes(schema.ref(sub), f"{path}{key}.")
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        yield from _schema_nodes(schema.ref(extra), f"{path}<name>.")
+
+
+def test_the_key_rule_s_annotations_are_well_formed():
+    """x-off is the default (a key leaves out only what refilling gives back), and x-read-with
+    names a setting beside it, with values that setting allows."""
+    root = schema.load()
+    for path, sub, parent in _schema_nodes({"properties": root["properties"]}):
+        sub = schema.ref(sub)
+        if "x-off" in sub:
+            assert "default" in sub and schema.is_off(sub["default"], sub), path
+        for other, want in sub.get("x-read-with", {}).items():
+            assert other in parent["properties"], path
+            beside = schema.ref(parent["properties"][other])
+            for value in want if isinstance(want, list) else [want]:
+                assert value in beside.get("enum", [value]) and not schema.first_error(value, {
+                    **beside, "definitions": root["definitions"]}), (path, value)
+
+
+def _edited_schema(monkeypatch, edit):
+    """The settings layer on a copy of the schema that `edit` changed."""
+    import copy as copy_
+
+    edited = copy_.deepcopy(schema.load())
+    edit(edited)
+    monkeypatch.setattr(schema, "load", lambda: edited)
+    settings.stage_schema.cache_clear()
+    monkeypatch.setattr(settings.stage_schema, "cache_clear", settings.stage_schema.cache_clear)
+    return edited
+
+
+@pytest.fixture
+def fresh_stage_schemas():
+    settings.stage_schema.cache_clear()
+    yield
+    settings.stage_schema.cache_clear()
+
+
+def _moved(before: dict, after: dict) -> list[str]:
+    return sorted(f"{name}:{k}" for name in before for k in before[name] if before[name][k] != after[name][k])
+
+
+def _snapshot_keys() -> dict:
+    return {name: stage_keys(load_config(ROOT / "config" / name)) for name in json.loads(SNAPSHOT.read_text())}
+
+
+def test_a_feature_off_by_default_moves_no_key_and_on_moves_the_stages_that_read_it(monkeypatch, fresh_stage_schemas):
+    """New features as sections or switches, off by default (x-off), as LoRA training and
+    sequential evaluation add them: no shipped config's key moves; switched on, only the
+    keys of the stages that read them do."""
+    before = _snapshot_keys()
+
+    def add(root):
+        root["properties"]["train"]["properties"]["adapter"] = {
+            "type": "object", "default": {}, "x-off": {"enabled": False}, "additionalProperties": False,
+            "properties": {"enabled": {"type": "boolean", "default": False},
+                           "rank": {"$ref": "#/definitions/posint", "default": 16}}}
+        root["properties"]["evaluate"]["properties"]["early_exit"] = {"type": "boolean", "default": False,
+                                                                      "x-off": False}
+        root["properties"]["evaluate"]["properties"]["block"] = {
+            "$ref": "#/definitions/posint", "default": 32, "x-read-with": {"early_exit": True}}
+
+    _edited_schema(monkeypatch, add)
+    assert _moved(before, _snapshot_keys()) == []
+    config = load_config(ROOT / "config" / "smoke.yaml")
+    assert "adapter" not in settings.train_key(config, "grpo")
+    config["train"]["adapter"]["enabled"] = True
+    assert settings.train_key(config, "grpo")["adapter"] == {"enabled": True, "rank": 16}
+    config["evaluate"]["early_exit"] = True
+    assert settings.evaluate_key(config, DIAGNOSTIC, BASE, 0)["evaluate"]["block"] == 32
+
+
+@pytest.mark.parametrize("section, name, value, moved", [
+    ("train", "weight_decay", 0.01, "train/"),  # every training run reads it
+    ("methods", "passk_k", 8, None),  # no shipped method trains with the pass@k advantage
+    ("calibration", "rounds", [8, 256], None),  # read only by an adaptive calibration
+    ("sampling", "vllm_max_num_seqs", 1024, "paper.yaml:"),  # read only by the vllm backend
+])
+def test_a_default_edited_in_the_schema_moves_exactly_the_keys_of_the_stages_that_read_it(
+        monkeypatch, fresh_stage_schemas, section, name, value, moved):
+    before = _snapshot_keys()
+
+    def edit(root):
+        node = root["properties"][section]
+        node = node["additionalProperties"] if section == "methods" else node
+        node["properties"][name]["default"] = value
+
+    _edited_schema(monkeypatch, edit)
+    changed = _moved(before, _snapshot_keys())
+    if moved is None:
+        assert changed == []
+    else:
+        assert changed and all(moved in c for c in changed), changed
+        readers = {f"{n}:{k}" for n in before for k in before[n]
+                   if moved in f"{n}:{k}" and not k.startswith(("data", "pretrain", "regimes", "masks", "report"))
+                   and (section != "sampling" or k.startswith(("calibrate", "gate-draws", "evaluate")))}
+        assert set(changed) == readers, sorted(set(changed) ^ readers)
+
+
+def test_a_method_knob_s_default_moves_the_key_of_the_methods_that_read_it_alone(monkeypatch, fresh_stage_schemas):
+    import yaml
+
+    from boundary.core.config import validate_config
+
+    raw = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    raw["methods"]["pba"].pop("support_floor")  # the support anchor's floor, at its default
+    before = stage_keys(validate_config(raw))
+
+    def edit(root):
+        root["properties"]["methods"]["additionalProperties"]["properties"]["support_floor"]["default"] = 0.05
+
+    _edited_schema(monkeypatch, edit)
+    after = stage_keys(validate_config(raw))
+    assert [k for k in before if before[k] != after[k]] == ["train/pba"]
 
 
 def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_every_key():

@@ -289,7 +289,8 @@ def stage_schema(stage: str) -> dict:
     elif stage in ("train", "base-rollouts"):
         train, method = section("train"), section("methods")
         derived = {name: section(part)["properties"][k] for name, (part, k) in TRAIN_DERIVED.items()}
-        node = _object({**train["properties"], **method["properties"], **derived}, TRAIN_REQUIRED)
+        own = {k: v for k, v in method["properties"].items() if k not in METHOD_ONLY}
+        node = _object({**train["properties"], **own, **derived}, TRAIN_REQUIRED)
     elif stage == "report":
         node = section("report")
     else:
