@@ -218,6 +218,23 @@ def test_a_method_knob_s_default_moves_the_key_of_the_methods_that_read_it_alone
     assert [k for k in before if before[k] != after[k]] == ["train/pba"]
 
 
+def test_a_default_edit_never_resumes_a_checkpoint_made_under_the_old_value(monkeypatch, fresh_stage_schemas,
+                                                                           tmp_path):
+    """`boundary train` resumes only checkpoints under its run key, made from the key of its
+    complete settings: a hand-written --settings that leaves weight_decay unset too."""
+    from boundary.stages.train import run_key
+
+    given = {"steps": 2, "lr": 1e-4, "num_generations": 2, "prompts_per_step": 2}
+    before = run_key(tmp_path, settings.resolve("train", given), 0, {}, None)
+    assert run_key(tmp_path, settings.resolve("train", given), 0, {}, None) == before
+
+    def edit(root):
+        root["properties"]["train"]["properties"]["weight_decay"]["default"] = 0.01
+
+    _edited_schema(monkeypatch, edit)
+    assert run_key(tmp_path, settings.resolve("train", given), 0, {}, None) != before
+
+
 def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_every_key():
     config = load_config(ROOT / "config" / "smoke.yaml")
     one = settings.evaluate_key(config, DIAGNOSTIC, BASE, 0)

@@ -155,9 +155,9 @@ def save_atomic(accelerator, model, tokenizer, path: Path):
 
 
 def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str:
-    """The identity of a training run: its settings' key (core.settings.key of the complete
-    settings: the rule's key, so a default edited in the schema never resumes a checkpoint
-    made under the old value), seed, prompts, anchor weights, the process
+    """The identity of a training run: the key of its complete settings (core.settings.key: the
+    rule's key, so a default edited in the schema never resumes a checkpoint made under the old
+    value), seed, prompts, anchor weights, the process
     count, the base model's files and the package's code. A job resumes only checkpoints under
     its own key, so a changed config, gate, base or code never resumes a stale run, and a job
     with another process count (train.gpus, or --processes on the CPU) starts afresh: TRL
@@ -167,7 +167,8 @@ def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str
     pretrain.json (it records wall-clock seconds) and hidden files (download caches, the
     folder's owner marker)."""
     processes = int(os.environ.get("WORLD_SIZE", 1))
-    h = hashlib.sha256(json.dumps([settings, seed, prompts, processes], sort_keys=True).encode())
+    keyed = stage_settings.key("train", settings)
+    h = hashlib.sha256(json.dumps([keyed, seed, prompts, processes], sort_keys=True).encode())
     if weights is not None:
         h.update(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
     model_files = [p for p in sorted(Path(model_dir).rglob("*")) if p.name != "pretrain.json"
@@ -236,7 +237,7 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     epochs = stage_settings.refresh_epochs(cfg.max_steps, cfg.refresh_steps)
     weights = (None if mask is None else
                anchor_weights_for(mask, split["prompt_id"].tolist(), epochs, mask_path))
-    checkpoint_dir = Path(checkpoint_dir) / run_key(model_dir, stage_settings.key("train", full), seed, prompts, weights)
+    checkpoint_dir = Path(checkpoint_dir) / run_key(model_dir, full, seed, prompts, weights)
     cfg.output_dir = str(checkpoint_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = from_pretrained(model_dir)
