@@ -100,9 +100,9 @@ def _config(**calibration):
 
 
 @pytest.mark.parametrize("calibration, message", [
-    ({"extend_fragile": 2}, "extend_fragile: read only with calibration.extend_to"),
-    ({"extend_to": 1024, "adaptive": True}, "extend_to: not with calibration.adaptive"),
-    ({"extend_to": 256}, "must exceed calibration.n"),
+    ({"extend_fragile": 2}, "extend_fragile: read only with calibration.extend: true"),
+    ({"extend": True, "adaptive": True}, "extend: not with calibration.adaptive"),
+    ({"extend": True, "extend_to": 256}, "must exceed calibration.n"),
 ])
 def test_an_extension_the_run_cannot_make_is_one_line(calibration, message):
     from boundary.core.config import validate_config
@@ -111,16 +111,15 @@ def test_an_extension_the_run_cannot_make_is_one_line(calibration, message):
         validate_config(_config(**calibration))
 
 
-def test_the_extension_enters_the_calibration_key_only_when_set():
+def test_the_extension_enters_the_calibration_key_only_when_on():
     from boundary.core import settings
     from boundary.core.config import validate_config
 
     off = settings.calibrate_key(validate_config(_config()), "diagnostic")
-    on = settings.calibrate_key(validate_config(_config(extend_to=1024)), "diagnostic")
-    assert "extend_to" not in off["calibration"] and "extend_fragile" not in off["calibration"]
-    assert on["calibration"]["extend_to"] == 1024
-    resolved = settings.resolve("calibrate", on)["calibration"]
-    assert resolved["extend_fragile"] == 1
+    on = settings.calibrate_key(validate_config(_config(extend=True, extend_to=1024)), "diagnostic")
+    assert not {"extend", "extend_to", "extend_fragile"} & set(off["calibration"])
+    assert (on["calibration"]["extend"], on["calibration"]["extend_to"], on["calibration"]["extend_fragile"]) == \
+        (True, 1024, 1)
 
 
 def test_the_calibrate_stage_extends_fragile_prompts_and_keeps_the_first_n(tiny_model_dir, tmp_path):
@@ -135,7 +134,7 @@ def test_the_calibrate_stage_extends_fragile_prompts_and_keeps_the_first_n(tiny_
             "sampling": {"backend": "hf", "batch_size": 6, "max_new_tokens": 4},
             "verify": {"extractor": "last_number", "timeout": 5, "workers": 1}}
     ext = json.loads(json.dumps(base))
-    ext["calibration"].update(extend_to=12, extend_fragile=0)
+    ext["calibration"].update(extend=True, extend_to=12, extend_fragile=0)
     for name, s in (("full", base), ("ext", ext)):
         calibrate.main_calibrate(["--model", str(tiny_model_dir), "--split", str(tmp_path / "split.parquet"),
                                   "--settings", json.dumps(s), "--out", str(tmp_path / f"{name}.parquet")])

@@ -1,5 +1,5 @@
 """Adaptive calibration's stopping rule: when a prompt's regime label is settled; and the
-extension of a full calibration's fragile prompts (`Extension`, calibration.extend_to).
+extension of a full calibration's fragile prompts (`Extension`, calibration.extend).
 
 The full run draws n samples a prompt (`calibration.n`) and labels it from C_n / n. An adaptive
 run draws in rounds r_1 < ... < r_R = n and after each round labels the prompt from its drawn
@@ -189,7 +189,7 @@ class StoppingRule:
 
 @dataclass(frozen=True)
 class Extension:
-    """calibration.extend_to: a prompt with at most `fragile` successes in its first n draws is
+    """calibration.extend: a prompt with at most `fragile` successes in its first n draws is
     drawn on to `to`, and its label reads all of them (the `regimes` stage labels c / n from each
     prompt's rows). What it buys: label_reliability.extension_effect."""
 

@@ -19,7 +19,7 @@ the pool's spread of p, not a guess; on the committed SmolLM2 GSM8K calibrations
   fresh run's draws form a Polya urn, so the next m draws given j correct of r are
   BetaBinomial(m, a + c + j, b + n - c + r - j), and a dynamic program over the rounds gives
   the law of the fresh label. E[flips] is the sum over prompts.
-- `extension_effect`: what calibration.extend_to (adaptive.py's `Extension`: a prompt with at
+- `extension_effect`: what calibration.extend (adaptive.py's `Extension`: a prompt with at
   most `extend_fragile` successes in its first n drawn on to `extend_to`) buys in expected label
   changes and costs in draws, computed from a calibration's counts before drawing anything.
 """

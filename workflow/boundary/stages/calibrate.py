@@ -4,7 +4,7 @@ Calibration: n samples per diagnostic prompt (n = 256 in the paper) with their o
 regime labels never share samples with the evaluation that measures base pass@k. With
 calibration.adaptive, each prompt draws a prefix of those n in rounds until its label is settled
 (analysis/adaptive.py), and the artifact holds only the drawn samples (a prompt's n is its rows).
-With calibration.extend_to, a prompt with at most calibration.extend_fragile successes in its n
+With calibration.extend, a prompt with at most calibration.extend_fragile successes in its n
 draws is drawn on to extend_to (analysis/adaptive.py's `Extension`), so its label reads
 p_base from all of them: hf in the same decode loop (a second round, sample k the unextended
 run's sample k), vllm in one more engine call on those prompts at its own seed.
@@ -78,7 +78,7 @@ def main_calibrate(argv=None):
         raise BoundaryError("--model is required unless --gather is given")
     split, offset = shard_of(split, args.shard)
     rule = extension = None
-    if cal.get("extend_to"):
+    if cal["extend"]:
         from boundary.analysis.adaptive import Extension
 
         extension = Extension(cal["n"], cal["extend_to"], cal["extend_fragile"])
