@@ -48,8 +48,19 @@ def launch_plan(gpus: int, processes: int | None, devices: list[str]) -> Launch:
 def torchrun(processes: int, argv: list[str]) -> list[str]:
     """The command that runs `boundary train argv` in `processes` processes on this machine
     (`--standalone`: a free local port for the rendezvous, so concurrent jobs never meet)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--signals-to-handle={TORCHRUN_SIGNALS}",
+    signals = [f"--signals-to-handle={TORCHRUN_SIGNALS}"] if torchrun_takes_signals() else []
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", *signals,
             f"--nproc-per-node={processes}", "-m", "boundary.cli", "train", *argv]
+
+
+def torchrun_takes_signals() -> bool:
+    """Whether the installed torchrun has `--signals-to-handle` (torch >= 2.9). Without it a
+    SIGTERM to torchrun itself ends the workers at once; one to the launcher alone still stops
+    them at a step boundary."""
+    from importlib.metadata import version
+
+    major, minor = (int(x) for x in version("torch").split(".")[:2])
+    return (major, minor) >= (2, 9)
 
 
 # torchrun's signals (its default adds SIGTERM, on which it ends its workers at once): a SIGTERM
