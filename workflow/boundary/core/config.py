@@ -88,7 +88,7 @@ def _check_references(config: dict) -> None:
     if config["train"]["sharding"] == "fsdp" and config["train"]["gpus"] == 0:
         raise BoundaryError("config: train.sharding: fsdp needs train.gpus >= 1 (accelerate runs FSDP on "
                             "GPUs only; on the CPU it would train unsharded)")
-    stop, runtime = config["slurm"]["train_stop_seconds"], config["resources"]["train"]["runtime"]
+    stop, runtime = int(config["slurm"]["train_stop_seconds"]), config["resources"]["train"]["runtime"]
     if stop >= runtime * 60:
         raise BoundaryError(f"config: slurm.train_stop_seconds: {stop} s is not before the training job's time "
                             f"limit (resources.train.runtime: {runtime} min)")
