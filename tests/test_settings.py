@@ -54,10 +54,11 @@ def stage_keys(config: dict) -> dict[str, str]:
 @pytest.mark.parametrize("name", sorted(json.loads(SNAPSHOT.read_text())))
 def test_every_stage_key_is_the_one_finished_runs_were_hashed_with(name):
     expected = json.loads(SNAPSHOT.read_text())[name]
-    assert stage_keys(load_config(ROOT / "config" / name)) == expected
+    assert stage_keys(load_config(ROOT / name)) == expected
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "config").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*sorted((ROOT / "config").glob("*.yaml")),
+                                  *sorted((ROOT / "tests" / "configs").glob("*.yaml"))], ids=lambda p: p.name)
 def test_every_key_resolves_to_complete_settings(path):
     """What a rule passes is what its stage accepts, and resolving is idempotent."""
     config = load_config(path)
@@ -83,7 +84,7 @@ def test_every_key_resolves_to_complete_settings(path):
 
 
 def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_every_key():
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     one = settings.evaluate_key(config, DIAGNOSTIC, BASE, 0)
     config["evaluate"]["base_seeds"] = 3
     assert settings.base_seeds(config) == 3
@@ -99,7 +100,7 @@ def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_ev
 def test_a_vllm_run_s_key_holds_the_importance_sampling_mode_and_a_generate_run_s_does_not():
     """An x-default that changed what vllm runs compute (TRL's correction, on before the key
     existed): their keys move, generate runs' stay."""
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     method = next(m for m, s in config["methods"].items() if not s["checkpoint_of"])
     assert settings.ENGINE_KEYED not in settings.train_key(config, method)
     config["train"]["rollout_engine"] = "vllm"
@@ -110,7 +111,7 @@ def test_a_vllm_run_s_key_holds_the_importance_sampling_mode_and_a_generate_run_
 
 
 def test_an_adaptive_calibration_s_key_holds_its_rule_and_a_full_one_s_leaves_it_out():
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     full = settings.calibrate_key(config, DIAGNOSTIC)
     assert not set(settings.ADAPTIVE_KEYS) & set(full["calibration"]) and "regimes" not in full
     config["calibration"]["adaptive"] = True
@@ -122,7 +123,7 @@ def test_an_adaptive_calibration_s_key_holds_its_rule_and_a_full_one_s_leaves_it
 
 
 def test_one_calibration_shard_stays_out_of_the_key_and_more_are_in_it():
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     assert config["calibration"]["shards"] == 1  # the schema's default, written into the config
     one = settings.calibrate_key(config, DIAGNOSTIC)
     assert "shards" not in one["calibration"]  # runs made before the key rerun nothing
@@ -135,7 +136,7 @@ def test_sampling_shards_reach_the_evaluation_keys_only():
     """Changing sampling.shards between GPU leases remakes no calibration, gate draw or mask
     (they are carried, never recomputed); evaluations are split by it (the base rollouts too,
     into other files: their key is the training's, which does not hold it)."""
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     before = stage_keys(config)
     config["sampling"]["shards"] = 2
     after = stage_keys(config)

@@ -1,7 +1,7 @@
 """The wheels a GPU lease carries, made here from PyPI (the device has no network), into `.whl/`
 (ignored). Run from the repository root:
 
-    python workflow/scripts/device_kit.py [--out .whl] [--only smk,fidelity,deps,vllm]
+    python lab/lease/device_kit.py [--out .whl] [--only smk,fidelity,deps,vllm]
 
 - `smk/`: Snakemake 9.27.1 and what it needs (pulp left out: lease.sh runs the greedy scheduler;
   connection_pool has no wheel on PyPI, so it is built here).
@@ -9,12 +9,12 @@
   math-verify and jsonschema with their dependencies. A lease that trains nothing carries this.
 - `deps/`: that, TRL and datasets, and the modules vLLM's offline engine imports beyond the image
   (found on an H100 by importing its engine, worker, model, attention and sampler modules with
-  every other package blocked: docs/results/2026-11-27-sampling-speed-h100.md), each with the
+  every other package blocked: lab/studies/2026-11-27-sampling-speed-h100/README.md), each with the
   dependencies of its wheel that the image lacks.
 - `p1/`, `p2/`, ...: vLLM 0.26.0's wheel without what a dense model on Hopper never loads (the
   FA2 kernels: vLLM picks FA3 there; the MoE kernels, vllm-rs, DeepGEMM, the SM100 attention),
   unpacked, tar'd, xz'd and cut in parts of PART_MIB, one folder a device call; lease.sh and
-  gpu_issue39.sh unpack `/tmp/vllm_part_*` into their site folder.
+  engine_rollout_steps.sh unpack `/tmp/vllm_part_*` into their site folder.
 
 Versions: a root's from this project's pins or vLLM's own requirement, a dependency's the newest
 wheel that meets every requirement naming it; a requirement that the chosen version does not

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One GPU lease's share of a study: run the pipeline's own Snakemake on a machine that keeps
 # nothing after the lease, from the artifacts earlier leases brought back, and pack what must
-# come back (docs/how-to/run_a_study_across_gpu_leases.md). Run from the repository root:
+# come back (lab/lease/run_a_study_across_gpu_leases.md). Run from the repository root:
 #
-#   OUT=<folder> bash workflow/scripts/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
+#   OUT=<folder> bash lab/lease/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
 #       [--wheels DIR]... [--seed S [--methods M,...]] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
 #       [--detach [--run-budget SECONDS]] [TARGET...]
 #
@@ -16,7 +16,7 @@
 #   --wheels      a folder of wheels: of one holding snakemake-*.whl, the distributions the interpreter
 #                 lacks go into its site-packages; any other folder's wheels go with --no-deps
 #                 into /tmp/site (first on PYTHONPATH). vLLM's parts /tmp/vllm_part_* (a tar.xz of
-#                 its wheel, benchmarks/gpu_issue39.sh) are unpacked there if vllm is not importable.
+#                 its wheel, lab/studies/2026-11-28-engine-rollouts/engine_rollout_steps.sh) are unpacked there if vllm is not importable.
 #                 A later call of the same hold may leave a folder uncarried: it was installed.
 #   --budget      seconds this call may take in all (default 590); Snakemake is stopped (SIGINT,
 #                 then SIGKILL 20 s later) 60 s before, to leave time to pack
@@ -31,7 +31,7 @@
 #                 no pack (e.g. once, before several runs of this checkout start side by side)
 #   --keep-locks  leave Snakemake's locks (by default a lock left by a killed call is cleared):
 #                 for a run beside another Snakemake run of this checkout, whose locks an unlock
-#                 would remove (benchmarks/gpu_issue41_select.sh runs three)
+#                 would remove (lab/studies/2026-11-28-qwen15b-task-selection/select_task_on_gpus.sh runs three)
 #   --detach      Snakemake runs in its own process session, so a job longer than a call (a
 #                 calibration shard of 10 minutes) is not cut when the call ends: the call waits
 #                 while it runs and packs what is finished so far; a later call with --detach
@@ -44,7 +44,7 @@
 # Before Snakemake: data/ is linked to .lease/data if data/ is missing and that folder was carried,
 # and the files of .lease/files (the config's data files outside data/, `lease_in.sh data`) are
 # copied to their paths in the checkout (where missing or older); a GGUF base_model that is
-# missing is joined from /tmp/lease-gguf/NAME.part_* and checked against the config/*.sha256 pin
+# missing is joined from /tmp/lease-gguf/NAME.part_* and checked against the lab/models/*.sha256 pin
 # naming it. If artifacts were restored and the base model folder is missing, it is made first (a
 # separate Snakemake run) and the restored files are then dated after it: otherwise the newer
 # base would rerun every stage below it. Calling this again in the
@@ -147,7 +147,7 @@ chmod +x "$BIN/boundary"
 export PATH="$BIN:$PATH"
 run=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['run'])" "$cfg") || exit 1
 if [ -n "$seed" ]; then
-  seeded=$($PY workflow/scripts/lease_pack.py targets --configfile "$cfg" --seed "$seed" \
+  seeded=$($PY lab/lease/lease_pack.py targets --configfile "$cfg" --seed "$seed" \
     ${methods:+--methods "$methods"}) || exit 1
   read -r -d '' -a more <<< "$seeded" || true
   targets+=("${more[@]}")
@@ -158,7 +158,7 @@ base_model=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1])).g
 [ -e data ] || [ ! -d .lease/data ] || ln -s .lease/data data
 [ ! -d .lease/files ] || cp -ru .lease/files/. . || { say "copying .lease/files into the checkout failed"; exit 1; }
 if [ "${base_model##*.}" = gguf ] && [ ! -f "$base_model" ]; then
-  pin=$(grep -l " $base_model\$" config/*.sha256 | head -1)
+  pin=$(grep -l " $base_model\$" lab/models/*.sha256 | head -1)
   parts=(/tmp/lease-gguf/"$(basename "$base_model")".part_*)
   if [ -n "$pin" ] && [ -f "${parts[0]}" ]; then
     mkdir -p "$(dirname "$base_model")"
@@ -193,7 +193,7 @@ if [ -n "$carry" ]; then
   key=$(sha256sum "$carry"/lease_*.manifest 2>/dev/null | cut -c1-64)
   [ -n "$key" ] || { say "--carry $carry: no lease_*.manifest"; exit 1; }
   if [ "$(cat .snakemake/lease/restored 2>/dev/null)" != "$key" ] && [ "$(cat .snakemake/lease/pending 2>/dev/null)" != "$key" ]; then
-    $PY workflow/scripts/lease_pack.py unpack "$carry" || exit 1
+    $PY lab/lease/lease_pack.py unpack "$carry" || exit 1
     echo "$key" > .snakemake/lease/pending
   fi
 fi
@@ -204,7 +204,7 @@ if [ -f .snakemake/lease/pending ]; then
     run_smk $(($(left) - 60)) "$base"
   fi
   if [ -d "$base" ]; then
-    $PY workflow/scripts/lease_pack.py touch .snakemake/lease/restored.txt &&
+    $PY lab/lease/lease_pack.py touch .snakemake/lease/restored.txt &&
       mv .snakemake/lease/pending .snakemake/lease/restored
   fi
 fi
@@ -252,5 +252,5 @@ else
 fi
 
 # 5. What comes back.
-[ -d "results/$run" ] && $PY workflow/scripts/lease_pack.py pack --results "results/$run" --out "$OUT"
+[ -d "results/$run" ] && $PY lab/lease/lease_pack.py pack --results "results/$run" --out "$OUT"
 say "done"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The local side of a study run across GPU leases (docs/how-to/run_a_study_across_gpu_leases.md):
+# The local side of a study run across GPU leases (lab/lease/run_a_study_across_gpu_leases.md):
 # what goes to a lease's machine (in ignored folders under .lease/, named in the device call's
 # `carry`) and what comes back. Run from the repository root with the project's Python on PATH.
 #
@@ -22,7 +22,7 @@
 #                                    and lease.sh joins them and checks the SHA-256 pin
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-PACK=workflow/scripts/lease_pack.py
+PACK=lab/lease/lease_pack.py
 case "${1:-}" in
   data)
     [ $# -ge 2 ] || { echo "usage: lease_in.sh data CFG..." >&2; exit 2; }
@@ -44,7 +44,7 @@ case "${1:-}" in
     ;;
   gguf)
     file="${2:?usage: lease_in.sh gguf FILE [MIB] [DIR]}" mib="${3:-50}" dir="${4:-.lease/gguf}"
-    [ -f "$file" ] || { echo "lease_in: $file: no such file (workflow/scripts/qwen05b.sh makes the 0.5B one)" >&2; exit 1; }
+    [ -f "$file" ] || { echo "lease_in: $file: no such file (lab/models/qwen05b.sh makes the 0.5B one)" >&2; exit 1; }
     rm -rf "$dir" && mkdir -p "$dir/split"
     split -b "${mib}M" -d -a 2 "$file" "$dir/split/$(basename "$file").part_"
     for part in "$dir"/split/*; do

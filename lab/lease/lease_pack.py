@@ -1,4 +1,4 @@
-"""Pack and restore a run's small artifacts across GPU leases (docs/how-to/run_a_study_across_gpu_leases.md).
+"""Pack and restore a run's small artifacts across GPU leases (lab/lease/run_a_study_across_gpu_leases.md).
 
 A lease's machine keeps nothing, and files travel in and out in small, few pieces, so a study
 runs as several Snakemake runs on several machines. Each carries the run's small artifacts
@@ -42,7 +42,7 @@ import time
 from base64 import urlsafe_b64decode, urlsafe_b64encode
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workflow"))
 from boundary.core.digests import file_sha256  # noqa: E402
 
 WEIGHTS = {".safetensors", ".bin", ".pt", ".pth", ".gguf"}

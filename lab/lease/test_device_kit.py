@@ -1,4 +1,4 @@
-"""workflow/scripts/device_kit.py on a stand-in index of tiny wheels (no network): the closure
+"""lab/lease/device_kit.py on a stand-in index of tiny wheels (no network): the closure
 leaves out what the device image has, follows extras and markers for CPython 3.12 on Linux,
 backtracks a package whose newest version asks for more than an earlier choice gives, and
 refuses a root it cannot meet in one line; vLLM's parts join to its wheel less what is stripped."""
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-spec = importlib.util.spec_from_file_location("device_kit", ROOT / "workflow" / "scripts" / "device_kit.py")
+spec = importlib.util.spec_from_file_location("device_kit", ROOT / "lab" / "lease" / "device_kit.py")
 kit = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kit)
 

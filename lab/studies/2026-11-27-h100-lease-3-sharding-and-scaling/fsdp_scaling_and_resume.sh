@@ -6,7 +6,7 @@
 #   (d) a 2-process SmolLM2 job killed after its checkpoint 2 and resumed (DDP)
 #   (e) FSDP with the real SmolLM2 against 1 process (2 and 4 processes), and its kill/resume
 #
-#   bash benchmarks/gpu_issue21.sh --split TRAIN.parquet (--model DIR | --gguf FILE[,FILE...] \
+#   bash lab/studies/2026-11-27-h100-lease-3-sharding-and-scaling/fsdp_scaling_and_resume.sh --split TRAIN.parquet (--model DIR | --gguf FILE[,FILE...] \
 #       [--gguf-sha FILE]) [--wheels DIR] [--rows abcde] [--budget 540] [--deadline S] [--cpu]
 #
 # --model: a folder `boundary import-base` wrote. Else --gguf: the GGUF, or its parts in order
@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=$2; shift 2 ;;
     --deadline) DEADLINE=$2; shift 2 ;;
     --cpu) CPU=1; shift ;;
-    *) echo "gpu_issue21: unknown option $1"; exit 2 ;;
+    *) echo "fsdp_scaling_and_resume: unknown option $1"; exit 2 ;;
   esac
 done
 OUT=${OUT:-/tmp/gpu_issue21}
@@ -83,9 +83,9 @@ stop_gpu_leftovers() {
 
 # The environment: carried wheels, versions, devices.
 if ! $PY -c "import trl, accelerate, datasets, math_verify" 2>/dev/null; then
-  [ -n "$WHEELS" ] || { echo "gpu_issue21: trl etc. not importable and no --wheels"; exit 1; }
+  [ -n "$WHEELS" ] || { echo "fsdp_scaling_and_resume: trl etc. not importable and no --wheels"; exit 1; }
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl \
-    || { echo "gpu_issue21: wheel install failed"; exit 1; }
+    || { echo "fsdp_scaling_and_resume: wheel install failed"; exit 1; }
 fi
 IMPORT=""
 if [ -z "$MODEL" ] && [ -n "$GGUF" ] && [[ $ROWS == *[cde]* ]]; then
@@ -154,4 +154,4 @@ if [[ $ROWS == *[de]* ]]; then
   cat $LOGS/d.console $LOGS/e.console 2>/dev/null
   keep_logs
 fi
-echo "gpu_issue21: done, $(( $(date +%s) - T0 )) s"
+echo "fsdp_scaling_and_resume: done, $(( $(date +%s) - T0 )) s"

@@ -1,10 +1,10 @@
 #!/bin/bash
 # Issue 40's figures on GPUs: adaptive against full calibration of real SmolLM2-135M-Instruct,
 # one benchmark process a GPU, all at once (each pair, full then adaptive, on its own GPU):
-#   GPU 0: the arithmetic pool (config/smollm2_arith_add15.yaml, its 256 diagnostic prompts);
+#   GPU 0: the arithmetic pool (lab/studies/2026-11-27-smollm2-arith-add15/smollm2_arith_add15.yaml, its 256 diagnostic prompts);
 #   GPU 1..N-1: GSM8K (config/smollm2.yaml, the 500 diagnostic prompts), one share each.
 #
-#   OUT=<folder> bash benchmarks/gpu_issue40.sh GGUF SPLITS [GPUS] [LIMIT]
+#   OUT=<folder> bash lab/studies/2026-11-28-adaptive-calibration/adaptive_against_full_calibration.sh GGUF SPLITS [GPUS] [LIMIT]
 #
 # GGUF: SmolLM2's file (workflow/scripts/smollm2.sh), imported here with `boundary import-base`.
 # SPLITS: a folder with arith_diagnostic.parquet and gsm8k_diagnostic.parquet, the two configs'
@@ -35,7 +35,7 @@ bench() {  # name gpu config split [bench options]
 }
 echo "start $(date -u +%H:%M:%S): $GPUS GPUs, GSM8K $GSM prompts in shares of $SHARE"
 PIDS=()
-bench arith 0 config/smollm2_arith_add15.yaml "$SPLITS/arith_diagnostic.parquet" & PIDS+=($!)
+bench arith 0 lab/studies/2026-11-27-smollm2-arith-add15/smollm2_arith_add15.yaml "$SPLITS/arith_diagnostic.parquet" & PIDS+=($!)
 for g in $(seq 1 $((GPUS - 1))); do
   bench "gsm8k_$g" "$g" config/smollm2.yaml "$SPLITS/gsm8k_diagnostic.parquet" --prompts $SHARE \
     --offset $(((g - 1) * SHARE)) & PIDS+=($!)

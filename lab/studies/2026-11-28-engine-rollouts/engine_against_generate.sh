@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 39's two engine checks that need a real model on a GPU, in one call of at most 600 s
 # (benchmarks/bench_engine_pairs.py says what each check asserts):
-#   pairs   the same short PBA run (SmolLM2-135M-Instruct, config/smollm2_arith_add15.yaml's train
+#   pairs   the same short PBA run (SmolLM2-135M-Instruct, lab/studies/2026-11-27-smollm2-arith-add15/smollm2_arith_add15.yaml's train
 #           settings and train split, 32 steps of 16 prompts x 8) trained with rollout_engine
 #           generate and vllm, same seed: the same actions, logged values within 3 SE
 #   resume  a vllm run SIGKILLed after its first checkpoint (step 8) and restarted: it resumes
@@ -9,7 +9,7 @@
 # Both run at once: on one GPU generate and the killed run share it; with 2 or more an
 # uninterrupted vllm run gets the second (one engine a GPU).
 #
-#   OUT=<folder> bash benchmarks/gpu_issue39_pairs.sh (--model DIR | --gguf FILE[,FILE...] [--gguf-sha FILE]) \
+#   OUT=<folder> bash lab/studies/2026-11-28-engine-rollouts/engine_against_generate.sh (--model DIR | --gguf FILE[,FILE...] [--gguf-sha FILE]) \
 #       [--split TRAIN.parquet] [--wheels DIR] [--budget 590] [--deadline 470] [--steps 32] [--cpu]
 #
 # --model: a folder `boundary import-base` wrote; else --gguf: the GGUF or its parts in order
@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --cpu) CPU=1; shift ;;
-    *) echo "gpu_issue39_pairs: unknown option $1"; exit 2 ;;
+    *) echo "engine_against_generate: unknown option $1"; exit 2 ;;
   esac
 done
 OUT=${OUT:-/tmp/gpu_issue39_pairs}
@@ -60,14 +60,14 @@ say() { echo "== $* ($(( $(date +%s) - T0 )) s in)"; }
 # The environment: wheels first (the import needs gguf), the GGUF's import in the background
 # while vLLM unpacks, then versions and devices.
 if [ $CPU = 0 ] && ! $PY -c "import trl, datasets, math_verify, gguf" 2>/dev/null; then
-  [ -n "$WHEELS" ] || { echo "gpu_issue39_pairs: trl etc. not importable and no --wheels"; exit 1; }
+  [ -n "$WHEELS" ] || { echo "engine_against_generate: trl etc. not importable and no --wheels"; exit 1; }
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl \
-    || { echo "gpu_issue39_pairs: wheel install failed"; exit 1; }
+    || { echo "engine_against_generate: wheel install failed"; exit 1; }
   say "wheels installed"
 fi
 IMPORT=""
 if [ $CPU = 0 ] && [ -z "$MODEL" ]; then
-  [ ${#PARTS[@]} -gt 0 ] || { echo "gpu_issue39_pairs: --model or --gguf"; exit 2; }
+  [ ${#PARTS[@]} -gt 0 ] || { echo "engine_against_generate: --model or --gguf"; exit 2; }
   MODEL=/tmp/gpu_issue39_pairs_base
   if [ ! -f $MODEL/config.json ]; then
     ( cat "${PARTS[@]}" > /tmp/gpu_issue39_pairs.gguf \
@@ -79,7 +79,7 @@ if [ $CPU = 0 ] && [ -z "$MODEL" ]; then
   fi
 fi
 if [ $CPU = 0 ] && ! $PY -c "import vllm" 2>/dev/null; then
-  cat /tmp/vllm_part_* | xz -d | tar -x -C /tmp/site || { echo "gpu_issue39_pairs: vllm unpack failed"; exit 1; }
+  cat /tmp/vllm_part_* | xz -d | tar -x -C /tmp/site || { echo "engine_against_generate: vllm unpack failed"; exit 1; }
   say "vllm unpacked"
 fi
 if [ -n "$IMPORT" ]; then
@@ -102,6 +102,7 @@ else
   ARGS=(--model "$MODEL" --steps "${STEPS:-32}" --save-steps 8)
   export OMP_NUM_THREADS=4
 fi
+ARGS+=(--config lab/studies/2026-11-27-smollm2-arith-add15/smollm2_arith_add15.yaml)  # its train settings and split
 [ -n "$SPLIT" ] && ARGS+=(--split "$SPLIT")
 D=$(( BUDGET - ($(date +%s) - T0) - 45 ))
 [ $D -gt "$DEADLINE" ] && D=$DEADLINE
@@ -118,4 +119,4 @@ fi
 # beside this one on the machine's other GPUs goes on.
 pkill -9 -f -- "--out $WORK/" 2>/dev/null
 (cd $WORK && tar -czf "$OUT/logs.tgz" bench.json logs import.log mask.parquet splits */log.parquet */actions.parquet 2>/dev/null)
-say "gpu_issue39_pairs: done"
+say "engine_against_generate: done"

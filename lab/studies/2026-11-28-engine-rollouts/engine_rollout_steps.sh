@@ -3,7 +3,7 @@
 # printed as it is measured; $OUT/console.log holds everything printed, $OUT/logs.tgz every
 # run's log. Run from the repository root:
 #
-#   OUT=<folder> bash benchmarks/gpu_issue39.sh ROWS [--cpu]
+#   OUT=<folder> bash lab/studies/2026-11-28-engine-rollouts/engine_rollout_steps.sh ROWS [--cpu]
 #
 # Before the first row: the wheels in $WHEELS (default .whl/deps) are installed with pip
 # --target /tmp/site, and vLLM from /tmp/vllm_part_* (a tar.xz of its wheel, cut in parts) is
@@ -29,12 +29,12 @@
 #      as its own phase (check_s), which the 10x goal's row f counted as sync before it was split out
 #   k  row b with the engine's CUDA graphs captured up to 1,024 rows (--vllm-capture 1024; vLLM's
 #      default stops at 512, while each engine decodes its 1,024 rows at once): the lead of the
-#      2 x H200 lease (docs/results/2026-11-28-engine-rollouts.md), against row b on the same machine
-#   s  issue 41's cost input: the 1.5B study's step (config/qwen15b.yaml: 32 prompts x 8 of up to
+#      2 x H200 lease (lab/studies/2026-11-28-engine-rollouts/README.md), against row b on the same machine
+#   s  issue 41's cost input: the 1.5B study's step (lab/studies/2026-11-28-qwen15b-preregistration/qwen15b.yaml: 32 prompts x 8 of up to
 #      1,024 tokens after MATH prompts of up to 192, micro-batches of 32), the shape of the study's
 #      Qwen2.5-Coder-1.5B GGUF as imported (untied output layer, 1.78B parameters), eos suppressed
 #      (every completion full length: the step's upper bound), on 1 GPU and on 4 (ROW_S_GPUS)
-#   p  the same for the 0.5B pilot's step (config/qwen05b_pilot.yaml: up to 512 tokens, micro-batches
+#   p  the same for the 0.5B pilot's step (lab/studies/2026-11-29-qwen05b-pilot/qwen05b_pilot.yaml: up to 512 tokens, micro-batches
 #      of 64), the Coder-0.5B GGUF's shape (0.63B parameters), on 1 GPU (each pilot run trains on one)
 #   q  the pilot's step at the study's cap (Amendment 9: up to 1,024 tokens, micro-batches of 32), the
 #      0.5B's shape, on 1 GPU and on 2 (ROW_Q_GPUS)
@@ -50,8 +50,8 @@ export PYTHONPATH=/tmp/site:$PWD/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUF
   TOKENIZERS_PARALLELISM=false VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 if [ $CPU = 0 ] && ! $PY -c "import vllm, trl" 2>/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "${WHEELS:-.whl/deps}"/*.whl || { echo "gpu_issue39: wheel install failed"; exit 1; }
-  cat /tmp/vllm_part_* | xz -d | tar -x -C /tmp/site || { echo "gpu_issue39: vllm unpack failed"; exit 1; }
+    "${WHEELS:-.whl/deps}"/*.whl || { echo "engine_rollout_steps: wheel install failed"; exit 1; }
+  cat /tmp/vllm_part_* | xz -d | tar -x -C /tmp/site || { echo "engine_rollout_steps: vllm unpack failed"; exit 1; }
 fi
 $PY -c "import torch, transformers, trl; print('torch', torch.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
 [ $CPU = 0 ] && $PY -c "import vllm; print('vllm', vllm.__version__)" && nvidia-smi -L

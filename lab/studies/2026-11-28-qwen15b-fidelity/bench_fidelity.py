@@ -26,13 +26,13 @@ a large-sample formula that 0/256 and 256/256 prompts break:
 The samplers agree within noise unless one of the two has p < 0.025 (0.05, Bonferroni over
 the two).
 
-Usage (the lead's device run: benchmarks/gpu_issue41_fidelity.sh; docs/how-to/check_sampler_fidelity.md):
+Usage (the lead's device run: lab/studies/2026-11-28-qwen15b-fidelity/sampler_against_generate.sh; lab/studies/2026-11-28-qwen15b-fidelity/check_sampler_fidelity.md):
 
     # here, on a CPU: the split, as the workflow's data stage makes it (first K prompts)
-    PYTHONPATH=workflow python benchmarks/bench_fidelity.py --make-split results/qwen15b_fidelity/diagnostic.parquet \
+    PYTHONPATH=workflow python lab/studies/2026-11-28-qwen15b-fidelity/bench_fidelity.py --make-split results/qwen15b_fidelity/diagnostic.parquet \
         --model models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf --data ../shared/data/gsm8k/test.jsonl
     # one GPU: both halves, then the comparison, into --out
-    PYTHONPATH=workflow python benchmarks/bench_fidelity.py --model BASE --split SPLIT --out DIR
+    PYTHONPATH=workflow python lab/studies/2026-11-28-qwen15b-fidelity/bench_fidelity.py --model BASE --split SPLIT --out DIR
     # or in parts (each resumes what DIR holds): --only project; --only stock [--shard I/K]
     # [--deadline S] (one process a shard, several on one GPU); --only compare (any machine)
     # a CPU, a tiny model, in seconds: --cpu --config config/config.yaml --n 16 --max-new-tokens 4
@@ -51,7 +51,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 from boundary.core.errors import BoundaryError, warn  # noqa: E402
@@ -72,7 +72,7 @@ def resolved(config_path: str | None, n: int | None = None, max_new_tokens: int 
     from boundary.core import settings
     from boundary.core.config import load_config
 
-    config = load_config(config_path or ROOT / "config" / "qwen15b.yaml")
+    config = load_config(config_path or ROOT / "lab" / "studies" / "2026-11-28-qwen15b-preregistration" / "qwen15b.yaml")
     config["calibration"]["adaptive"] = False
     if n is not None:
         config["calibration"]["n"] = n
@@ -155,7 +155,7 @@ def make_split(args) -> None:
     from boundary.core.config import load_config
     from boundary.stages.data import build_splits
 
-    config = load_config(args.config or ROOT / "config" / "qwen15b.yaml")
+    config = load_config(args.config or ROOT / "lab" / "studies" / "2026-11-28-qwen15b-preregistration" / "qwen15b.yaml")
     key = settings.data_key(config, "diagnostic")
     spec = key["data"]["diagnostic"]
     spec["limit"] = args.prompts
@@ -557,7 +557,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="imported base folder (boundary import-base); with --make-split also a GGUF")
     ap.add_argument("--split", help="diagnostic split parquet (--make-split writes one)")
-    ap.add_argument("--config", help="workflow config (default config/qwen15b.yaml)")
+    ap.add_argument("--config", help="workflow config (default lab/studies/2026-11-28-qwen15b-preregistration/qwen15b.yaml)")
     ap.add_argument("--prompts", type=int, default=32, help="the split's first K prompts")
     ap.add_argument("--out", help="folder of both halves' samples and the comparison (kept between calls)")
     ap.add_argument("--only", choices=["project", "stock", "compare"], help="one part (default: all three)")

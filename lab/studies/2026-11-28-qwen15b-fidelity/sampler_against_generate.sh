@@ -1,13 +1,13 @@
 #!/bin/bash
 # Issue 41, item 2 (fidelity) on ONE GPU: the calibrate stage's sampler against stock
 # transformers `generate` (one prompt a call, 256 identical rows) on the 1.5B model's first 32
-# GSM8K diagnostic prompts x 256, config/qwen15b.yaml's calibration (T 0.6, top-p 0.95, seed
-# 1001) and max_new_tokens 1,024 (benchmarks/bench_fidelity.py says what it compares and how).
+# GSM8K diagnostic prompts x 256, lab/studies/2026-11-28-qwen15b-preregistration/qwen15b.yaml's calibration (T 0.6, top-p 0.95, seed
+# 1001) and max_new_tokens 1,024 (lab/studies/2026-11-28-qwen15b-fidelity/bench_fidelity.py says what it compares and how).
 # Run from the repository root:
 #
-#   OUT=<folder> bash benchmarks/gpu_issue41_fidelity.sh run GGUF SPLIT [WHEELS]   # each call
-#   OUT=<folder> bash benchmarks/gpu_issue41_fidelity.sh setup GGUF SPLIT [WHEELS] # optional, earlier
-#   bash benchmarks/gpu_issue41_fidelity.sh dry                                    # CPU, tiny model
+#   OUT=<folder> bash lab/studies/2026-11-28-qwen15b-fidelity/sampler_against_generate.sh run GGUF SPLIT [WHEELS]   # each call
+#   OUT=<folder> bash lab/studies/2026-11-28-qwen15b-fidelity/sampler_against_generate.sh setup GGUF SPLIT [WHEELS] # optional, earlier
+#   bash lab/studies/2026-11-28-qwen15b-fidelity/sampler_against_generate.sh dry                                    # CPU, tiny model
 #
 # GGUF: the joined Qwen2.5-Coder-1.5B-Instruct file (or any model folder). SPLIT: the 32-prompt
 # split parquet made beforehand on a CPU (`bench_fidelity.py --make-split`; the GSM8K data is
@@ -24,7 +24,7 @@
 # Call `run` again until it prints `stock prompts done: 32 of 32`; the work folder lives in
 # /tmp, which a warm machine keeps between calls. On a fresh machine set RESUME=<an earlier samples.tgz>.
 #
-# Measured on 2 x H200 (2026-11-28, docs/results/2026-11-28-qwen15b-fidelity.md): setup 129 s,
+# Measured on 2 x H200 (2026-11-28, lab/studies/2026-11-28-qwen15b-fidelity/README.md): setup 129 s,
 # project half 121 s, stock half 278 s wall with GPUS=2 WORKERS=6: two calls in all.
 # Time (the estimate made before that run, from known rates):
 # - setup: the wheels, and import-base of the 1.5B GGUF (2 min 58 s on this repo's 2-core CPU):
@@ -36,7 +36,7 @@
 #   row of 256 nearly always reaches the cap: about 1,024 steps a prompt. A step at 256 rows:
 #   top-p sorts 256 x 151,936 float32 logits, about 22 ms at the 0.56 ns a logit top-p cost
 #   stock generate in the SmolLM2 benchmark (88.7 against 33.4 ms a step at 2,048 x 49,152,
-#   docs/results/2026-11-27-sampling-speed-h100.md), plus 5-10 ms of GPU work for the forward
+#   lab/studies/2026-11-27-sampling-speed-h100/README.md), plus 5-10 ms of GPU work for the forward
 #   (3.6 GB of weights, the DynamicCache copying itself) and 15-20 ms of CPU for its ~1,100
 #   kernel launches. 32 x 1,024 steps: 15-17 min with the GPU kept busy by 3 processes (the
 #   default), 20-25 min in one; less where a prompt's longest row ends before the cap.
@@ -46,17 +46,17 @@
 # fast end (each call's comparison prints how long the prompts left need at its pace).
 #
 # Env: LIMIT (seconds of this call, default 570), WORKERS (stock processes, default 3), CONFIG
-# (default config/qwen15b.yaml), PROMPTS (32), FIDELITY_DIR (default /tmp/q15/fidelity), RESUME,
+# (default lab/studies/2026-11-28-qwen15b-preregistration/qwen15b.yaml), PROMPTS (32), FIDELITY_DIR (default /tmp/q15/fidelity), RESUME,
 # STOCK_FROM (a folder holding an earlier run's stock/: its samples are reused, so a call redraws
 # only the project's half, e.g. with BOUNDARY_SEAT_ATTENTION=sdpa_gqa against the committed
-# docs/results/2026-11-28-qwen15b-fidelity/samples; use a fresh FIDELITY_DIR), PROJECT_SEED (the
+# lab/studies/2026-11-28-qwen15b-fidelity/samples; use a fresh FIDELITY_DIR), PROJECT_SEED (the
 # project half's calibration seed, bench_fidelity.py --seed: a fresh draw against the same stock),
 # STOCK_MAX (at most so many prompts a stock process, this call), GPUS (default 1; on a machine
 # of several, stock process i runs on GPU i mod GPUS and the project's half on GPU 0: fewer
 # calls). $OUT gets console.log, fidelity.csv and totals.csv (the comparison), samples.tgz (both
 # halves' scored samples: project.parquet, project.json, stock/) and logs.tgz (each process's log).
 set -u
-PART=${1:?usage: gpu_issue41_fidelity.sh run|setup GGUF SPLIT [WHEELS] | dry}
+PART=${1:?usage: sampler_against_generate.sh run|setup GGUF SPLIT [WHEELS] | dry}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 START=$SECONDS
@@ -68,7 +68,7 @@ if [ "$PART" = dry ]; then  # the whole driver on a CPU: a tiny random model, 4 
   OUT=${OUT:-$DRY/out}; W=$DRY/work; SOURCE=$DRY/tiny; SPLIT=$DRY/split.parquet; WHEELS=""
   CONFIG=config/config.yaml; PROMPTS=4; WORKERS=2; EXTRA=(--cpu --n 64 --max-new-tokens 4)
 else
-  [ "$PART" = run ] || [ "$PART" = setup ] || { echo "gpu_issue41_fidelity: part $PART: run, setup or dry"; exit 2; }
+  [ "$PART" = run ] || [ "$PART" = setup ] || { echo "sampler_against_generate: part $PART: run, setup or dry"; exit 2; }
   SOURCE=$(realpath "${2:?GGUF}"); SPLIT=$(realpath "${3:?SPLIT}"); WHEELS=${4:-}
   OUT=${OUT:-/tmp/gpu_issue41_fidelity_out}; W=${FIDELITY_DIR:-/tmp/q15/fidelity}
 fi
@@ -81,7 +81,7 @@ export PYTHONPATH=/tmp/site:$REPO/workflow${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBU
 left() { echo $((LIMIT - (SECONDS - START))); }
 stamp() { echo "=== $* ($(date -u +%H:%M:%S), ${SECONDS}s of ${LIMIT}s)"; }
 quiet() { tr '\r' '\n' < "$1" | grep -v "it/s]\|s/it]\|^\s*$"; }  # a log without progress bars
-BENCH=(python3 benchmarks/bench_fidelity.py --model "$W/base" --split "$SPLIT" --config "$CONFIG"
+BENCH=(python3 lab/studies/2026-11-28-qwen15b-fidelity/bench_fidelity.py --model "$W/base" --split "$SPLIT" --config "$CONFIG"
        --prompts "$PROMPTS" --out "$W/run" "${EXTRA[@]}")
 
 setup() {
@@ -92,15 +92,15 @@ setup() {
   case "$SOURCE" in *.gguf) needs="$needs, gguf" ;; esac
   if [ -n "$WHEELS" ] && ! python3 -c "$needs" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-      "$WHEELS"/*.whl || { echo "gpu_issue41_fidelity: wheel install from $WHEELS failed"; exit 1; }
+      "$WHEELS"/*.whl || { echo "sampler_against_generate: wheel install from $WHEELS failed"; exit 1; }
   fi
-  python3 -c "$needs" || { echo "gpu_issue41_fidelity: a package is missing (carry its wheel; see the header)"; exit 1; }
+  python3 -c "$needs" || { echo "sampler_against_generate: a package is missing (carry its wheel; see the header)"; exit 1; }
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   if [ ! -f "$W/base/config.json" ]; then
     python3 -m boundary.cli import-base --source "$SOURCE" --out "$W/base" > "$W/logs/import.log" 2>&1
     local rc=$?
     quiet "$W/logs/import.log" | tail -2
-    [ $rc = 0 ] || { echo "gpu_issue41_fidelity: import-base failed (exit $rc)"; exit 1; }
+    [ $rc = 0 ] || { echo "sampler_against_generate: import-base failed (exit $rc)"; exit 1; }
   fi
   if [ -n "${RESUME:-}" ] && [ ! -f "$W/run/project.json" ]; then
     tar -xzf "$RESUME" -C "$W/run" && echo "resumed from $RESUME"
@@ -150,7 +150,7 @@ compare() {
 }
 
 if [ "$PART" = dry ]; then
-  python3 - "$DRY" <<'PY' || { echo "gpu_issue41_fidelity: dry: the tiny model could not be made"; exit 1; }
+  python3 - "$DRY" <<'PY' || { echo "sampler_against_generate: dry: the tiny model could not be made"; exit 1; }
 import sys
 import pandas as pd
 from boundary.tasks.testbed import TinyModelConfig, build_model, build_tokenizer

@@ -1,4 +1,4 @@
-"""benchmarks/bench_fidelity.py (issue 41, item 2) end to end on a CPU with the tiny model: the
+"""lab/studies/2026-11-28-qwen15b-fidelity/bench_fidelity.py (issue 41, item 2) end to end on a CPU with the tiny model: the
 tables it writes, every Fisher p-value and total recomputed from the written counts and
 samples (the combined tests against their exact null by enumeration), and the stock half the
 same whether one process or several shards draw it, resumed prompt by prompt."""
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = {"a": ("12+34=", "4"), "b": ("5+6=", "1"), "c": ("7+8=", "5"), "d": ("1+2=", "3")}
 N = 32
 TINY = ["--cpu", "--config", str(ROOT / "config" / "config.yaml"), "--n", str(N), "--max-new-tokens", "2",
@@ -27,7 +27,7 @@ PER_PROMPT = ["prompt_id", "n_project", "c_project", "rate_project", "tokens_pro
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_fidelity
 
     return bench_fidelity
@@ -202,13 +202,13 @@ def test_the_split_is_the_data_stages_and_checked_against_the_models_tokenizer(b
                             for i in range(5)))
     out = tmp_path / "split.parquet"
     bench.main(["--make-split", str(out), "--model", str(model), "--data", str(data), "--prompts", "3",
-                "--config", str(ROOT / "config" / "qwen15b.yaml")])
+                "--config", str(ROOT / "lab" / "studies" / "2026-11-28-qwen15b-preregistration" / "qwen15b.yaml")])
     split = pd.read_parquet(out)
     assert split["prompt_id"].tolist() == ["diagnostic-00000", "diagnostic-00001", "diagnostic-00002"]
     assert split["answer"].tolist() == ["1", "2", "3"]
     assert split["prompt"][0] == ("[user]What is 0+1?\nPlease reason step by step, and put your final answer "
                                   "within \\boxed{}.[assistant]")
-    s = bench.resolved(str(ROOT / "config" / "qwen15b.yaml"))
+    s = bench.resolved(str(ROOT / "lab" / "studies" / "2026-11-28-qwen15b-preregistration" / "qwen15b.yaml"))
     bench.check_prompts(split, s["prompt"], str(model))
     tokenizer.chat_template = tokenizer.chat_template.replace("[assistant]", "[bot]")
     tokenizer.save_pretrained(model)

@@ -1,4 +1,4 @@
-"""The pre-registered task candidates of the 1.5B study (docs/results/2026-11-28-qwen15b-
+"""The pre-registered task candidates of the 1.5B study (lab/studies/2026-11-28-qwen15b-
 preregistration.md, section 1) as train/diagnostic JSONL files, and each candidate's
 near-copies (tasks/near_copy.py): every diagnostic prompt with a near-copy among its train
 prompts. Reads GSM8K, MATH500 and Omni-MATH-Rule from DATA (default data/); writes
@@ -6,7 +6,7 @@ OUT/{candidate}_{train,diagnostic}.jsonl (fields id, problem, answer, and MATH50
 subject, the study's skill label; `id`
 is the source file's row), OUT/{candidate}_near_copies.csv and OUT/{candidate}_held_out.jsonl:
 the diagnostic split less its near-copies, the split the study diagnoses once the candidate is
-chosen (config/qwen15b.yaml). A `data:` entry reads them with problem_field problem,
+chosen (lab/studies/2026-11-28-qwen15b-preregistration/qwen15b.yaml). A `data:` entry reads them with problem_field problem,
 answer_field answer, id_field id.
 
 --subsample adds the selection's subsamples (the page's Amendment 2), beside them:
@@ -15,14 +15,14 @@ its near-copy diagnostic prompts dropped first, go through `random.Random(41).sa
 generator a split); the sampled rows are written in file order. GSM8K and Omni-MATH-Rule: 256
 train and 128 diagnostic prompts; MATH500: all 250 train (even-index) rows and 128 diagnostic
 (odd-index) ones. MATH500 level >= 3 is read off the MATH500 subsample by its rows' `level`
-(config/qwen15b_select_*.yaml measure them; workflow/scripts/qwen15b_select.py applies the rule).
+(config/qwen15b_select_*.yaml measure them; lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py applies the rule).
 
 --stand-in DIR writes stand-ins of the three data sets there instead (their files and fields;
 digit-sum problems among random words, a few diagnostic ones near-copies of train ones), large
-enough for every subsample: the selection's CPU dry run (benchmarks/gpu_issue41_select.sh dry)
+enough for every subsample: the selection's CPU dry run (lab/studies/2026-11-28-qwen15b-task-selection/select_task_on_gpus.sh dry)
 and tests read them as DATA.
-    python workflow/scripts/qwen15b_candidates.py [--data data] [--out results/qwen15b/candidates] [--subsample]
-    python workflow/scripts/qwen15b_candidates.py --stand-in DIR
+    python lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py [--data data] [--out results/qwen15b/candidates] [--subsample]
+    python lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py --stand-in DIR
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Issue 41's task selection: the pre-registered rule (docs/results/2026-11-28-qwen15b-
+"""Issue 41's task selection: the pre-registered rule (lab/studies/2026-11-28-qwen15b-
 preregistration.md, section 1's "The rule", measured as Amendment 2 says) applied to the three
 selection runs (config/qwen15b_select_{gsm8k,math500,omni}.yaml). Run from the repository root:
 
-    python workflow/scripts/qwen15b_select.py [--candidates results/qwen15b/candidates]
+    python lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py [--candidates results/qwen15b/candidates]
         [--results results] [--out results/qwen15b/selection.csv]
 
 Reads each run's results/RUN/rollouts/base_gate.parquet (the gate draws: one refresh epoch of 8
@@ -35,7 +35,7 @@ split calibrated at n = 256 by the study's run (results/RUN/regimes/regimes.parq
 of `{candidate}_held_out.jsonl`, near-copies already dropped); confirmed when its Boundary share
 is at least 20%, else the table's next candidate by rank is the one to confirm.
 
-    python workflow/scripts/qwen15b_select.py --confirm qwen15b [--candidate NAME]
+    python lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py --confirm qwen15b [--candidate NAME]
 
 --pilot RUN reads Amendment 4's check before the pilot trains: the mean of results/RUN's gate
 draws (every refresh epoch) is the model's training reward on the task at the run's cap; under
@@ -43,7 +43,7 @@ draws (every refresh epoch) is the model's training reward on the task at the ru
 estimate; the Wilson interval over draws (which share prompts, so it is too narrow) is printed
 beside it, with the share of draws cut at the cap.
 
-    python workflow/scripts/qwen15b_select.py --pilot qwen05b_pilot
+    python lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py --pilot qwen05b_pilot
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "workflow"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from qwen15b_candidates import rows  # noqa: E402
 
@@ -67,7 +67,7 @@ from boundary.core.errors import BoundaryError  # noqa: E402
 CANDIDATES = {"gsm8k": ("qwen15b_select_gsm8k", "gsm8k"), "math500": ("qwen15b_select_math500", "math500"),
               "math500_l3": ("qwen15b_select_math500", "math500"), "omni_d5": ("qwen15b_select_omni", "omni_d5")}
 MIN_REWARD = MIN_SHARE = 0.20
-STUDY_CAP = 1024  # the 1.5B study's completion cap (config/qwen15b.yaml), the pilot's after Amendment 4
+STUDY_CAP = 1024  # the 1.5B study's completion cap (lab/studies/2026-11-28-qwen15b-preregistration/qwen15b.yaml), the pilot's after Amendment 4
 BOUNDARY = "Boundary"
 COLUMNS = ["candidate", "run", "train_prompts", "gate_draws", "reward", "reward_lo", "reward_hi",
            "diagnostic_prompts", "near_copy_boundary", "boundary", "boundary_share", "share_lo", "share_hi",
@@ -76,13 +76,13 @@ COLUMNS = ["candidate", "run", "train_prompts", "gate_draws", "reward", "reward_
 
 def jsonl(path: Path) -> list[dict]:
     if not path.is_file():
-        raise BoundaryError(f"{path}: no such file (python workflow/scripts/qwen15b_candidates.py --subsample)")
+        raise BoundaryError(f"{path}: no such file (python lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py --subsample)")
     return rows(path)
 
 
 def near_copy_ids(path: Path) -> set[str]:
     if not path.is_file():
-        raise BoundaryError(f"{path}: no such file (python workflow/scripts/qwen15b_candidates.py)")
+        raise BoundaryError(f"{path}: no such file (python lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py)")
     with open(path, newline="") as f:
         return {row["diagnostic_id"] for row in csv.DictReader(f)}
 

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Issue 41, item 3: the task selection (docs/results/2026-11-28-qwen15b-preregistration.md,
+# Issue 41, item 3: the task selection (lab/studies/2026-11-28-qwen15b-preregistration/README.md,
 # Amendments 2 and 3) on one lease of 2 GPUs, or with SERIAL=1 on leases of one: the three
 # selection runs (config/qwen15b_select_{omni,math500,gsm8k}.yaml) through the pipeline's own
 # Snakemake, to their gate draws and regimes, side by side, then the rule
-# (workflow/scripts/qwen15b_select.py). Run from the repository root:
+# (lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py). Run from the repository root:
 #
-#   OUT=<folder> bash benchmarks/gpu_issue41_select.sh run [WHEELS...]   # every call the same
-#   OUT=<folder> ONLY="omni" PACK_MIB=60 bash benchmarks/gpu_issue41_select.sh pack
-#   bash benchmarks/gpu_issue41_select.sh dry                             # CPU, tiny stand-ins
+#   OUT=<folder> bash lab/studies/2026-11-28-qwen15b-task-selection/select_task_on_gpus.sh run [WHEELS...]   # every call the same
+#   OUT=<folder> ONLY="omni" PACK_MIB=60 bash lab/studies/2026-11-28-qwen15b-task-selection/select_task_on_gpus.sh pack
+#   bash lab/studies/2026-11-28-qwen15b-task-selection/select_task_on_gpus.sh dry                             # CPU, tiny stand-ins
 #
 # `run`, within LIMIT seconds of the call (default 560):
 # 1. once a machine: `lease.sh --setup` with the WHEELS folders (Snakemake's set, the small
 #    deps): the software, .lease/files (the subsample files, `lease_in.sh data`) copied in place,
 #    and the GGUF joined from /tmp/lease-gguf/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf.part_NN and
-#    checked against config/qwen15b.sha256;
+#    checked against lab/models/qwen15b.sha256;
 # 2. each run that is neither finished nor running starts as its own `lease.sh` (Snakemake,
 #    --rerun-incomplete, --resources gpu=<the GPUs nvidia-smi lists>) in a new process session
 #    (setsid): it outlives the call and goes on on the warm machine, so a calibration longer than
@@ -35,15 +35,15 @@
 # lease.sh restores it (--carry) and makes only what is missing.
 # `pack` only packs (ONLY: the sources, default all), e.g. a calibration left out of a run's
 # 15 MiB in a last call with PACK_MIB=60. Locally, each source's files go back with
-#   bash workflow/scripts/lease_in.sh merge qwen15b_select_<source> <files_at>/<source>
-# The call sequence and its cost: docs/how-to/select_the_1.5b_task.md.
+#   bash lab/lease/lease_in.sh merge qwen15b_select_<source> <files_at>/<source>
+# The call sequence and its cost: lab/studies/2026-11-28-qwen15b-task-selection/select_the_1.5b_task.md.
 #
 # Env: LIMIT, STAGGER, SERIAL, SELECT_SOURCES, PACK_MIB, ONLY, SELECT_DIR (the runs' consoles and states, default
 # /tmp/select), RUN_BUDGET (each run's lease.sh --budget, default 1700: the lease ends first),
 # CORES (lease.sh --cores, default all), PROGRESS (seconds between progress lines, default 60),
 # PYTHON (default python3).
 set -uo pipefail
-PART=${1:?usage: gpu_issue41_select.sh run [WHEELS...] | pack | dry}
+PART=${1:?usage: select_task_on_gpus.sh run [WHEELS...] | pack | dry}
 shift
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -53,7 +53,7 @@ W=${SELECT_DIR:-/tmp/select} PY=${PYTHON:-python3} CORES=${CORES:-all}
 ALL_SOURCES=(omni math500 gsm8k)
 read -ra SOURCES <<< "${SELECT_SOURCES:-${ALL_SOURCES[*]}}"  # this lease's runs, in the order they start
 for s in "${SOURCES[@]}"; do
-  [[ " ${ALL_SOURCES[*]} " == *" $s "* ]] || { echo "gpu_issue41_select: SELECT_SOURCES: $s is none of ${ALL_SOURCES[*]}" >&2; exit 2; }
+  [[ " ${ALL_SOURCES[*]} " == *" $s "* ]] || { echo "select_task_on_gpus: SELECT_SOURCES: $s is none of ${ALL_SOURCES[*]}" >&2; exit 2; }
 done
 MARGIN=45  # seconds kept for packing and the rule
 GGUF=models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
@@ -70,8 +70,8 @@ if [ "$PART" = dry ]; then
   done
   cd "$DRY/local"
   export PYTHONPATH="$DRY/local/workflow"
-  $PY workflow/scripts/qwen15b_candidates.py --stand-in "$DRY/data" >/dev/null
-  $PY workflow/scripts/qwen15b_candidates.py --data "$DRY/data" --subsample
+  $PY lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py --stand-in "$DRY/data" >/dev/null
+  $PY lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py --data "$DRY/data" --subsample
   $PY - "$DRY" <<'PY'
 import sys
 from pathlib import Path
@@ -92,7 +92,7 @@ for copy in ("device", "local"):
         config["train"]["gpus"] = 0  # CPU jobs: lease.sh gives Snakemake gpu=0
         path.write_text(yaml.safe_dump(config, sort_keys=False))
 PY
-  bash workflow/scripts/lease_in.sh data config/qwen15b_select_{gsm8k,math500,omni}.yaml | tail -1
+  bash lab/lease/lease_in.sh data config/qwen15b_select_{gsm8k,math500,omni}.yaml | tail -1
   cp results/qwen15b/candidates/*_near_copies.csv results/qwen15b/candidates/math500_l3_diagnostic.jsonl \
     .lease/files/results/qwen15b/candidates/
   cp -r .lease "$DRY/device/"  # the call's carry; the device copy has no results/ of its own
@@ -100,16 +100,16 @@ PY
   cd "$DRY/device"
   export PYTHONPATH="" LEASE_SITE="$DRY/site" BOUNDARY_GPU_LOCKS="$DRY/locks" PYTHON="$(command -v "$PY")"
   echo "--- call 1 (stopped after 20 s, the runs go on) [$(date -u +%T)]"
-  OUT="$DRY/out1" SELECT_DIR="$DRY/w" LIMIT=65 STAGGER=5 CORES=2 PROGRESS=10 bash benchmarks/gpu_issue41_select.sh run
+  OUT="$DRY/out1" SELECT_DIR="$DRY/w" LIMIT=65 STAGGER=5 CORES=2 PROGRESS=10 bash lab/studies/2026-11-28-qwen15b-task-selection/select_task_on_gpus.sh run
   echo "--- call 2 [$(date -u +%T)]"
-  OUT="$DRY/out2" SELECT_DIR="$DRY/w" LIMIT=500 CORES=2 PROGRESS=10 bash benchmarks/gpu_issue41_select.sh run
+  OUT="$DRY/out2" SELECT_DIR="$DRY/w" LIMIT=500 CORES=2 PROGRESS=10 bash lab/studies/2026-11-28-qwen15b-task-selection/select_task_on_gpus.sh run
   echo "--- local: merge the three runs, then the rule [$(date -u +%T)]"
   cd "$DRY/local"
   export PYTHONPATH="$DRY/local/workflow"
   for source in "${SOURCES[@]}"; do
-    bash workflow/scripts/lease_in.sh merge "qwen15b_select_$source" "$DRY/out2/$source" || exit 1
+    bash lab/lease/lease_in.sh merge "qwen15b_select_$source" "$DRY/out2/$source" || exit 1
   done
-  $PY workflow/scripts/qwen15b_select.py || exit 1
+  $PY lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py || exit 1
   for source in "${SOURCES[@]}"; do
     run=results/qwen15b_select_$source
     $PY -m snakemake "$run/rollouts/base_gate.parquet" "$run/regimes/regimes.parquet" -n --cores 1 \
@@ -134,21 +134,21 @@ if [ "$PART" = chain ]; then
   for s in "$@"; do  # CPU: the imports and the splits, side by side
     run=$(run_of "$s")
     # shellcheck disable=SC2046
-    OUT="$W/$s/prep" bash workflow/scripts/lease.sh --configfile "$(cfg "$s")" $(carry_of "$s") \
+    OUT="$W/$s/prep" bash lab/lease/lease.sh --configfile "$(cfg "$s")" $(carry_of "$s") \
       --budget "$RUN_BUDGET" --cores "$CORES" --keep-locks "$run/models/base" "$run/splits/train.parquet" \
       "$run/splits/diagnostic.parquet" > "$W/$s/prep.log" 2>&1 &
   done
   wait
   for s in "$@"; do  # GPU: one run at a time
     # shellcheck disable=SC2046
-    OUT="$W/$s" bash workflow/scripts/lease.sh --configfile "$(cfg "$s")" $(carry_of "$s") \
+    OUT="$W/$s" bash lab/lease/lease.sh --configfile "$(cfg "$s")" $(carry_of "$s") \
       --budget "$RUN_BUDGET" --cores "$CORES" --keep-locks $(targets "$s") > "$W/$s/nohup.log" 2>&1
     echo $? > "$W/$s/exit"
   done
   exit 0
 fi
 
-: "${OUT:?gpu_issue41_select.sh: set OUT to the folder that comes back}"
+: "${OUT:?select_task_on_gpus.sh: set OUT to the folder that comes back}"
 mkdir -p "$OUT" "$W"
 exec > >(tee -a "$OUT/console.log") 2>&1
 TEE=$!
@@ -180,20 +180,20 @@ pack() {
   local s
   for s in ${ONLY:-${SOURCES[*]}}; do
     [ -d "$(run_of "$s")" ] || { say "$s: nothing to pack"; continue; }
-    $PY workflow/scripts/lease_pack.py pack --results "$(run_of "$s")" --out "$OUT/$s" --limit-mib "$PACK_MIB" \
+    $PY lab/lease/lease_pack.py pack --results "$(run_of "$s")" --out "$OUT/$s" --limit-mib "$PACK_MIB" \
       --part-mib 16 | sed "s/^/$s: /"
   done
 }
 git log -1 --format='commit %H' 2>/dev/null || true
 
 if [ "$PART" = pack ]; then pack; exit 0; fi
-[ "$PART" = run ] || { echo "gpu_issue41_select: part $PART: run, pack or dry" >&2; exit 2; }
+[ "$PART" = run ] || { echo "select_task_on_gpus: part $PART: run, pack or dry" >&2; exit 2; }
 
 # 1. Software, data and the GGUF, once a machine.
 if [ ! -f "$W/setup.done" ]; then
   wheels=()
   for dir in "$@"; do wheels+=(--wheels "$dir"); done
-  OUT="$W/setup" bash workflow/scripts/lease.sh --configfile "$(cfg gsm8k)" --setup "${wheels[@]}" || exit 1
+  OUT="$W/setup" bash lab/lease/lease.sh --configfile "$(cfg gsm8k)" --setup "${wheels[@]}" || exit 1
   base_model=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['base_model'])" "$(cfg gsm8k)")
   if [ "${base_model##*.}" = gguf ] && [ ! -f "$base_model" ]; then
     say "$base_model is not on this machine: copy its 20 slices to /tmp/lease-gguf/$(basename "$GGUF").part_NN first"
@@ -228,7 +228,7 @@ for s in "${todo[@]}"; do
   mkdir -p "$W/$s" && rm -f "$W/$s/exit" "$W/$s/pid" && echo "$(date -u +%T)" >> "$W/$s/starts"
   # shellcheck disable=SC2046
   W_RUN="$W/$s" setsid bash -c 'echo $$ > "$W_RUN/pid"; sleep "$1"; shift
-                                OUT="$W_RUN" bash workflow/scripts/lease.sh "$@"; echo $? > "$W_RUN/exit"' _ \
+                                OUT="$W_RUN" bash lab/lease/lease.sh "$@"; echo $? > "$W_RUN/exit"' _ \
     "$delay" --configfile "$(cfg "$s")" $(carry_of "$s") --budget "$RUN_BUDGET" --cores "$CORES" --keep-locks $(targets "$s") \
     > "$W/$s/nohup.log" 2>&1 < /dev/null &
   for _ in $(seq 100); do [ -f "$W/$s/pid" ] && break; sleep 0.1; done  # running() reads it
@@ -258,7 +258,7 @@ pack
 done_all=1
 for s in "${ALL_SOURCES[@]}"; do finished "$s" || done_all=0; done
 if [ $done_all = 1 ] && [ -f results/qwen15b/candidates/math500_l3_near_copies.csv ]; then
-  $PY workflow/scripts/qwen15b_select.py --out "$OUT/selection.csv"
+  $PY lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py --out "$OUT/selection.csv"
 elif [ $done_all = 1 ]; then
   say "all three runs done; the rule runs locally after the merge (the near-copy lists were not carried)"
 else

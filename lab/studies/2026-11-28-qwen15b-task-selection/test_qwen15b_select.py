@@ -1,8 +1,8 @@
-"""Issue 41's task selection (docs/results/2026-11-28-qwen15b-preregistration.md, Amendment 2):
-the seeded subsamples (workflow/scripts/qwen15b_candidates.py --subsample) on stand-in data, the
+"""Issue 41's task selection (lab/studies/2026-11-28-qwen15b-preregistration/README.md, Amendment 2):
+the seeded subsamples (lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py --subsample) on stand-in data, the
 three selection configs (config/qwen15b_select_*.yaml: the study's model and sampling, adaptive
 calibration, one gate epoch, a plan of only the stages the selection reads), and the rule
-(workflow/scripts/qwen15b_select.py) on synthetic artifacts with the stage writers' columns. The
+(lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py) on synthetic artifacts with the stage writers' columns. The
 subsamples of the real data are checked where ../shared/data is present."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ SOURCES = {"gsm8k": "gsm8k", "math500": "math500", "omni": "omni_d5"}
 
 
 def script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "workflow" / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -106,7 +106,7 @@ def test_the_real_subsamples(tmp_path, capsys):
 
 @pytest.mark.parametrize("source", SOURCES)
 def test_a_selection_config_is_the_studys_sampling_with_adaptive_calibration_and_one_gate_epoch(source):
-    study, config = load_config(ROOT / "config" / "qwen15b.yaml"), load_config(ROOT / "config" / f"qwen15b_select_{source}.yaml")
+    study, config = load_config(ROOT / "lab" / "studies" / "2026-11-28-qwen15b-preregistration" / "qwen15b.yaml"), load_config(Path(__file__).resolve().parent / f"qwen15b_select_{source}.yaml")
     assert config["run"] == f"qwen15b_select_{source}"
     for key in ("base_model", "prompt", "verify", "sampling", "regimes", "gate"):
         assert config[key] == study[key], key
@@ -125,14 +125,14 @@ def test_a_selection_config_is_the_studys_sampling_with_adaptive_calibration_and
 def test_a_selection_run_plans_only_the_stages_the_rule_reads(tmp_path, source, made):
     """Its targets (gate draws, regimes) need the import, two splits, calibration, gate draws and
     regimes: nothing is trained, masked or evaluated."""
-    config = load_config(ROOT / "config" / f"qwen15b_select_{source}.yaml")
+    config = load_config(Path(__file__).resolve().parent / f"qwen15b_select_{source}.yaml")
     (tmp_path / "models").mkdir()
     (tmp_path / config["base_model"]).write_bytes(b"")  # the dry run opens none
     (tmp_path / "results" / "qwen15b").mkdir(parents=True)
     (tmp_path / "results" / "qwen15b" / "candidates").symlink_to(made)
     run = f"results/qwen15b_select_{source}"
     out = snakemake(f"{run}/rollouts/base_gate.parquet", f"{run}/regimes/regimes.parquet", "-n", "--cores", "1",
-                    "--configfile", str(ROOT / "config" / f"qwen15b_select_{source}.yaml"), cwd=tmp_path).stdout
+                    "--configfile", str(Path(__file__).resolve().parent / f"qwen15b_select_{source}.yaml"), cwd=tmp_path).stdout
     jobs = re.findall(r"^(?:local)?rule (\w+):", out, re.M)
     assert sorted(jobs) == ["calibrate_base", "gate_draws", "import_base", "regimes", "splits", "splits"], out[-3000:]
     assert f"{run}/splits/bench_full_diagnostic.parquet" not in out
@@ -293,15 +293,15 @@ def test_the_pilot_check_reads_the_gate_draws_reward_against_the_bar(tmp_path, c
 
 
 def test_the_confirmation_page_is_rebuilt_from_its_committed_run():
-    """docs/results/2026-11-28-qwen15b-task-selection.md's confirmation: the labels recomputed
+    """lab/studies/2026-11-28-qwen15b-task-selection/README.md's confirmation: the labels recomputed
     from the committed calibration's verdicts at the config's thresholds are the committed
     labels, and give the page's counts (57 of 245 Boundary), its pass@1 and completion figures,
     the gate's reward, and the 115 of 128 labels shared with the selection's adaptive run."""
     from boundary.analysis.regimes import counts_from_calibration
 
-    run = ROOT / "docs" / "results" / "2026-11-28-qwen15b-task-selection" / "qwen15b"
+    run = Path(__file__).resolve().parent / "qwen15b"
     calibration = pd.read_parquet(run / "rollouts" / "base_calibration.parquet")
-    settings_ = load_config(ROOT / "config" / "qwen15b.yaml")["regimes"]
+    settings_ = load_config(ROOT / "lab" / "studies" / "2026-11-28-qwen15b-preregistration" / "qwen15b.yaml")["regimes"]
     labels = label_counts(counts_from_calibration(calibration), Thresholds(**settings_))
     committed = pd.read_parquet(run / "regimes" / "regimes.parquet")
     pd.testing.assert_frame_equal(labels.reset_index(drop=True), committed.reset_index(drop=True), check_like=True)

@@ -1,8 +1,8 @@
-"""The pilot's seed leases against a hold of 2 GPUs, or of 1 (docs/results/2026-11-28-qwen15b-
+"""The pilot's seed leases against a hold of 2 GPUs, or of 1 (lab/studies/2026-11-28-qwen15b-
 preregistration.md, Amendments 8 and 9), from the files of the pilot's lease that made its
 calibration at the config's cap. Run from the repository root once that lease's files are merged:
 
-    python workflow/scripts/qwen05b_pilot_plan.py [--configfile config/qwen05b_pilot.yaml]
+    python lab/studies/2026-11-29-qwen05b-pilot/qwen05b_pilot_plan.py [--configfile lab/studies/2026-11-29-qwen05b-pilot/qwen05b_pilot.yaml]
         [--results results] [--gpus 2]
 
 A lease of 2 GPUs holds either two methods of a seed (`lease.sh --seed S --methods grpo,pba`,
@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "workflow"))
 from boundary.analysis.stage_times import read_benchmarks  # noqa: E402
 from boundary.core.artifacts import read_table  # noqa: E402
 from boundary.core.config import load_config  # noqa: E402
@@ -57,9 +57,9 @@ from boundary.core.errors import BoundaryError  # noqa: E402
 
 HOLD_S, MARGIN_S = 1800, 180  # a lease's 30 minutes, less room for a slow call or pack
 CALLS_S, PACK_S = 150, 60  # 13 carry calls and the start (the 1.5B's 22 took 125 s); the last pack
-# The pilot's step on H200s by (completion cap, GPUs the run trains on), benchmarks/gpu_issue39.sh:
+# The pilot's step on H200s by (completion cap, GPUs the run trains on), lab/studies/2026-11-28-engine-rollouts/engine_rollout_steps.sh:
 # 512 on one, row p, the larger of its two leases' figures (9.13 s, 11.12 s); 1,024 on one, row q
-# (docs/results/2026-11-29-qwen05b-pilot.md). 1,024 on two: row q on a 2-GPU lease, not yet run.
+# (lab/studies/2026-11-29-qwen05b-pilot/README.md). 1,024 on two: row q on a 2-GPU lease, not yet run.
 STEP_S = {(512, 1): 11.12, (1024, 1): 16.43}
 START_S = 50  # the trainer's start
 ANCHOR_FACTOR = 1.1  # section 4's allowance for the anchor's term (not measured)
@@ -85,7 +85,7 @@ def step_seconds(train: dict, train_gpus: int = 1) -> float:
     cap = train["max_completion_length"]
     if (cap, 1) not in STEP_S:
         raise BoundaryError(f"train.max_completion_length {cap}: no training step measured at this cap "
-                            f"(measured: {sorted(c for c, _ in STEP_S)}; row q of benchmarks/gpu_issue39.sh "
+                            f"(measured: {sorted(c for c, _ in STEP_S)}; row q of lab/studies/2026-11-28-engine-rollouts/engine_rollout_steps.sh "
                             f"measures 1,024)")
     return STEP_S.get((cap, train_gpus), float("nan"))
 
@@ -156,7 +156,7 @@ def plan(config: dict, results: Path, gpus: int = 2) -> tuple[pd.DataFrame, str,
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--configfile", default="config/qwen05b_pilot.yaml")
+    ap.add_argument("--configfile", default="lab/studies/2026-11-29-qwen05b-pilot/qwen05b_pilot.yaml")
     ap.add_argument("--results", default="results")
     ap.add_argument("--gpus", type=int, choices=(1, 2), default=2, help="the hold's GPUs")
     args = ap.parse_args(argv)

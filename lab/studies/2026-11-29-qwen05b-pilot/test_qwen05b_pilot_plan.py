@@ -1,20 +1,20 @@
-"""The pilot's seed-lease arithmetic (workflow/scripts/qwen05b_pilot_plan.py, the
+"""The pilot's seed-lease arithmetic (lab/studies/2026-11-29-qwen05b-pilot/qwen05b_pilot_plan.py, the
 pre-registration's Amendment 8) on synthetic lease-1 files with the stage writers' columns."""
 
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT
 
 from boundary.core.config import load_config
 
-spec = importlib.util.spec_from_file_location("pilot_plan", ROOT / "workflow" / "scripts" / "qwen05b_pilot_plan.py")
+spec = importlib.util.spec_from_file_location("pilot_plan", Path(__file__).resolve().parent / "qwen05b_pilot_plan.py")
 plan_script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(plan_script)
-CONFIG = ROOT / "config" / "qwen05b_pilot.yaml"
+CONFIG = Path(__file__).resolve().parent / "qwen05b_pilot.yaml"
 
 
 def benchmark(path, seconds):
@@ -112,7 +112,7 @@ def test_a_shard_without_its_wall_time_is_one_line(tmp_path):
         plan_script.main(["--configfile", str(CONFIG), "--results", str(tmp_path)])
 
 
-LEASES = {  # each lease's figures on docs/results/2026-11-29-qwen05b-pilot.md
+LEASES = {  # each lease's figures on lab/studies/2026-11-29-qwen05b-pilot/README.md
     "lease1_512": {"regimes": {"Boundary": 125, "OutOfReach": 56, "Reachable": 53, "SolvedEasy": 11},
                    "calibration": (62_720, 0.106, 387.7, 0.341), "gate": (4_000, 334, 0.352), "by_epoch": [166, 168],
                    "anchored_by_epoch": [175, 185], "masks": (46, 0.72, 0.72), "both": 0.528,
@@ -128,7 +128,7 @@ LEASES = {  # each lease's figures on docs/results/2026-11-29-qwen05b-pilot.md
 
 @pytest.mark.parametrize("lease", sorted(LEASES))
 def test_the_pilot_page_is_rebuilt_from_its_committed_leases(lease, tmp_path, capsys):
-    """docs/results/2026-11-29-qwen05b-pilot.md: the regimes recomputed from the committed
+    """lab/studies/2026-11-29-qwen05b-pilot/README.md: the regimes recomputed from the committed
     calibration's verdicts, its pass@1 and completion figures, the training reward by epoch, both
     masks rebuilt from the committed gate draws, the rate the plan reads, and the re-cost table
     with its verdict."""
@@ -137,7 +137,7 @@ def test_the_pilot_page_is_rebuilt_from_its_committed_leases(lease, tmp_path, ca
     from boundary.training.gate import build_mask
 
     want = LEASES[lease]
-    run = ROOT / "docs" / "results" / "2026-11-29-qwen05b-pilot" / lease
+    run = Path(__file__).resolve().parent / lease
     config = load_config(CONFIG)
     calibration = pd.read_parquet(run / "rollouts" / "base_calibration.parquet")
     labels = label_counts(counts_from_calibration(calibration), Thresholds(**config["regimes"]))

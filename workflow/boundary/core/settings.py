@@ -81,7 +81,7 @@ def seeds_of(config: dict, method: str) -> list[int]:
 def sampling_key(config: dict, split: str, *, sharded: bool = True) -> dict:
     """Sampling and verification settings of a stage that samples `split`. sampling.shards
     splits evaluations and base rollouts into jobs; a stage it does not split (`sharded` False:
-    the calibration, the gate's draws) holds it at 1, so that changing it between GPU leases
+    the calibration, the gate's draws) holds it at 1, so that changing it between GPU sessions
     remakes neither (keys made before keep their value: 1 is the default)."""
     sampling = config["sampling"] if sharded else {**config["sampling"], "shards": 1}
     return {"sampling": sampling, "verify": {**config["verify"], "extractor": extractor_of(config, split)}}
