@@ -30,9 +30,10 @@ def anchors(page: Path) -> set[str]:
             for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
 
 
-def test_every_relative_link_in_the_docs_resolves():
+def broken_links(pages) -> list[str]:
+    """Each relative link of these pages that names no file, or no heading of its page."""
     broken = []
-    for page in (p for p in pages() if p.exists()):
+    for page in pages:
         for target in local_links(page):
             path, _, fragment = target.partition("#")
             file = page.parent / path if path else page
@@ -42,6 +43,11 @@ def test_every_relative_link_in_the_docs_resolves():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
             elif fragment and file.suffix == ".md" and fragment not in anchors(file):
                 broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    return broken
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    broken = broken_links(p for p in pages() if p.exists())
     assert not broken, "\n".join(broken)
 
 

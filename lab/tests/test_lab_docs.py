@@ -4,25 +4,13 @@ page is in the index, and the product's one link into the lab (what it has shown
 from __future__ import annotations
 
 from conftest import ROOT
-from test_docs import anchors, local_links
+from test_docs import broken_links
 
 LAB = ROOT / "lab"
 
 
-def lab_pages():
-    return sorted(LAB.rglob("*.md"))
-
-
 def test_every_relative_link_in_the_lab_resolves():
-    broken = []
-    for page in lab_pages():
-        for target in local_links(page):
-            path, _, fragment = target.partition("#")
-            file = page.parent / path if path else page
-            if not file.exists():
-                broken.append(f"{page.relative_to(ROOT)}: {target}")
-            elif fragment and file.suffix == ".md" and fragment not in anchors(file):
-                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    broken = broken_links(sorted(LAB.rglob("*.md")))
     assert not broken, "\n".join(broken)
 
 
@@ -37,4 +25,8 @@ def test_every_study_folder_has_its_page():
 
 
 def test_the_product_links_to_what_it_has_shown():
-    assert "](lab/index.md)" in (ROOT / "README.md").read_text()
+    from test_product_boundary import SHOWN
+
+    assert (ROOT / SHOWN).is_file()
+    assert f"]({SHOWN})" in (ROOT / "README.md").read_text()
+    assert f"](../{SHOWN})" in (ROOT / "docs" / "README.md").read_text()

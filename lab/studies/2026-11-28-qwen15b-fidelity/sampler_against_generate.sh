@@ -60,7 +60,7 @@ PART=${1:?usage: sampler_against_generate.sh run|setup GGUF SPLIT [WHEELS] | dry
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 START=$SECONDS
-LIMIT=${LIMIT:-570}; WORKERS=${WORKERS:-3}; GPUS=${GPUS:-1}; CONFIG=${CONFIG:-config/qwen15b.yaml}; PROMPTS=${PROMPTS:-32}
+LIMIT=${LIMIT:-570}; WORKERS=${WORKERS:-3}; GPUS=${GPUS:-1}; CONFIG=${CONFIG:-lab/studies/2026-11-28-qwen15b-preregistration/qwen15b.yaml}; PROMPTS=${PROMPTS:-32}
 MARGIN=45  # seconds kept for the comparison, the archives and the exit
 EXTRA=()
 if [ "$PART" = dry ]; then  # the whole driver on a CPU: a tiny random model, 4 prompts, two calls

@@ -1,4 +1,4 @@
-"""The 1.5B real model (config/qwen15b*.yaml) and its 0.5B sibling (lab/studies/2026-11-29-qwen05b-pilot/qwen05b_pilot.yaml):
+"""The 1.5B real model (lab/studies/2026-11-28-qwen15b-preregistration/qwen15b*.yaml) and its 0.5B sibling (lab/studies/2026-11-29-qwen05b-pilot/qwen05b_pilot.yaml):
 the assembly script refuses bytes that are not the pinned GGUF, the configs validate and plan
 every artifact (four base draws a benchmark), and, where lab/models/qwen15b.sh has put
 the GGUF in models/, import-base reads it (qwen2; Q4_K and Q6_K tensors dequantised) and the

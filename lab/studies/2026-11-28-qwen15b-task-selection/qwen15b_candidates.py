@@ -15,7 +15,7 @@ its near-copy diagnostic prompts dropped first, go through `random.Random(41).sa
 generator a split); the sampled rows are written in file order. GSM8K and Omni-MATH-Rule: 256
 train and 128 diagnostic prompts; MATH500: all 250 train (even-index) rows and 128 diagnostic
 (odd-index) ones. MATH500 level >= 3 is read off the MATH500 subsample by its rows' `level`
-(config/qwen15b_select_*.yaml measure them; lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py applies the rule).
+(lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select_*.yaml measure them; lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py applies the rule).
 
 --stand-in DIR writes stand-ins of the three data sets there instead (their files and fields;
 digit-sum problems among random words, a few diagnostic ones near-copies of train ones), large

@@ -1,6 +1,6 @@
 """Issue 41's task selection: the pre-registered rule (lab/studies/2026-11-28-qwen15b-
 preregistration.md, section 1's "The rule", measured as Amendment 2 says) applied to the three
-selection runs (config/qwen15b_select_{gsm8k,math500,omni}.yaml). Run from the repository root:
+selection runs (lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select_{gsm8k,math500,omni}.yaml). Run from the repository root:
 
     python lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py [--candidates results/qwen15b/candidates]
         [--results results] [--out results/qwen15b/selection.csv]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 41, item 3: the task selection (lab/studies/2026-11-28-qwen15b-preregistration/README.md,
 # Amendments 2 and 3) on one lease of 2 GPUs, or with SERIAL=1 on leases of one: the three
-# selection runs (config/qwen15b_select_{omni,math500,gsm8k}.yaml) through the pipeline's own
+# selection runs (lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select_{omni,math500,gsm8k}.yaml) through the pipeline's own
 # Snakemake, to their gate draws and regimes, side by side, then the rule
 # (lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py). Run from the repository root:
 #
@@ -83,7 +83,7 @@ build_model(TinyModelConfig(hidden=32, layers=1, heads=2, intermediate=64), toke
 tokenizer.save_pretrained(dry / "tiny")
 for copy in ("device", "local"):
     for source in ("gsm8k", "math500", "omni"):
-        path = dry / copy / "config" / f"qwen15b_select_{source}.yaml"
+        path = dry / copy / "lab/studies/2026-11-28-qwen15b-task-selection" / f"qwen15b_select_{source}.yaml"
         config = yaml.safe_load(path.read_text())
         config.update(base_model=str(dry / "tiny"), prompt={"template": "{problem}", "chat": False},
                       sampling={"backend": "hf", "batch_size": 64, "max_new_tokens": 4})
@@ -92,7 +92,7 @@ for copy in ("device", "local"):
         config["train"]["gpus"] = 0  # CPU jobs: lease.sh gives Snakemake gpu=0
         path.write_text(yaml.safe_dump(config, sort_keys=False))
 PY
-  bash lab/lease/lease_in.sh data config/qwen15b_select_{gsm8k,math500,omni}.yaml | tail -1
+  bash lab/lease/lease_in.sh data lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select_{gsm8k,math500,omni}.yaml | tail -1
   cp results/qwen15b/candidates/*_near_copies.csv results/qwen15b/candidates/math500_l3_diagnostic.jsonl \
     .lease/files/results/qwen15b/candidates/
   cp -r .lease "$DRY/device/"  # the call's carry; the device copy has no results/ of its own
@@ -113,14 +113,14 @@ PY
   for source in "${SOURCES[@]}"; do
     run=results/qwen15b_select_$source
     $PY -m snakemake "$run/rollouts/base_gate.parquet" "$run/regimes/regimes.parquet" -n --cores 1 \
-      --configfile "config/qwen15b_select_$source.yaml" 2>&1 | grep -E "^(rule|localrule) |Nothing to be done" || true
+      --configfile "lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select_$source.yaml" 2>&1 | grep -E "^(rule|localrule) |Nothing to be done" || true
   done
   echo "dry run: files of call 2: $(cd "$DRY/out2" && find . -type f | sort | tr '\n' ' ')"
   [ "$(find "$DRY/out2" -type f | wc -l)" -le 8 ] && [ -f "$DRY/out2/selection.csv" ]
   exit
 fi
 
-cfg() { echo "config/qwen15b_select_$1.yaml"; }
+cfg() { echo "lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select_$1.yaml"; }
 run_of() { echo "results/qwen15b_select_$1"; }
 targets() { echo "$(run_of "$1")/rollouts/base_gate.parquet $(run_of "$1")/regimes/regimes.parquet"; }
 carry_of() {  # what an earlier lease brought back of this run (`lease_in.sh carry`): restored first

@@ -1,6 +1,6 @@
 """Issue 41's task selection (lab/studies/2026-11-28-qwen15b-preregistration/README.md, Amendment 2):
 the seeded subsamples (lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py --subsample) on stand-in data, the
-three selection configs (config/qwen15b_select_*.yaml: the study's model and sampling, adaptive
+three selection configs (lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select_*.yaml: the study's model and sampling, adaptive
 calibration, one gate epoch, a plan of only the stages the selection reads), and the rule
 (lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_select.py) on synthetic artifacts with the stage writers' columns. The
 subsamples of the real data are checked where ../shared/data is present."""
