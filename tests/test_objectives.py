@@ -303,7 +303,7 @@ def test_every_method_is_a_trainer_config(tmp_path):
     assert cfgs["unlikeliness"].unlikeliness == 0.25 and not cfgs["grpo"].regrouped
     assert {cfgs["dph_forward_kl"].anchor, cfgs["dph_js"].anchor} == {"forward_kl", "js"}
     assert config["masks"]["solved"]["kind"] == "solved" and cfgs["zero_success"].masked_action == "drop"
-    assert cfgs["w_reinforce"].negative_weight == cfgs["nsr"].negative_weight == 1.0  # the schema's x-default
+    assert cfgs["w_reinforce"].negative_weight == cfgs["nsr"].negative_weight == 1.0  # the schema's default
 
 
 def test_psr_is_the_positive_term_alone(tmp_path):
