@@ -226,7 +226,7 @@ def test_method_advantages_reach_the_batch(model_dir, split, tmp_path, method):
     trainer = make_trainer(model_dir, split, tmp_path, **method)
     torch.manual_seed(0)
     out = trainer._generate_and_score_completions(first_batch(trainer, split))
-    rewards = trainer._rewards
+    rewards = out["reward"]
     if "advantage" in method and method["advantage"] == "passk":
         want = obj.passk_advantages(rewards, G, 2)
     elif "advantage" in method:
@@ -244,7 +244,7 @@ def test_clip_cov_stops_its_tokens_in_trls_loss(model_dir, split, tmp_path):
                            cov_bounds=[-10.0, 10.0])
     out = trainer._generate_and_score_completions(first_batch(trainer, split))
     mask = out["completion_mask"]
-    adv = obj.group_advantages(trainer._rewards, G)
+    adv = obj.group_advantages(out["reward"], G)
     stopped = obj.clip_cov_tokens(policy_logps(trainer, out), adv, mask, 0.05, (-10.0, 10.0),
                                   torch.Generator().manual_seed(0))
     assert stopped.any() and torch.equal(out["advantages"], adv[:, None] * ~stopped)

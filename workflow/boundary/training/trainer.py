@@ -265,6 +265,8 @@ class PBATrainer(GRPOTrainer):
             out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
             out["base_scored"] = need
         rewards = torch.tensor([x.pop(REWARD) for x in inputs]) if inputs and REWARD in inputs[0] else None
+        if rewards is not None:  # this process's rows' rewards, beside their advantages
+            out["reward"] = rewards.to(device)
         if self.args.regrouped and self.model.training:
             self._method_advantages(out, rewards)
         mode = "train" if self.model.training else "eval"
