@@ -231,6 +231,12 @@ def _check_settings_used(raw: dict, config: dict) -> None:
     if config["calibration"]["adaptive"] and config["sampling"]["backend"] != "hf":
         raise BoundaryError("config: calibration.adaptive: true needs sampling.backend: hf (vllm would "
                             "start its engine once per round, about 80-90 s each on a GPU)")
+    unread = sorted({"block", "round_size"} & set(raw.get("evaluate") or {}))
+    if unread and not config["evaluate"]["sequential"]:
+        raise BoundaryError(f"config: evaluate.{unread[0]}: read only with evaluate.sequential: true")
+    if config["evaluate"]["sequential"] and config["sampling"]["backend"] != "hf":
+        raise BoundaryError("config: evaluate.sequential: true needs sampling.backend: hf (vllm would "
+                            "start its engine once per round, about 80-90 s each on a GPU)")
     vllm = sorted(k for k in raw.get("train") or {} if k.startswith("vllm_"))
     if vllm and config["train"].get("rollout_engine") != "vllm":
         raise BoundaryError(f"config: train.{vllm[0]}: read only with train.rollout_engine: vllm")

@@ -169,11 +169,19 @@ def base_seeds(config: dict) -> int:
     return config["evaluate"].get("base_seeds", defaults("evaluate")["base_seeds"])
 
 
+# Evaluation keys read only by a sequential evaluation: left out of a full one's key.
+SEQUENTIAL_KEYS = ("sequential", "block", "round_size")
+
+
 def evaluate_key(config: dict, bench: str, method: str, seed: int) -> dict:
     """One (method, seed)'s evaluation: the base's i-th draw samples at its own seed; every
     policy at evaluate.seed (common random numbers across policies). base_seeds itself is left
-    out, so adding it reruns no finished evaluation."""
+    out, so adding it reruns no finished evaluation; so are the sequential keys while
+    evaluate.sequential is off."""
     evaluate = {k: v for k, v in config["evaluate"].items() if k != "base_seeds"}
+    if not evaluate.get("sequential"):  # off: finished full evaluations keep their key
+        for key in SEQUENTIAL_KEYS:
+            evaluate.pop(key, None)
     if method == BASE and seed:
         evaluate["seed"] += BASE_SEED_STRIDE * seed
     return {"evaluate": evaluate, **sampling_key(config, bench)}
