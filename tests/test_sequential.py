@@ -166,3 +166,36 @@ def test_sequential_enters_the_evaluation_key_only_when_on():
     on = settings.evaluate_key(config, "testbed", "grpo", 0)["evaluate"]
     assert (on["sequential"], on["block"], on["round_size"]) == (True, 16, 16)
     assert settings.resolve("evaluate", settings.evaluate_key(config, "testbed", "grpo", 0))["evaluate"]["block"] == 16
+
+
+def test_the_evaluate_stage_draws_a_prefix_of_the_full_run_and_keeps_its_coverage(tiny_model_dir, tmp_path):
+    """`boundary evaluate` with and without evaluate.sequential on a tiny model: each prompt's
+    sequential samples are the first draws of its full run (same completions, same verdicts),
+    stopped at the round that holds the first success, and pass@n is the full run's exactly."""
+    import json
+
+    from boundary.stages import evaluate
+
+    split = pd.DataFrame({"prompt_id": ["a", "b", "c", "d"], "prompt": ["12+34=", "5+6=", "1+2=", "7+8="],
+                          "answer": ["1", "7", "3", "98765"]})
+    split.to_parquet(tmp_path / "split.parquet")
+    out = {}
+    for kind, extra in (("full", {}), ("seq", {"sequential": True, "block": 4, "round_size": 4})):
+        settings = {"evaluate": {"n": 24, "seed": 3, "temperature": 1.0, "top_p": 1.0, "ks": [1, 4, 24], **extra},
+                    "sampling": {"backend": "hf", "batch_size": 7, "max_new_tokens": 6},
+                    "verify": {"extractor": "last_number", "workers": 1}}
+        evaluate.main(["--model", str(tiny_model_dir), "--split", str(tmp_path / "split.parquet"),
+                       "--settings", json.dumps(settings), "--samples", str(tmp_path / f"{kind}_samples.parquet"),
+                       "--counts", str(tmp_path / f"{kind}_counts.parquet")])
+        out[kind] = (pd.read_parquet(tmp_path / f"{kind}_samples.parquet"),
+                     pd.read_parquet(tmp_path / f"{kind}_counts.parquet"))
+    (full, full_counts), (seq, seq_counts) = out["full"], out["seq"]
+    rule = SequentialRule(4, 4, 24)
+    expected = replay(full, rule)
+    cols = ["prompt_id", "sample_idx", "completion", "correct"]
+    assert seq[cols].reset_index(drop=True).equals(expected[cols].reset_index(drop=True))
+    assert (seq["in_block"] == (seq["sample_idx"] < 4)).all()
+    assert len(seq) < len(full) and seq_counts["c"].gt(0).any() and seq_counts["c"].eq(0).any()
+    assert check_rows(seq_counts) is None
+    assert seq_counts["pass_at_24"].equals(full_counts["pass_at_24"])
+    assert np.array_equal(estimate(seq_counts, [24])[:, 0], (full_counts["c"] > 0).to_numpy(float))
