@@ -199,3 +199,30 @@ def test_the_evaluate_stage_draws_a_prefix_of_the_full_run_and_keeps_its_coverag
     assert check_rows(seq_counts) is None
     assert seq_counts["pass_at_24"].equals(full_counts["pass_at_24"])
     assert np.array_equal(estimate(seq_counts, [24])[:, 0], (full_counts["c"] > 0).to_numpy(float))
+
+
+def test_diagnose_reads_sequential_counts_files(tmp_path, capsys):
+    """`boundary diagnose` on sequential counts of the base (two draws, pooled) and a trained run,
+    labelled by a full calibration: the lost and gained prompts and pass@n are those of the
+    full runs the sequential ones replay, and no line calls their n mixed."""
+    from boundary.analysis import diagnose
+
+    rng = np.random.default_rng(5)
+    rule = SequentialRule(16, 16, CAP)
+    ps = [0.0, 0.002, 0.01, 0.05, 0.3, 0.9]
+    runs = {"base0": _full_run(rng, ps), "base1": _full_run(rng, ps), "grpo": _full_run(rng, [0, 0, 0.004, 0.1, 0.6, 1])}
+    for name, samples in runs.items():
+        counts_of(samples).to_parquet(tmp_path / f"{name}_full.parquet")
+        sequential_counts(replay(samples, rule), rule.block, rule.cap).to_parquet(tmp_path / f"{name}_seq.parquet")
+    counts_of(_full_run(rng, ps)).to_parquet(tmp_path / "cal.parquet")
+    tables = {}
+    for kind in ("full", "seq"):
+        diagnose.main(["--base", str(tmp_path / f"base0_{kind}.parquet"), "--base", str(tmp_path / f"base1_{kind}.parquet"),
+                       "--trained", f"grpo:0={tmp_path / f'grpo_{kind}.parquet'}", "--calibration",
+                       str(tmp_path / "cal.parquet"), "--resamples", "100", "--no-figures",
+                       "--out", str(tmp_path / kind)])
+        m = pd.read_csv(tmp_path / kind / "metrics.csv")
+        tables[kind] = m[m["metric"].isin(["lost", "gained", "solved", "base_solved"]) |
+                         ((m["metric"] == "passk") & (m["k"] == CAP))].reset_index(drop=True)
+    assert tables["full"].equals(tables["seq"])
+    assert "n per prompt ranges" not in capsys.readouterr().err
