@@ -225,18 +225,14 @@ def _check_settings_used(raw: dict, config: dict) -> None:
     if (raw.get("prompt") or {}).get("system") is not None and not config["prompt"]["chat"]:
         raise BoundaryError("config: prompt.system: read only with prompt.chat: true (the chat template "
                             "places it)")
-    unread = sorted({"rounds", "delta"} & set(raw.get("calibration") or {}))
-    if unread and not config["calibration"]["adaptive"]:
-        raise BoundaryError(f"config: calibration.{unread[0]}: read only with calibration.adaptive: true")
-    if config["calibration"]["adaptive"] and config["sampling"]["backend"] != "hf":
-        raise BoundaryError("config: calibration.adaptive: true needs sampling.backend: hf (vllm would "
-                            "start its engine once per round, about 80-90 s each on a GPU)")
-    unread = sorted({"block", "round_size"} & set(raw.get("evaluate") or {}))
-    if unread and not config["evaluate"]["sequential"]:
-        raise BoundaryError(f"config: evaluate.{unread[0]}: read only with evaluate.sequential: true")
-    if config["evaluate"]["sequential"] and config["sampling"]["backend"] != "hf":
-        raise BoundaryError("config: evaluate.sequential: true needs sampling.backend: hf (vllm would "
-                            "start its engine once per round, about 80-90 s each on a GPU)")
+    for section, switch, keys in (("calibration", "adaptive", {"rounds", "delta"}),
+                                  ("evaluate", "sequential", {"block", "round_size"})):  # draws in rounds
+        unread = sorted(keys & set(raw.get(section) or {}))
+        if unread and not config[section][switch]:
+            raise BoundaryError(f"config: {section}.{unread[0]}: read only with {section}.{switch}: true")
+        if config[section][switch] and config["sampling"]["backend"] != "hf":
+            raise BoundaryError(f"config: {section}.{switch}: true needs sampling.backend: hf (vllm would "
+                                "start its engine once per round, about 80-90 s each on a GPU)")
     vllm = sorted(k for k in raw.get("train") or {} if k.startswith("vllm_"))
     if vllm and config["train"].get("rollout_engine") != "vllm":
         raise BoundaryError(f"config: train.{vllm[0]}: read only with train.rollout_engine: vllm")
