@@ -226,3 +226,27 @@ def test_diagnose_reads_sequential_counts_files(tmp_path, capsys):
                          ((m["metric"] == "passk") & (m["k"] == CAP))].reset_index(drop=True)
     assert tables["full"].equals(tables["seq"])
     assert "n per prompt ranges" not in capsys.readouterr().err
+
+
+def test_the_benchmark_replays_full_runs_and_prints_the_share_of_draws(tmp_path, capsys):
+    """bench_sequential --replay on full runs' verdicts: the draws the rule keeps, as a share of
+    the full run's, and coverage at n the full run's; --counts: the expected share, exact where
+    every prompt is solved by its first draw."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sequential.py"
+    spec = importlib.util.spec_from_file_location("bench_sequential", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = np.random.default_rng(2)
+    full = _full_run(rng, [0.0, 0.01, 0.5], prompts_per_p=2)
+    rule = SequentialRule(16, 16, CAP)
+    kept = sum(rule.draws(g["correct"].to_numpy()) for _, g in full.groupby("prompt_id"))
+    full.assign(pool="p", run="full").to_parquet(tmp_path / "outcomes.parquet")
+    bench.main(["--replay", str(tmp_path / "outcomes.parquet")])
+    out = capsys.readouterr().out
+    assert f"{kept:,} of {len(full):,} draws = {kept / len(full):.1%}; coverage at n the full run's: True" in out
+    pd.DataFrame({"prompt_id": ["a", "b"], "n": [CAP, CAP], "c": [CAP, 0]}).to_parquet(tmp_path / "counts.parquet")
+    bench.main(["--counts", str(tmp_path / "counts.parquet")])
+    assert f"expected draws {(16 + CAP) / (2 * CAP):.1%} of the full run's" in capsys.readouterr().out
