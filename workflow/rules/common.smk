@@ -46,7 +46,9 @@ TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
 SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
 # Methods whose anchored prompts train on frozen-base rollouts, drawn ahead by base_rollouts.
 PRE_DRAWN = [
-    m for m, s in TRAINED.items() if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in BASE_SAMPLED
+    m
+    for m, s in TRAINED.items()
+    if settings.anchoring(s["mask"] is not None, s["masked_action"]) and s["anchor"] in BASE_SAMPLED
 ]
 
 
@@ -85,7 +87,7 @@ def code(command):
     and stage module, and everything they import): an edit reruns exactly the rules that run
     it, compared by content (a touch alone reruns nothing). Relative to the working directory:
     Snakemake keys its records by the path, so results made in one checkout are up to date in
-    another (a GPU lease's, docs/how-to/run_a_study_across_gpu_leases.md)."""
+    another (a GPU machine's copy of the checkout, say)."""
     return [os.path.relpath(path) for path in sources.files("boundary.cli", COMMANDS[command][0])]
 
 

@@ -19,8 +19,7 @@ pinned to that version:
   when set, is vLLM's `max_cudagraph_capture_size` (TRL passes no compilation config): vLLM
   captures decode steps up to 512 rows by default, while TRL gives an engine the process's whole
   generation batch at once; an engine of more rows than that, with the key unset, warns in one
-  line (1.43x a SmolLM2-shape step on 2 x H200 at 1,024 rows an engine,
-  docs/results/2026-11-28-engine-rollouts.md).
+  line (1.43x a SmolLM2-shape step on 2 x H200 at 1,024 rows an engine).
 - In a run of one process the engine's rendezvous port is one the OS assigns (`own_master_port`):
   TRL's own choice takes 29500 whenever it is free, so two runs started together collide.
 
@@ -49,7 +48,7 @@ from boundary.core.errors import BoundaryError, warn
 # torch is imported where it is used: trainer_config (and so `boundary train --help`) reads
 # this module's names without it.
 
-# The engines are the schema's `train.rollout_engine` values (core.settings.allowed).
+# The engines are the schema's `train.rollout_engine` values (core.schema.allowed).
 # GRPOConfig's own vLLM fields, passed through; the others are PBAConfig's (trainer_config.py).
 TRL_KEYS = ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode",
             "vllm_max_model_length", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",
