@@ -17,7 +17,7 @@ Replayed on full runs' per-sample verdicts, in sample order (prompt_id, sample_i
 optional pool, run: only run == full is read):
 
     PYTHONPATH=workflow python benchmarks/bench_sequential.py \
-        --replay docs/results/2026-11-28-adaptive-calibration/gpu_h200_outcomes.parquet
+        --replay outcomes.parquet
 
 prints per pool the share of the full run's draws a sequential run keeps (block and round size
 from the config, and a sweep of block sizes), and checks that coverage at n is the full run's.
