@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary.core.passk import counts_of, estimate, estimate_all, horizon
+from boundary.core.passk import add_pass_at_k, counts_of, estimate, estimate_all, horizon
 from boundary.core.sequential import SequentialRule, check_rows, pool_sequential, replay, sequential_counts
 
 CAP = 256
@@ -250,3 +250,56 @@ def test_the_benchmark_replays_full_runs_and_prints_the_share_of_draws(tmp_path,
     pd.DataFrame({"prompt_id": ["a", "b"], "n": [CAP, CAP], "c": [CAP, 0]}).to_parquet(tmp_path / "counts.parquet")
     bench.main(["--counts", str(tmp_path / "counts.parquet")])
     assert f"expected draws {(16 + CAP) / (2 * CAP):.1%} of the full run's" in capsys.readouterr().out
+
+
+def test_the_report_reads_sequential_evaluations(tmp_path):
+    """`boundary report` on an artifact tree whose evaluations are sequential (replays of full
+    samples): it writes every table and figure, and its transitions and its lost, gained and
+    pass@n are those of the full evaluations the sequential ones replay."""
+    import json
+    from dataclasses import replace as with_
+
+    from boundary.analysis.diagnose import analyse
+    from boundary.analysis.regimes import PAPER, counts_from_calibration, label_counts
+    from boundary.stages import report
+
+    rng = np.random.default_rng(9)
+    rule = SequentialRule(8, 8, 64)
+    ps = rng.beta(0.3, 1.2, 60)
+    ps[:10] = 0
+    ids = [f"d{i:02d}" for i in range(60)]
+
+    def samples(p):
+        return pd.DataFrame([(pid, j, bool(rng.random() < pi), str(j % 3), 0.7) for pid, pi in zip(ids, p)
+                             for j in range(64)], columns=["prompt_id", "sample_idx", "correct", "answer", "entropy"])
+
+    (tmp_path / "regimes").mkdir()
+    (tmp_path / "splits").mkdir()
+    pd.DataFrame({"prompt_id": ids, "problem": "1+2=", "answer": "3"}).to_parquet(tmp_path / "splits/diagnostic.parquet")
+    label_counts(counts_from_calibration(samples(ps)), with_(PAPER, coverage_k=64)).to_parquet(
+        tmp_path / "regimes/regimes.parquet")
+    full = {}
+    for method, seed, p in (("base", 0, ps), ("grpo", 0, np.where(ps < 0.1, ps * 0.3, np.minimum(1, 1.5 * ps))),
+                            ("grpo", 1, np.where(ps < 0.1, ps * 0.5, np.minimum(1, 1.3 * ps)))):
+        s = samples(p)
+        full[(method, seed)] = counts_of(s)
+        d = tmp_path / "eval" / "diagnostic" / method / f"seed{seed}"
+        d.mkdir(parents=True)
+        seq = sequential_counts(replay(s, rule), rule.block, rule.cap)
+        add_pass_at_k(seq, [1, 4, 16, 64]).to_parquet(d / "counts.parquet")
+    settings = {"baseline": "grpo", "method": "pba", "labels": {"grpo": "GRPO"}, "benchmarks": {}, "ks": [1, 4, 16, 64],
+                "bootstrap": {"resamples": 100, "seed": 0}}
+    (tmp_path / "report.json").write_text(json.dumps(settings))
+    report.main(["--results", str(tmp_path), "--settings", str(tmp_path / "report.json")])
+    got = pd.read_csv(tmp_path / "diagnostics" / "diagnostic" / "transitions.csv")
+    regimes = pd.read_parquet(tmp_path / "regimes/regimes.parquet")
+    want = analyse(full[("base", 0)], {k: v for k, v in full.items() if k[0] != "base"}, regimes, ks=(1, 64),
+                   resamples=100)
+    assert got["count"].tolist() == want.transitions["count"].tolist()
+    m = pd.read_csv(tmp_path / "diagnostics" / "diagnostic" / "metrics.csv")
+    for metric, k in (("lost", None), ("gained", None), ("passk", 64)):
+        mine = m[(m["metric"] == metric) & ((m["k"] == k) if k else m["k"].isna())]["value"].to_numpy()
+        theirs = want.metrics[(want.metrics["metric"] == metric) & ((want.metrics["k"] == k) if k
+                                                                     else want.metrics["k"].isna())]["value"].to_numpy()
+        assert np.array_equal(mine, theirs), metric
+    assert (tmp_path / "report.html").is_file()
