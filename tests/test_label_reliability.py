@@ -1,6 +1,6 @@
 """Label reliability: the regimes' intervals of p, P(label) and P(flip) against direct sums,
 what an extension buys, and the calibration's extension of fragile prompts (config, the
-sampler's rounds, the stage), on synthetic pools."""
+sampler's rounds, the stage)."""
 
 from __future__ import annotations
 
