@@ -10,9 +10,10 @@ from boundary.core.settings import read as load_stage_settings
 from boundary.core.settings import text as dumps
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "config").glob("*.yaml")))
-def test_shipped_configs_validate(name):
-    config = load_config(ROOT / "config" / f"{name}.yaml")
+@pytest.mark.parametrize("path", [*sorted((ROOT / "config").glob("*.yaml")),
+                                  *sorted((ROOT / "tests" / "configs").glob("*.yaml"))], ids=lambda p: p.name)
+def test_shipped_configs_validate(path):
+    config = load_config(path)
     assert config["train"]["loss_type"] == "grpo"  # never TRL's dapo default
     assert all(max(config["evaluate"]["ks"]) <= config["evaluate"]["n"] for _ in [0])
 
@@ -24,8 +25,9 @@ def test_paper_config_states_the_run_card():
     assert (train["steps"], train["checkpoints"]) == (1000, [100, 300, 600, 1000])
     assert train["warmup_ratio"] == 0.05 and train["max_grad_norm"] == 1.0 and train["bf16"] is True
     assert (train["gpus"], train["sharding"]) == (8, "fsdp")  # a 7.6B policy, AdamW: DDP cannot fit
-    assert paper["evaluate"] == {"n": 256, "temperature": 0.6, "top_p": 0.95, "seed": 3003,
-                                 "ks": [1, 4, 16, 64, 256], "base_seeds": 1}
+    stated = {"n": 256, "temperature": 0.6, "top_p": 0.95, "seed": 3003, "ks": [1, 4, 16, 64, 256],
+              "base_seeds": 1, "sequential": False}  # the paper draws every policy's 256 in full
+    assert {k: paper["evaluate"][k] for k in stated} == stated
     assert paper["gate"]["G0"] == 8 and paper["gate"]["tau"] == 0.10
     assert (train["rollout_engine"], train["vllm_gpu_memory_utilization"]) == ("vllm", 0.35)  # as measured
     assert paper["gate"]["refresh_steps"] == 100
@@ -129,6 +131,10 @@ def _default():
      "calibration.adaptive: true"),
     (lambda c: (c["calibration"].update(adaptive=True), c["sampling"].update(backend="vllm")),
      "config: calibration.adaptive: true needs sampling.backend: hf (vllm would start its engine once per "
+     "round, about 80-90 s each on a GPU)"),
+    (lambda c: c["evaluate"].update(block=8), "config: evaluate.block: read only with evaluate.sequential: true"),
+    (lambda c: (c["evaluate"].update(sequential=True), c["sampling"].update(backend="vllm")),
+     "config: evaluate.sequential: true needs sampling.backend: hf (vllm would start its engine once per "
      "round, about 80-90 s each on a GPU)"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
@@ -236,7 +242,7 @@ def _paper():
     (lambda c: c["data"]["benchmarks"].update({"math-500": c["data"]["benchmarks"]["math500"]}),
      "config: data.benchmarks: name 'math-500': names hold only letters, digits and _ (they become folder, "
      "file and rule names)"),
-    (lambda c: c.update(testbed=yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())["testbed"]),
+    (lambda c: c.update(testbed=yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())["testbed"]),
      "config: base_model: not used with a testbed section (the testbed pretrains its own base on its own "
      "prompts); remove one of the two"),
 ])
@@ -275,7 +281,7 @@ def test_check_config_validates_the_merge_of_several_files(tmp_path):
 
     extra = tmp_path / "extra.yaml"
     extra.write_text("evaluate: {n: 32.0}\n")
-    smoke = ROOT / "config" / "smoke.yaml"
+    smoke = ROOT / "tests" / "configs" / "smoke.yaml"
     run = subprocess.run(["boundary", "check-config", str(smoke)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout == f"{smoke}: valid\n"
     run = subprocess.run(["boundary", "check-config", str(smoke), str(extra)], capture_output=True, text=True)

@@ -32,12 +32,12 @@ from boundary.training.launch import (
     RESUME_ME,
     STOP_ENV,
     StopRequest,
-    _run,
     die_with_launcher,
     launch_plan,
     leave,
     relay_error,
     relayed_error,
+    run_launcher,
     start_processes,
     stop_processes,
     torchrun,
@@ -90,7 +90,7 @@ def main(argv=None):
     print(f"train: {launch.processes} processes on {where}", flush=True)
     with tempfile.TemporaryDirectory() as errors, tempfile.TemporaryDirectory() as stop:
         env[ERRORS_ENV], env[STOP_ENV] = errors, stop
-        code = _run(torchrun(launch.processes, argv), env)
+        code = run_launcher(torchrun(launch.processes, argv), env)
         said = relayed_error(errors) if code else None
         stopped = StopRequest.stopped(stop)
     if stopped and not code:

@@ -68,7 +68,7 @@ def torchrun_takes_signals() -> bool:
 TORCHRUN_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
 
 
-def _run(command: list[str], env: dict) -> int:
+def run_launcher(command: list[str], env: dict) -> int:
     """Run the launcher. A first SIGTERM to this process (a time limit: SLURM's --signal) asks
     the workers to stop at the next step boundary (the stop file, `StopRequest`); a second, or
     a SIGINT, stops torchrun at once, and torchrun its workers (SIGINT). torchrun itself ignores
