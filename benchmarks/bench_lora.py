@@ -15,8 +15,10 @@ policy anchor k1 on 70% of the prompts), one after another on the same GPU:
       LoRA: grpo, pba
 
 Prints the card and the commit, then per run its step seconds (mean after --warmup steps),
-peak GiB (torch's max allocated: the trainer's) and the card's peak in use (every pool, a
-colocated vLLM engine's too, sampled every 50 ms) with what that leaves of the card; then per
+peak GiB (torch's max allocated; with the engine's sleep mode it also counts the engine's pool,
+which sleeps and wakes within a step, and can exceed the card) and the card's peak in use
+(every pool, sampled every 50 ms: the figure that says what fits) with what that leaves of
+the card; then per
 shape and variant the PBA/GRPO step ratio, and LoRA's step and peak against full fine-tuning's.
 With --logs those last lines take in every run whose result is in that folder, so the six runs
 may be split over calls (one GPU command of under 10 minutes each). The goal is read off them:
