@@ -89,7 +89,7 @@ def test_every_paper_training_job_starts_one_process_per_gpu_it_asks_for(paper_j
     """Run each training job's command as its SLURM job would (SLURM gave it the GPUs it asked
     for), up to the point where it starts its processes."""
     started = []
-    monkeypatch.setattr(launch, "_run", lambda command, env: started.append((command, env)) or 0)
+    monkeypatch.setattr(launch, "run_launcher", lambda command, env: started.append((command, env)) or 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     monkeypatch.setenv("SLURM_JOB_ID", "1")
     training = [j for j in paper_jobs if j["rule"].startswith("train_")]

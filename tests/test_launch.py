@@ -31,8 +31,8 @@ def started(monkeypatch):
     for name in ("CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "OMP_NUM_THREADS"):
         unset(monkeypatch, name)
     runs = []
-    monkeypatch.setattr("boundary.stages.train.run", lambda argv, full=None: runs.append(
-        {"processes": 1, "devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "argv": argv}))
+    monkeypatch.setattr("boundary.stages.train.run", lambda argv, full=None, stop=None: runs.append(
+        {"processes": 1, "devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "argv": argv}) or {})
 
     def torchrun(command, env):
         nproc = [a for a in command if a.startswith("--nproc-per-node=")]
@@ -40,7 +40,7 @@ def started(monkeypatch):
                      "command": command, "threads": env["OMP_NUM_THREADS"]})
         return 0
 
-    monkeypatch.setattr(launch, "_run", torchrun)
+    monkeypatch.setattr(launch, "run_launcher", torchrun)
     return runs
 
 
@@ -103,7 +103,7 @@ def test_a_failed_worker_ends_its_group_without_waiting_for_the_others(started, 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(launch, "die_with_launcher", lambda: None)  # not this test process
     monkeypatch.setattr(launch, "start_processes", lambda: None)
-    monkeypatch.setattr(launch, "run", lambda argv: 1 / 0)
+    monkeypatch.setattr(launch, "run", lambda argv, stop=None: 1 / 0)
     ends = []
     monkeypatch.setattr(launch, "stop_processes", lambda finished: ends.append(("stop", finished)))
     monkeypatch.setattr(launch, "leave", lambda code=0: ends.append(("leave", code)))
@@ -130,7 +130,7 @@ def test_stop_processes_waits_for_all_only_after_a_finished_run_then_ends_the_gr
 
 
 def test_a_failed_process_fails_the_job(started, monkeypatch):
-    monkeypatch.setattr(launch, "_run", lambda command, env: 1)
+    monkeypatch.setattr(launch, "run_launcher", lambda command, env: 1)
     with pytest.raises(BoundaryError, match="a process of 2 failed"):
         launch.main(train_argv(0, "--processes", "2"))
 
@@ -178,7 +178,7 @@ def test_a_worker_error_is_the_launch_s_one_line(started, monkeypatch, tmp_path)
         relay_error(BoundaryError("NCCL failed to start between the 2 training processes"))
         return 1
 
-    monkeypatch.setattr(launch, "_run", failing)
+    monkeypatch.setattr(launch, "run_launcher", failing)
     with pytest.raises(BoundaryError, match=r"^train: process 1: NCCL failed to start between the 2"):
         launch.main(train_argv(0, "--processes", "2"))
 

@@ -27,7 +27,7 @@ from boundary.training import lora, rollout_engine
 from boundary.training.launch import RESUME_ME
 
 LORA = {"enabled": True, "rank": 4}
-RAW = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+RAW = yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())
 SMOKE = validate_config(RAW)
 
 
