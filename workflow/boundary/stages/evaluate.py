@@ -31,7 +31,9 @@ def counts_from_samples(samples: pd.DataFrame, ks) -> pd.DataFrame:
 
 def make_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="boundary evaluate", description=description(__doc__))
-    parser.add_argument("--model", help="policy folder (save_pretrained; not with --gather)")
+    parser.add_argument("--model", help="policy folder (save_pretrained: a model, or a LoRA adapter; not with --gather)")
+    parser.add_argument("--base", help="the base model folder a LoRA adapter policy is merged into (read only "
+                                       "when --model is an adapter folder)")
     parser.add_argument("--split", help="split parquet (not with --gather)")
     parser.add_argument("--settings", required=True, help="JSON string or file: the stage's settings")
     parser.add_argument("--shard", help="I/K: sample only rows I, I+K, ... (cluster scatter; default: all)")
@@ -57,7 +59,7 @@ def main(argv=None):
         params = sampling_params(ev, s["sampling"], ev["seed"] + offset, ev["n"])
         with verifier_for(s) as verifier:
             samples = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier,
-                                     label=args.split)
+                                     label=args.split, base=args.base)
     write_table(samples, args.samples)
     if args.counts:
         counts = counts_from_samples(samples, ev["ks"])
