@@ -160,7 +160,16 @@ def train_key(config: dict, method: str) -> dict:
     train = dict(config["train"])
     if train.get("rollout_engine") == "vllm":
         train.setdefault(ENGINE_KEYED, defaults("train")[ENGINE_KEYED])
-    return {**train, **derived, **method_settings(config["methods"][method])}
+    method_keys = method_settings(config["methods"][method])
+    lora = lora_of(train.pop("lora", None), method_keys.pop("lora", None))
+    return {**train, **derived, **method_keys, **({"lora": lora} if lora else {})}
+
+
+def lora_of(train: dict | None, method: dict | None) -> dict | None:
+    """A run's LoRA keys: the method's over train.lora's, key by key; None where LoRA is off,
+    so a run without it (lora unset, or enabled: false) keeps the key it had before LoRA."""
+    lora = {**(train or {}), **(method or {})}
+    return lora if lora.get("enabled") else None
 
 
 def base_seeds(config: dict) -> int:
@@ -349,7 +358,7 @@ def rendered_defaults() -> str:
 
     root = _schema()
     sections = [k for k, v in root["properties"].items() if "properties" in v or k in ("methods", "masks")]
-    sections += [f"testbed.{k}" for k in ("task", "model", "pretrain")]
+    sections += [f"testbed.{k}" for k in ("task", "model", "pretrain")] + ["train.lora"]
     lines = [f"{json.dumps(s)}: {json.dumps(schema_defaults(s), sort_keys=True)}" for s in sorted(sections)]
     return "{\n" + ",\n".join(lines) + "\n}\n"
 

@@ -30,6 +30,9 @@ from boundary.core.options import ArgumentParser, description
 from boundary.training import sharding
 from boundary.training.launch import (
     ERRORS_ENV,
+    RESUME_ME,
+    STOP_ENV,
+    StopRequest,
     _run,
     die_with_launcher,
     launch_plan,
@@ -51,10 +54,11 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if "WORLD_SIZE" in os.environ:  # a worker of a launch: train here, then leave at once
         die_with_launcher()
+        stop = StopRequest().install()  # before anything slow: a SIGTERM from here on stops at a step
         finished = False
         try:
             start_processes()
-            run(argv)
+            run(argv, stop=stop)
             finished = True
         except BoundaryError as err:
             relay_error(err)
@@ -78,17 +82,23 @@ def main(argv=None):
         print("train: sharding fsdp with 1 GPU shards nothing: the one process holds the whole model", flush=True)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
     if launch.processes == 1:
-        return run(argv, settings)
+        stats = run(argv, settings, stop=StopRequest().install())
+        if "stopped_at" in stats:
+            raise SystemExit(RESUME_ME)
+        return None
     env = dict(os.environ)
     # The job's CPU threads are shared by its processes.
     threads = int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
     env["OMP_NUM_THREADS"] = str(max(1, threads // launch.processes))
     where = f"GPUs {','.join(launch.devices)}" if launch.devices else "CPU (gloo)"
     print(f"train: {launch.processes} processes on {where}", flush=True)
-    with tempfile.TemporaryDirectory() as errors:
-        env[ERRORS_ENV] = errors
+    with tempfile.TemporaryDirectory() as errors, tempfile.TemporaryDirectory() as stop:
+        env[ERRORS_ENV], env[STOP_ENV] = errors, stop
         code = _run(torchrun(launch.processes, argv), env)
         said = relayed_error(errors) if code else None
+        stopped = StopRequest.stopped(stop)
+    if stopped and not code:
+        raise SystemExit(RESUME_ME)
     if said:
         raise BoundaryError(f"train: {said}")
     if code:
@@ -146,9 +156,31 @@ def no_checkpoint_at_the_end():
     return NoCheckpointAtTheEnd()
 
 
+def stop_at_step_boundary(stop: StopRequest):
+    """A TrainerCallback that ends training after a step where any process was asked to stop
+    (a SIGTERM: StopRequest), with a resumable checkpoint of that step. Every process calls
+    `agreed` (an all-reduce) at every step end, so all stop after the same step. The last step
+    needs no stop: the run is finishing. `stopped_at` is set once it has stopped; `device`
+    once the trainer exists."""
+    from transformers import TrainerCallback
+
+    class StopAtStepBoundary(TrainerCallback):
+        def __init__(self):
+            self.stopped_at, self.device = None, "cpu"
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step < state.max_steps and stop.agreed(self.device):
+                control.should_save = control.should_training_stop = True
+                self.stopped_at = state.global_step
+
+    return StopAtStepBoundary()
+
+
 def save_atomic(accelerator, model, tokenizer, path: Path):
     """save_pretrained of the whole model, by the main process. Every process calls it: under
-    FSDP the whole state dict is gathered from the shards."""
+    FSDP the whole state dict is gathered from the shards. A LoRA policy (peft) writes its
+    adapter alone (adapter_config.json, adapter_model.safetensors): peft's save_pretrained keeps
+    the adapter's entries of the state dict."""
     from boundary.core.artifacts import atomic_dir
 
     state = sharding.full_state_dict(accelerator, model)
@@ -203,13 +235,16 @@ def log_table(history: list[dict]) -> pd.DataFrame:
 
 def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, checkpoint_dir,
           mask: pd.DataFrame | None = None, mask_path="--mask", callbacks=(),
-          base_rollout_files: list | None = None, full: dict | None = None, keep_checkpoints: bool = False) -> dict:
+          base_rollout_files: list | None = None, full: dict | None = None, keep_checkpoints: bool = False,
+          stop: StopRequest | None = None) -> dict:
     """Train one run. `settings`: as given (they key the run's checkpoints); `full`: their
     complete settings (core/settings.py), resolved here unless the caller has them. Once the
     outputs are written the run's checkpoint folder is removed unless `keep_checkpoints`: no
     later job resumes it (a changed config or code has another key), and a 1.5B run's two
     checkpoints with their optimizer state are about 40 GB. Without `keep_checkpoints` the last
-    step writes no resumable checkpoint either."""
+    step writes no resumable checkpoint either. With `stop` (a SIGTERM's request) the run may
+    end early at a step boundary: it saves a checkpoint there, writes no outputs and returns
+    `stopped_at`, the step it resumes after."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -246,7 +281,8 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
         gpu = torch.cuda.get_device_properties(torch.cuda.current_device())
         check_micro_batch(cfg, model.config.vocab_size, gpu.total_memory)
     anchoring = weights is not None and cfg.masked_action == "anchor" and bool(weights.any())
-    needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollout_files))
+    # Under LoRA the base is the policy with its adapter off: no copy is loaded.
+    needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollout_files)) and cfg.lora is None
     base = from_pretrained(model_dir) if needs_base else None
     reward = make_reward(full["extractor"], int(full["verify_timeout"]), int(full["verify_workers"]))
     checkpoints = sorted(int(s) for s in full.get("checkpoints", []))
@@ -254,10 +290,12 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     snapshots.mkdir(parents=True, exist_ok=True)
     snapshot = step_snapshots([c for c in checkpoints if c < cfg.max_steps], snapshots)
     skip_last_save = [] if keep_checkpoints else [no_checkpoint_at_the_end()]  # after transformers' own, which it overrides
+    stopper = stop_at_step_boundary(stop or StopRequest())
     trainer = PBATrainer(model, reward_funcs=reward, args=cfg, train_dataset=data,
                          processing_class=tokenizer, anchor_weights=weights, base_model=base,
-                         base_rollouts=base_rollout_files, callbacks=[snapshot, *skip_last_save, *callbacks])
-    snapshot.accelerator = trainer.accelerator
+                         base_rollouts=base_rollout_files,
+                         callbacks=[snapshot, *skip_last_save, stopper, *callbacks])
+    snapshot.accelerator, stopper.device = trainer.accelerator, trainer.accelerator.device
     resume = last_checkpoint(checkpoint_dir)
     main_process = trainer.accelerator.is_main_process
     if main_process:
@@ -274,6 +312,13 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
         reward.verifier.close()
     stats = {"steps": int(trainer.state.global_step), "resumed_from": resume,
              "seconds": round(time.time() - start, 1)}
+    if stopper.stopped_at is not None:  # a time limit: the checkpoint is saved; the rerun resumes
+        if main_process:
+            StopRequest.mark_stopped()
+            print(f"train: stopped after step {stopper.stopped_at} of {cfg.max_steps} (SIGTERM); its checkpoint "
+                  f"is in {checkpoint_dir}; exit {RESUME_ME}: rerun to resume", flush=True)
+        trainer.accelerator.wait_for_everyone()
+        return {**stats, "stopped_at": stopper.stopped_at}
     if torch.cuda.is_available():  # this process's GPU peak, policy + base + optimizer + rollouts
         stats["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
     save_atomic(trainer.accelerator, trainer.model, tokenizer, out_dir / "final")
@@ -317,9 +362,10 @@ def make_parser() -> ArgumentParser:
     return parser
 
 
-def run(argv=None, full: dict | None = None):
-    """One training process: parse the stage's options, train, write the outputs. `full`: the
-    complete settings, where the caller has resolved them."""
+def run(argv=None, full: dict | None = None, stop: StopRequest | None = None) -> dict:
+    """One training process: parse the stage's options, train, write the outputs; the run's
+    stats. `full`: the complete settings, where the caller has resolved them; `stop`: the
+    process's stop request (a SIGTERM ends the run at a step boundary)."""
     from boundary.core.artifacts import read_table
     from boundary.core.config import load_stage_settings
     from boundary.training.gate import read_mask
@@ -332,5 +378,6 @@ def run(argv=None, full: dict | None = None):
     if "prompt" not in split and "problem" not in split:
         raise BoundaryError(f"{args.train_split}: missing column problem (or prompt)")
     mask = read_mask(args.mask) if args.mask else None
-    train(args.model, split, settings, args.seed, args.out, args.checkpoint_dir, mask, args.mask,
-          base_rollout_files=args.base_rollouts, full=full, keep_checkpoints=args.keep_checkpoints)
+    return train(args.model, split, settings, args.seed, args.out, args.checkpoint_dir, mask, args.mask,
+                 base_rollout_files=args.base_rollouts, full=full, keep_checkpoints=args.keep_checkpoints,
+                 stop=stop)

@@ -5,6 +5,11 @@ model in nn.DataParallel), so `train.gpus: N > 1` starts N processes under torch
 device (accelerate binds process LOCAL_RANK to device LOCAL_RANK), and a run on one GPU or the
 CPU is shown at most one device. `--processes N` with `gpus: 0` runs N CPU processes
 (gloo): how the tests check, without a GPU, that a multi-process run trains as one process does.
+
+A time limit ends a run cleanly: a SIGTERM (to the launcher, to the workers, or to both, as
+SLURM's `--signal` sends it) becomes a stop request that every process reads at the next step
+boundary (`StopRequest`, agreed by an all-reduce); they save a checkpoint and the launch exits
+with RESUME_ME (75), and the rerun resumes from that checkpoint.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn
 
 from boundary.core.errors import BoundaryError
@@ -47,16 +53,83 @@ def torchrun(processes: int, argv: list[str]) -> list[str]:
 
 
 def _run(command: list[str], env: dict) -> int:
-    """Run the launcher; a SIGTERM or SIGINT to this process (SLURM, Snakemake) stops it, and
-    torchrun stops its workers."""
-    child = subprocess.Popen(command, env=env)
-    forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    """Run the launcher. A first SIGTERM to this process (a time limit: SLURM's --signal) asks
+    the workers to stop at the next step boundary (the stop file, `StopRequest`); a second, or
+    a SIGINT, stops torchrun at once, and torchrun its workers (SIGINT). torchrun itself ignores
+    SIGTERM, so that one sent to every process of the job leaves it to the workers' own stop."""
+    env = {**env, "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGINT,SIGHUP,SIGQUIT"}
+    child = subprocess.Popen(command, env=env, preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    stop_file = Path(env[STOP_ENV], STOP) if env.get(STOP_ENV) else None
+    terms = []
+
+    def on_term(signum, frame):
+        terms.append(signum)
+        if len(terms) == 1 and stop_file is not None:
+            stop_file.touch()
+            print("train: SIGTERM: the processes stop at the next step boundary and save a checkpoint "
+                  "(another SIGTERM stops them at once)", flush=True)
+        else:
+            child.send_signal(signal.SIGINT)
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_term),
+                signal.SIGINT: signal.signal(signal.SIGINT, lambda signum, frame: child.send_signal(signum))}
     try:
         return child.wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+# A run stopped at a step boundary (a time limit) exits with this status: "resume me". It is
+# sysexits' EX_TEMPFAIL, "a temporary failure; the user is invited to retry"; the rerun (the
+# next job, Snakemake's `retries`) resumes from the checkpoint saved at the stop.
+RESUME_ME = 75
+STOP_ENV = "BOUNDARY_TRAIN_STOP"  # the launcher's folder: the stop file, and the stopped marker
+STOP, STOPPED = "stop", "stopped"
+
+
+class StopRequest:
+    """A training process's stop request: set by a SIGTERM to it, or by the launcher's stop
+    file (a SIGTERM to the launcher). Every process reads it at each step boundary and they
+    agree by an all-reduce (`agreed`), so all stop after the same step."""
+
+    def __init__(self):
+        self.signalled = False
+        folder = os.environ.get(STOP_ENV)
+        self.file = Path(folder, STOP) if folder else None
+
+    def install(self) -> StopRequest:
+        def on_term(signum, frame):
+            if not self.signalled:
+                print(f"train: SIGTERM (process {os.environ.get('RANK', 0)}): stopping at the next step "
+                      "boundary with a checkpoint", flush=True)
+            self.signalled = True
+        signal.signal(signal.SIGTERM, on_term)
+        return self
+
+    def requested(self) -> bool:
+        return self.signalled or (self.file is not None and self.file.exists())
+
+    def agreed(self, device) -> bool:
+        """Whether any process asks to stop (a collective where processes were started)."""
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([float(self.requested())], device=device)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    @staticmethod
+    def mark_stopped() -> None:
+        """For the launcher: the run stopped at a boundary, its checkpoint saved."""
+        folder = os.environ.get(STOP_ENV)
+        if folder:
+            Path(folder, STOPPED).touch()
+
+    @staticmethod
+    def stopped(folder: str) -> bool:
+        return Path(folder, STOPPED).exists()
 
 
 ERRORS_ENV = "BOUNDARY_TRAIN_ERRORS"  # where the workers of a launch leave their error line

@@ -11,6 +11,9 @@ pinned to that version:
   whole once per sync, never per decoded token) are grouped into buckets of
   `vllm_sync_bucket_mib` and loaded with one `load_weights` call a bucket (TRL: one a tensor,
   each call walking the engine's parameter table).
+- A LoRA policy (`train.lora`) sends W + scale B A computed into new tensors, one weight at
+  a time (lora.merged_weights): TRL merges the adapter into the base weights and unmerges,
+  and that round trip drifts a bf16 base (TRL issue 6688); here the base is only read.
 - The engine starts without reading a checkpoint (`vllm_load_format: dummy`): TRL syncs the
   trainer's weights before the first rollout, and sleep mode discards the engine's weights
   after every generate anyway, so what it loaded at start is never used.
@@ -296,11 +299,19 @@ def install(trainer, engine=None) -> EngineSync:
 def named_weights(gen):
     """The policy's (name, tensor) pairs as the engine takes them: TRL's iterator, except that
     under FSDP2 each sharded parameter is cast to bf16 before it is gathered (the engine holds
-    bf16: half the bytes on the wire, the same values as casting after the gather)."""
+    bf16: half the bytes on the wire, the same values as casting after the gather), and that a
+    LoRA policy's merged weights are computed into new tensors (lora.merged_weights: TRL merges
+    into the base weights and unmerges, which drifts a bf16 base)."""
     import torch
 
+    from boundary.training import lora
+
     dist = gen._dist
-    if not (dist.is_fsdp and dist.fsdp_version == 2) or hasattr(gen.model, "peft_config"):
+    if lora.is_lora(gen.model):
+        sharded = dist.is_fsdp and getattr(dist, "fsdp_version", None) == 2
+        yield from lora.merged_weights(gen.model, gen.accelerator.device if sharded else None)
+        return
+    if not (dist.is_fsdp and dist.fsdp_version == 2):
         yield from gen._iter_named_params()
         return
     for name, param in gen.model.named_parameters():

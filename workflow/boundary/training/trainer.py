@@ -71,7 +71,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from boundary.core.errors import BoundaryError
-from boundary.training import base_rollouts, objectives, rollout_engine, sharding
+from boundary.training import base_rollouts, lora, objectives, rollout_engine, sharding
 from boundary.training.anchors import (
     ANCHORS,
     BASE_SAMPLED,
@@ -121,8 +121,16 @@ class PBATrainer(GRPOTrainer):
             raise BoundaryError(f"rollout_engine: vllm: anchor {cfg.anchor} reads pre-drawn base rollouts "
                                 "(the base_rollouts stage; boundary train --base-rollouts)")
         sharding.check_method(cfg.sharding, cfg.anchor, anchoring, bool(base_rollouts), BASE_SAMPLED)
-        # The frozen base is loaded only when some term needs it.
-        needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollouts))
+        # The frozen base is loaded only when some term needs it; under LoRA it is the policy
+        # with its adapter switched off (lora.base_of), never a copy.
+        peft = lora.peft_config(cfg.lora)
+        needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollouts)) and peft is None
+        if peft is not None:
+            if base_model is not None:
+                raise ValueError("base_model: under LoRA the base is the policy with its adapter off")
+            if cfg.bf16:  # the base is frozen: bf16 as the frozen copy is; the adapters stay fp32
+                model.to(torch.bfloat16)
+            kwargs["peft_config"] = peft
         if needs_base and base_model is None:
             base_model = copy.deepcopy(model)  # before TRL patches the policy
         if torch.cuda.is_available():
@@ -143,7 +151,7 @@ class PBATrainer(GRPOTrainer):
             sharding.synced_generate(self.model)
             sharding.reduce_in_fp32(self.accelerator)
         self._row = {pid: i for i, pid in enumerate(self.train_dataset["prompt_id"])}
-        self.anchoring, self.base_model = anchoring, None
+        self.anchoring, self.base_model, self.lora = anchoring, None, peft is not None
         if needs_base:
             base_model.requires_grad_(False).eval()
             if cfg.bf16:  # frozen: no fp32 master weights needed, and bf16 decodes far faster
@@ -331,11 +339,15 @@ class PBATrainer(GRPOTrainer):
     def _base_sampler(self):
         """A draw function on the frozen base, or None where no base is loaded (pre-drawn) or
         it is sharded (processes would make different numbers of generate calls)."""
-        if self.base_model is None or self._sharded:
+        if (self.base_model is None and not self.lora) or self._sharded:
             return None
-        model = self.accelerator.unwrap_model(self.base_model)
-        return base_rollouts.hf_sampler(model, self.processing_class, self.temperature, self.args.top_p,
-                                        self.max_completion_length)
+
+        def sampler(model):
+            return base_rollouts.hf_sampler(model, self.processing_class, self.temperature, self.args.top_p,
+                                            self.max_completion_length)
+        if self.lora:
+            return lora.base_sampler(self.accelerator.unwrap_model(self.model), sampler)
+        return sampler(self.accelerator.unwrap_model(self.base_model))
 
     @torch.no_grad()
     def _base_logps(self, out, need: torch.Tensor, drawn: list) -> torch.Tensor:
@@ -359,6 +371,11 @@ class PBATrainer(GRPOTrainer):
         return full
 
     def _score_with_base(self, ids, attn, T: int) -> torch.Tensor:
+        if self.lora:  # the policy's own forward (a collective under FSDP), its adapter off
+            with lora.base_of(self.accelerator.unwrap_model(self.model)):
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
+            return logps
         logps, _, _ = self._get_per_token_logps_and_entropies(
             self.base_model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
         return logps

@@ -66,6 +66,8 @@ class PBAConfig(GRPOConfig):
         "help": "every N weight syncs, compare the engine's log-probs with the policy's (0: never)"})
     vllm_cudagraph_capture_size: int | None = field(default=None, metadata={
         "help": "the widest decode step the engine runs as a CUDA graph (None: vLLM's default)"})
+    lora: dict | None = field(default=None, metadata={
+        "help": "complete train.lora settings (training/lora.py); None or enabled false: full fine-tuning"})
     vllm_load_format: str = field(default="dummy", metadata={
         "help": "how the colocated engine starts: dummy (random weights; the first sync fills them)"})
 
@@ -158,6 +160,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         use_cpu=not torch.cuda.is_available(),  # several CPU processes then meet over gloo
         sharding=s["sharding"],
         rollout_engine=s["rollout_engine"],
+        lora=s["lora"] if s["lora"]["enabled"] else None,
         **(engine_args(s) if s["rollout_engine"] == "vllm" else {}),
     )
 
