@@ -16,6 +16,7 @@ gathers), `optimizer` (clipping, the AdamW step; under FSDP the gradient reduce-
 finishes inside backward, so it is in `fwd_bwd`), and `fwd_bwd` (what remains: the loss's
 forward and backward, DDP's gradient all-reduce). Rank 0 writes one JSON line to --out with
 every process's peak memory.
+`--lora R` trains a rank-R adapter (train.lora) instead of every weight.
 A CUDA out-of-memory error is a result here (the DDP check at 7B): it is reported, not raised.
 """
 
@@ -73,6 +74,23 @@ METHODS = {
     # The paper's PBA: the policy anchor, k1, beta_a 1 (config/paper.yaml).
     "pba": {"mask": "pba", "anchor": "policy", "kl_estimator": "k1", "beta_a": 1.0},
 }
+
+
+class DeviceUse:
+    """The most memory the card had in use (cudaMemGetInfo, every 50 ms in a thread): torch's and
+    a colocated vLLM engine's pools alike, which torch's max allocated does not count together."""
+
+    def __init__(self):
+        import threading
+
+        self.peak, self.done = 0, threading.Event()
+        if torch.cuda.is_available():
+            threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self):
+        while not self.done.wait(0.05):
+            free, total = torch.cuda.mem_get_info()
+            self.peak = max(self.peak, total - free)
 
 
 def sync():
@@ -174,6 +192,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=("generate", "vllm"), default="generate", help="train.rollout_engine")
     p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
     p.add_argument("--eos", action="store_true", help="leave eos on (default: suppressed, full-length rollouts)")
+    p.add_argument("--lora", type=int, default=0, help="train.lora's rank (0: full fine-tuning)")
     add_engine_options(p)
     p.add_argument("--out", required=True)
     return p
@@ -186,6 +205,8 @@ def train_settings(args, world: int) -> dict:
                 "bf16": "auto", "steps": args.steps, "checkpoints": [], "refresh_steps": args.steps,
                 "save_steps": 10 ** 6, "gpus": world, "sharding": args.sharding,
                 "gradient_accumulation_steps": args.accum, **METHODS[args.method]}
+    if args.lora:  # every linear layer, the schema's alpha: the base is the policy with its adapter off
+        settings["lora"] = {"enabled": True, "rank": args.lora}
     if args.engine == "vllm":
         # A check at every sync unless --check-every says otherwise: each step's figure then holds
         # one (the `check` phase), which a config's vllm_check_every (50) spreads over 50 steps.
@@ -213,10 +234,11 @@ def main():
         from boundary.sampling.vllm import without_flashinfer_sampler
 
         without_flashinfer_sampler()  # as the train stage does
-    result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding,
+    result = {"model": args.model or args.shape, "method": args.method, "sharding": args.sharding, "lora": args.lora,
               "processes": world, "engine": args.engine, "eos": args.eos, "accum": args.accum,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
     phases, trainer, stage, t0 = Phases(), None, "build", time.perf_counter()
+    device_use = DeviceUse()
     checks, lengths = [], []  # the engine's log-prob checks; each timed step's mean completion length
     try:
         if args.model:
@@ -281,6 +303,7 @@ def main():
                 f.write(json.dumps(result) + "\n")
         os._exit(0)
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else 0.0
+    device_use.done.set()
     rows = phases.rows[args.warmup:]
     mine = torch.tensor([peak, *[np.mean([r.get(k, 0.0) for r in rows]) if rows else np.nan
                                  for k in ("step", "generate", "sync", "check", "score", "fwd_bwd", "optimizer")]],
@@ -298,6 +321,7 @@ def main():
                               start=1):
             result[k] = round(float(np.nanmax(table[:, i])), 3) if rows else None
         result["steps_timed"] = len(rows)
+        result["peak_device_used_gib_rank0"] = round(device_use.peak / 2 ** 30, 2)
         result["engine_logp_mean_abs_diff"] = [round(v, 5) for k, v in checks if k.endswith("mean_abs_diff")]
         result["engine_logp_max_abs_diff"] = [round(v, 4) for k, v in checks if k.endswith("max_abs_diff")]
         result["completion_len_mean"] = lengths[-1] if lengths else None

@@ -400,3 +400,33 @@ def test_fsdp_trains_the_support_anchor_on_pre_drawn_rollouts_as_ddp_does(smoke,
         for key, value in a.items():
             assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
     assert any(h["anchor_loss"] for h in fsdp["log"])
+
+
+def test_lora_trains_under_fsdp_as_under_ddp_and_resumes_from_a_sharded_checkpoint(smoke, accelerate_with_cpu_fsdp,
+                                                                                    tmp_path):
+    """train.lora under both shardings on 2 gloo processes: the policy anchor with a global KL
+    scores the base as the policy with its adapter off (no frozen copy, sharded or not), FSDP
+    logs what DDP logs step by step, the outputs are the same adapter (and only an adapter),
+    and the FSDP run resumes from its checkpoint and repeats the last step."""
+    from safetensors.torch import load_file
+
+    method = {"lora": {"enabled": True, "rank": 4}}
+
+    def worker(mode, out, *resume):
+        return fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, out, method, *resume)
+
+    fsdp, ddp = worker("fsdp", tmp_path / "fsdp"), worker("ddp", tmp_path / "ddp")
+    assert fsdp["sharded"] and fsdp["policy"].startswith("FSDP") and not ddp["sharded"]
+    assert fsdp["base"] == ddp["base"] == "NoneType"  # no second model under LoRA
+    for a, b in zip(fsdp["log"], ddp["log"], strict=True):
+        for key, value in a.items():
+            assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
+    assert any(h["grad_norm"] > 0 for h in fsdp["log"]) and any(h["kl"] for h in fsdp["log"])
+    finals = [tmp_path / m / "final" for m in ("fsdp", "ddp")]
+    assert all(not list(f.glob("model*.safetensors")) for f in finals)
+    a, b = (load_file(f / "adapter_model.safetensors") for f in finals)
+    assert a.keys() == b.keys() and all("lora_" in k for k in a)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a) and any(a[k].abs().sum() > 0 for k in a if "lora_B" in k)
+    shutil.copytree(tmp_path / "fsdp" / "checkpoint-2", tmp_path / "resumed" / "checkpoint-2")
+    resumed = worker("fsdp", tmp_path / "resumed", tmp_path / "resumed" / "checkpoint-2")
+    assert resumed["steps_run"] == [3] and resumed["log"] == fsdp["log"]

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -83,11 +84,20 @@ METHODS = {
 }
 
 
+def some_correct(prompts, completions, **kwargs):
+    """A fixed pseudo-random reward, ~40% correct: groups with a spread, so every method has a
+    gradient (the digits reward is 0 on an untrained model)."""
+    import hashlib
+
+    return [float(hashlib.md5(c.encode()).digest()[0] < 100) for c in completions]
+
+
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_every_method_trains_an_adapter_and_holds_no_second_model(name, model_dir, split, tmp_path):
     method = METHODS[name]
     weights = alternate(split) if method.get("mask") else None  # random protection is such a mask
-    trainer = make_trainer(model_dir, split, tmp_path, weights, lora=LORA, steps=2, **method)
+    trainer = make_trainer(model_dir, split, tmp_path, weights, lora=LORA, steps=3, **method)
+    trainer.reward_funcs[0] = some_correct
     assert trainer.lora and trainer.base_model is None
     model = trainer.accelerator.unwrap_model(trainer.model)
     base = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
@@ -95,24 +105,26 @@ def test_every_method_trains_an_adapter_and_holds_no_second_model(name, model_di
     assert adapter and all("lora_" in n for n in adapter)
     trainer.train()
     log = [h for h in trainer.state.log_history if "loss" in h]
-    assert len(log) == 2 and all(np.isfinite(h["loss"]) for h in log)
+    assert len(log) == 3 and all(np.isfinite(h["loss"]) for h in log)
     moved = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p, adapter[n])]
     assert moved  # the adapter trained
     assert all(torch.equal(p, base[n]) for n, p in model.named_parameters() if not p.requires_grad)
-    if method.get("anchor") in ("policy", "forward_kl", "js", "support") or method.get("beta_kl"):
+    if method.get("anchor") in ("policy", "forward_kl", "js") or method.get("beta_kl"):  # support: 0 at the start
         assert any(h.get("kl") for h in log) or any(h.get("anchor_loss") for h in log)
 
 
 def test_the_base_scores_and_samples_as_the_loaded_base_with_no_copy(model_dir, split, tmp_path):
-    """After a step the adapter is non-zero; the base log-probs the anchors read are those of
-    the base model loaded on its own, and base rollouts drawn in place are the base's draws."""
+    """With a trained (non-zero) adapter, the base log-probs the anchors read are those of the
+    base model loaded on its own, and base rollouts drawn in place are the base's draws."""
     from transformers import AutoModelForCausalLM
 
     from boundary.training import base_rollouts
 
-    trainer = make_trainer(model_dir, split, tmp_path, alternate(split), lora=LORA, mask="m", anchor="base",
-                           steps=1)
-    trainer.train()
+    trainer = make_trainer(model_dir, split, tmp_path, alternate(split), lora=LORA, mask="m", anchor="policy")
+    with torch.no_grad():  # a trained adapter: B is zero at the start
+        for n, p in trainer.model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(std=0.3)
     out = trainer._generate_and_score_completions(first_batch(trainer, split))
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
     attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
@@ -122,18 +134,16 @@ def test_the_base_scores_and_samples_as_the_loaded_base_with_no_copy(model_dir, 
         policy, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, T)
     assert trainer.model.training  # put back after the base's pass
     base = AutoModelForCausalLM.from_pretrained(model_dir).eval().requires_grad_(False)
-    trainer.base_model = base  # the full fine-tuning path's frozen copy, for the reference only
-    trainer.lora = False
-    with torch.no_grad():
-        want = trainer._score_with_base(ids, attn, T)
+    with torch.no_grad():  # the base loaded on its own, at the rollouts' temperature (1)
+        logits = base(input_ids=ids, attention_mask=attn).logits[:, -T - 1:-1].float()
+        want = torch.log_softmax(logits, -1).gather(-1, out["completion_ids"][..., None])[..., 0]
     mask = out["completion_mask"].bool()
     assert torch.allclose(got[mask], want[mask], atol=1e-5)
     assert not torch.allclose(policy[mask], want[mask], atol=1e-3)  # the adapter did move the policy
     # Base rollouts drawn in place: the same draws as the loaded base's (same seed, same prompts).
-    trainer.lora, trainer.base_model = True, None
     prompts = base_rollouts.tokenize(trainer.processing_class, split["problem"].tolist()[:3])
     drawn = trainer._base_sampler()(prompts, 7)
-    trainer.lora, trainer.base_model = False, base
+    trainer.lora, trainer.base_model = False, base  # the full fine-tuning path's frozen copy
     plain = trainer._base_sampler()(prompts, 7)
     assert [c.tokens for c in drawn] == [c.tokens for c in plain]
     assert np.allclose(np.concatenate([c.logps for c in drawn]), np.concatenate([c.logps for c in plain]), atol=1e-5)
@@ -256,6 +266,21 @@ def wait_for(path_glob, proc, seconds=300):
         time.sleep(0.05)
 
 
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
 SAME = ["step", "learning_rate", "protected_fraction", "num_tokens"]  # what a resumed run repeats
 
 
@@ -302,7 +327,9 @@ def test_a_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_resume_me(proc
     first = cli(args)
     ck = tmp_path / "ck_stopped"
     wait_for(lambda: list(ck.glob("*/checkpoint-2/trainer_state.json")), first)
-    first.send_signal(signal.SIGTERM)
+    # As SLURM's --signal does: every process of the job (launcher, torchrun, workers) at once.
+    for pid in [first.pid, *descendants(first.pid)]:
+        os.kill(pid, signal.SIGTERM)
     text, _ = first.communicate(timeout=600)
     assert first.returncode == RESUME_ME, text
     assert "stopped after step" in text, text

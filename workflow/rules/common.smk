@@ -64,6 +64,10 @@ def job_resources(kind, gpus=None):
         res["slurm_partition"] = partition
     if slurm["account"]:
         res["slurm_account"] = slurm["account"]
+    if kind == "train" and slurm["train_stop_seconds"]:
+        # To every process of the job's step (no B:, which signals the batch shell alone):
+        # training stops at a step boundary with a checkpoint (training/launch.py).
+        res["slurm_extra"] = f"--signal=TERM@{slurm['train_stop_seconds']}"
     return res
 
 

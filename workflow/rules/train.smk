@@ -35,7 +35,9 @@ if PRE_DRAWN:
 # One TRL trainer for every method. Resumable checkpoints live outside results/ (Snakemake
 # deletes declared outputs before a job starts); `boundary train` keys them by everything the
 # run is trained from (settings, seed, prompts, mask weights, base files, code), so a changed
-# input never resumes a stale run.
+# input never resumes a stale run. `exec`: the shell becomes `boundary train`, so a SIGTERM
+# (slurm.train_stop_seconds) reaches it and Snakemake waits for its checkpoint and exit 75;
+# a shell left waiting would die of the signal and end the job's step under it.
 for _method in TRAINED:
 
     rule:
@@ -68,7 +70,7 @@ for _method in TRAINED:
             checkpoint_dir=lambda wc, _m=_method: f"checkpoints/{RUN}/{_m}/seed{wc.seed}",
             out_dir=lambda wc, _m=_method: f"{OUT}/train/{_m}/seed{wc.seed}",
         shell:
-            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} train --model {input.model} "
+            "OMP_NUM_THREADS={threads} exec boundary --gpus {resources.gpu} train --model {input.model} "
             "--train-split {input.split} "
             "{params.mask_arg} {params.rollouts_arg} --settings {params.settings:q} --seed {wildcards.seed} "
             "--out {params.out_dir} --checkpoint-dir {params.checkpoint_dir} > {log} 2>&1"

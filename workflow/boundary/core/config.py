@@ -174,6 +174,10 @@ def _check_references(config: dict) -> None:
     if train.get("sharding") == "fsdp" and train["gpus"] == 0:
         raise BoundaryError("config: train.sharding: fsdp needs train.gpus >= 1 (accelerate runs FSDP on "
                             "GPUs only; on the CPU it would train unsharded)")
+    stop, runtime = config["slurm"]["train_stop_seconds"], config["resources"]["train"]["runtime"]
+    if stop >= runtime * 60:
+        raise BoundaryError(f"config: slurm.train_stop_seconds: {stop} s is not before the training job's time "
+                            f"limit (resources.train.runtime: {runtime} min)")
 
 
 # Keys a mask kind reads (training/gate.py); any other is ignored by that kind.

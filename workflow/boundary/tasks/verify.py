@@ -132,10 +132,13 @@ def _one_line(err: BaseException) -> str:
 def _die_with_parent() -> None:
     """Linux: the kernel kills this worker when the thread that started it ends (in practice the
     stage's process), so a killed stage never leaves a worker stuck in sympy behind. A worker
-    lost any other way is replaced like a dead one."""
+    lost any other way is replaced like a dead one. A SIGTERM sent to every process of a job
+    (SLURM's --signal) is the stage's to act on: the worker ignores it and ends with the stage."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         import ctypes
-        import signal
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
