@@ -120,8 +120,9 @@ def test_smoke_run_writes_every_artifact(smoke_run):
 def test_a_lora_smoke_run_trains_adapters_that_every_later_stage_reads(smoke_run, tmp_path):
     """config/smoke_lora.yaml (train.lora on: GRPO, PBA, a step-4 checkpoint) from a copy of the
     finished smoke run, as run `smoke`: LoRA changes the training key alone, so exactly the
-    training, the evaluation of its policies and the report run again, and the LoRA path of
-    every stage after the masks runs without a second pretraining and calibration."""
+    training (with PBA's pre-drawn base rollouts, keyed by it), the evaluation of its policies
+    and the report run again, and the LoRA path of every stage after the masks runs without a
+    second pretraining and calibration."""
     workdir, _ = smoke_run
     copy = tmp_path / "lora"
     shutil.copytree(workdir, copy, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
@@ -131,7 +132,7 @@ def test_a_lora_smoke_run_trains_adapters_that_every_later_stage_reads(smoke_run
     out = snakemake("-n", "--cores", "1", *as_smoke, cwd=copy).stdout
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     assert {k: v for k, v in stats.items() if k not in ("all", "total")} == {
-        "train_grpo": "1", "train_pba": "1", "evaluate": str(2 * 3), "report": "1"}, stats
+        "base_rollouts": "1", "train_grpo": "1", "train_pba": "1", "evaluate": str(2 * 3), "report": "1"}, stats
     snakemake("--cores", "2", *as_smoke, cwd=copy)
     run = copy / "results" / "smoke"
     for policy in ("grpo/seed0/final", "grpo/seed0/step4", "pba/seed0/final"):
