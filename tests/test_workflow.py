@@ -141,9 +141,10 @@ def test_a_lora_smoke_run_trains_adapters_that_every_later_stage_reads(smoke_run
         assert not {"model.safetensors", "config.json"} & files, (policy, files)  # no full weights
     counts = pd.read_parquet(run / "eval_counts.parquet")
     assert {"base", "grpo", "pba", "early_stop"} <= set(counts["method"]) and set(counts["n"]) == {32}
-    trained = pd.read_parquet(run / "eval" / "testbed" / "pba" / "seed0" / "samples.parquet")
-    before = pd.read_parquet(workdir / "results" / "smoke" / "eval" / "testbed" / "pba" / "seed0" / "samples.parquet")
-    assert trained["completion"].tolist() != before["completion"].tolist()  # another policy was sampled
+    # PBA's anchor moves its adapter (GRPO's group advantages are all but zero on this testbed in
+    # 8 steps): its evaluation samples base + adapter, not the base (the same seed).
+    samples = {m: pd.read_parquet(run / "eval" / "testbed" / m / "seed0" / "samples.parquet") for m in ("base", "pba")}
+    assert (samples["pba"]["completion"] != samples["base"]["completion"]).sum() > 0
     assert "Nothing to be done" in snakemake("-n", "--cores", "1", *as_smoke, cwd=copy).stdout
 
 
