@@ -118,7 +118,7 @@ def test_smoke_run_writes_every_artifact(smoke_run):
 
 
 def test_a_lora_smoke_run_trains_adapters_that_every_later_stage_reads(smoke_run, tmp_path):
-    """config/smoke_lora.yaml (train.lora on: GRPO, PBA, a step-4 checkpoint) from a copy of the
+    """tests/configs/smoke_lora.yaml (train.lora on: GRPO, PBA, a step-4 checkpoint) from a copy of the
     finished smoke run, as run `smoke`: LoRA changes the training key alone, so exactly the
     training (with PBA's pre-drawn base rollouts, keyed by it), the evaluation of its policies
     and the report run again, and the LoRA path of every stage after the masks runs without a
@@ -127,7 +127,7 @@ def test_a_lora_smoke_run_trains_adapters_that_every_later_stage_reads(smoke_run
     copy = tmp_path / "lora"
     shutil.copytree(workdir, copy, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     config = copy / "smoke_lora.yaml"
-    shutil.copy(ROOT / "config" / "smoke_lora.yaml", config)
+    shutil.copy(ROOT / "tests" / "configs" / "smoke_lora.yaml", config)
     as_smoke = ("--configfile", str(config), "--config", "run=smoke")
     out = snakemake("-n", "--cores", "1", *as_smoke, cwd=copy).stdout
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
