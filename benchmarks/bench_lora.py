@@ -16,10 +16,11 @@ policy anchor k1 on 70% of the prompts), one after another on the same GPU:
 
 Prints the card and the commit, then per run its step seconds (mean after --warmup steps),
 peak GiB (torch's max allocated: the trainer's) and the card's peak in use (every pool, a
-colocated vLLM engine's too, sampled every 50 ms) with what that leaves of the card, and per
-shape and variant the PBA/GRPO step ratio; and, where both ran, LoRA's step and peak against full fine-tuning's. The goal
-of issue 55's item 7 is read off the last lines: PBA with LoRA at 7B with at least 30 GiB of
-the card to spare, and its step within 1.1x of GRPO's.
+colocated vLLM engine's too, sampled every 50 ms) with what that leaves of the card; then per
+shape and variant the PBA/GRPO step ratio, and LoRA's step and peak against full fine-tuning's.
+With --logs those last lines take in every run whose result is in that folder, so the six runs
+may be split over calls (one GPU command of under 10 minutes each). The goal is read off them:
+PBA with LoRA at 7B with at least 30 GiB of the card to spare, its step within 1.1x of GRPO's.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def main():
     p.add_argument("--only", help="comma-separated run labels to keep (e.g. 7b:lora:pba)")
     p.add_argument("--timeout", type=int, default=900, help="seconds per run")
     p.add_argument("--cpu", action="store_true", help="a dry run on the CPU at a toy shape (tiny-qwen2)")
-    p.add_argument("--logs", help="keep each run's log in this folder")
+    p.add_argument("--logs", help="keep each run's log and result in this folder; the ratios then take in the "
+                                   "results an earlier call left there (the runs split over calls)")
     add_engine_options(p)
     args = p.parse_args()
     name, total_gib = card()
@@ -111,12 +113,16 @@ def main():
                 continue
             r = json.loads(out.read_text().splitlines()[-1])
             results[label] = r
+            (logs / f"{label.replace(':', '_')}.result.json").write_text(json.dumps({**r, "label": label}))
             peak = (r.get("peak_alloc_gib_per_gpu") or [r.get("peak_alloc_gib_rank0")])[0]
             used = r.get("peak_device_used_gib_rank0")
             print(f"{label}: {r['status']}; shape {shape}, {prompts} x {args.G}; step {r.get('step_s')} s; "
                   f"peak {peak} GiB allocated, {used} GiB in use on the card"
                   + (f" ({total_gib - used:.1f} GiB to spare)" if total_gib and used else "") + f"; phases {json.dumps({k: r.get(k) for k in ('generate_s', 'sync_s', 'check_s', 'score_s', 'fwd_bwd_s', 'optimizer_s')})}",
                   flush=True)
+        for kept in logs.glob("*.result.json"):  # an earlier call's runs, in this folder
+            r = json.loads(kept.read_text())
+            results.setdefault(r["label"], r)
     for size in ("1.5b", "7b"):
         for variant in ("full", "lora"):
             g, b = results.get(f"{size}:{variant}:grpo"), results.get(f"{size}:{variant}:pba")
@@ -125,8 +131,16 @@ def main():
         for method in ("grpo", "pba"):
             f, lo = results.get(f"{size}:full:{method}"), results.get(f"{size}:lora:{method}")
             if f and lo and f.get("step_s") and lo.get("step_s"):
-                print(f"{size} {method}: LoRA/full step {lo['step_s'] / f['step_s']:.3f}, peak "
-                      f"{lo['peak_alloc_gib_per_gpu'][0]} vs {f['peak_alloc_gib_per_gpu'][0]} GiB", flush=True)
+                print(f"{size} {method}: LoRA/full step {lo['step_s'] / f['step_s']:.3f}; peak allocated "
+                      f"{lo.get('peak_alloc_gib_per_gpu')} vs {f.get('peak_alloc_gib_per_gpu')} GiB, in use on the card "
+                      f"{lo.get('peak_device_used_gib_rank0')} vs {f.get('peak_device_used_gib_rank0')} GiB", flush=True)
+    g, b = results.get("7b:lora:grpo"), results.get("7b:lora:pba")
+    if b and b.get("peak_device_used_gib_rank0") and total_gib:
+        spare = total_gib - b["peak_device_used_gib_rank0"]
+        ratio = b["step_s"] / g["step_s"] if g and g.get("step_s") and b.get("step_s") else float("nan")
+        print(f"goal, PBA with LoRA at 7B: {spare:.1f} GiB of the card to spare (>= 30: "
+              f"{'met' if spare >= 30 else 'not met'}); PBA/GRPO step {ratio:.3f} (<= 1.1: "
+              f"{'met' if ratio <= 1.1 else 'not met'})", flush=True)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def paper_jobs(tmp_path_factory):
     workdir = paper_workdir(tmp_path_factory.mktemp("paper"))
     profile = tmp_path_factory.mktemp("profile")
     settings = yaml.safe_load((PROFILE / "config.yaml").read_text())
-    settings["config"]["slurm"] = {"account": "proj42", "cpu_partition": "cpu", "gpu_partition": "gpu"}
+    settings["config"]["slurm"].update(account="proj42", cpu_partition="cpu", gpu_partition="gpu")
     (profile / "config.yaml").write_text(yaml.safe_dump(settings))  # what a user edits, only
     return jobs_of(dry_run(workdir, profile))
 
@@ -98,9 +98,11 @@ def test_every_paper_training_job_starts_one_process_per_gpu_it_asks_for(paper_j
         gpus = int(job["resources"]["gpu"])
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(gpus))))  # sbatch --gpus
         argv = shlex.split(job["shell"].split(" > ")[0])
-        assert argv[1:3] == ["boundary", "--gpus"] and argv[3] == str(gpus) and argv[4] == "train"
+        # exec: the shell becomes boundary train, so the time limit's SIGTERM reaches it
+        assert argv[1:4] == ["exec", "boundary", "--gpus"] and argv[4] == str(gpus) and argv[5] == "train"
+        assert job["resources"]["slurm_extra"] == "--signal=TERM@600"  # the profile's train_stop_seconds
         started.clear()
-        assert cli.main(argv[2:]) == 0  # argv: OMP_NUM_THREADS=.. boundary --gpus N train ...
+        assert cli.main(argv[3:]) == 0  # argv: OMP_NUM_THREADS=.. exec boundary --gpus N train ...
         (command, env), = started
         assert f"--nproc-per-node={gpus}" in command, job["rule"]
         assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, range(gpus)))

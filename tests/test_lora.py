@@ -44,16 +44,16 @@ def test_lora_off_moves_no_key_and_on_moves_only_the_lora_runs():
         assert keys(config) == before
     config = validate_config({**RAW, "train": {**RAW["train"], "lora": {"enabled": True}}})
     after = keys(config)
-    assert all(after[m] == {**before[m], "lora": {"enabled": True}} for m in before)
-    # A method's own LoRA keys over train.lora's, key by key; the others keep theirs.
+    full = {**stage_settings.defaults("train.lora"), "enabled": True}  # every default filled
+    assert all(after[m] == {**before[m], "lora": full} for m in before)
+    # A method's own section replaces train.lora for its runs; the others keep theirs.
     methods = {m: dict(s) for m, s in RAW["methods"].items()}
     methods["pba"]["lora"] = {"enabled": True, "rank": 8}
     config = validate_config({**RAW, "methods": methods, "train": {**RAW["train"], "lora": {"alpha": 16}}})
     after = keys(config)
-    assert after["pba"]["lora"] == {"enabled": True, "rank": 8, "alpha": 16}
+    assert after["pba"]["lora"] == {**full, "rank": 8}
     assert all(after[m] == before[m] for m in before if m != "pba")
-    full = resolve("train", after["pba"])["lora"]
-    assert full == {**stage_settings.defaults("train.lora"), "enabled": True, "rank": 8, "alpha": 16}
+    assert resolve("train", after["pba"])["lora"] == {**full, "rank": 8}
     assert lora.peft_config(full).target_modules == "all-linear"
 
 

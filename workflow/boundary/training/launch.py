@@ -48,8 +48,24 @@ def launch_plan(gpus: int, processes: int | None, devices: list[str]) -> Launch:
 def torchrun(processes: int, argv: list[str]) -> list[str]:
     """The command that runs `boundary train argv` in `processes` processes on this machine
     (`--standalone`: a free local port for the rendezvous, so concurrent jobs never meet)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    signals = [f"--signals-to-handle={TORCHRUN_SIGNALS}"] if torchrun_takes_signals() else []
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", *signals,
             f"--nproc-per-node={processes}", "-m", "boundary.cli", "train", *argv]
+
+
+def torchrun_takes_signals() -> bool:
+    """Whether the installed torchrun has `--signals-to-handle` (torch >= 2.9). Without it a
+    SIGTERM to torchrun itself ends the workers at once; one to the launcher alone still stops
+    them at a step boundary."""
+    from importlib.metadata import version
+
+    major, minor = (int(x) for x in version("torch").split(".")[:2])
+    return (major, minor) >= (2, 9)
+
+
+# torchrun's signals (its default adds SIGTERM, on which it ends its workers at once): a SIGTERM
+# to every process of a job leaves the stop to the workers (StopRequest).
+TORCHRUN_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
 
 
 def _run(command: list[str], env: dict) -> int:
@@ -57,7 +73,6 @@ def _run(command: list[str], env: dict) -> int:
     the workers to stop at the next step boundary (the stop file, `StopRequest`); a second, or
     a SIGINT, stops torchrun at once, and torchrun its workers (SIGINT). torchrun itself ignores
     SIGTERM, so that one sent to every process of the job leaves it to the workers' own stop."""
-    env = {**env, "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGINT,SIGHUP,SIGQUIT"}
     child = subprocess.Popen(command, env=env, preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
     stop_file = Path(env[STOP_ENV], STOP) if env.get(STOP_ENV) else None
     terms = []
