@@ -117,6 +117,37 @@ def test_smoke_run_writes_every_artifact(smoke_run):
     assert (out / "train/grpo/seed0/final/config.json").exists()
 
 
+def test_a_lora_smoke_run_trains_adapters_that_every_later_stage_reads(smoke_run, tmp_path):
+    """tests/configs/smoke_lora.yaml (train.lora on: GRPO, PBA, a step-4 checkpoint) from a copy of the
+    finished smoke run, as run `smoke`: LoRA changes the training key alone, so exactly the
+    training (with PBA's pre-drawn base rollouts, keyed by it), the evaluation of its policies
+    and the report run again, and the LoRA path of every stage after the masks runs without a
+    second pretraining and calibration."""
+    workdir, _ = smoke_run
+    copy = tmp_path / "lora"
+    shutil.copytree(workdir, copy, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    config = copy / "smoke_lora.yaml"
+    shutil.copy(ROOT / "tests" / "configs" / "smoke_lora.yaml", config)
+    as_smoke = ("--configfile", str(config), "--config", "run=smoke")
+    out = snakemake("-n", "--cores", "1", *as_smoke, cwd=copy).stdout
+    stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert {k: v for k, v in stats.items() if k not in ("all", "total")} == {
+        "base_rollouts": "1", "train_grpo": "1", "train_pba": "1", "evaluate": str(2 * 3), "report": "1"}, stats
+    snakemake("--cores", "2", *as_smoke, cwd=copy)
+    run = copy / "results" / "smoke"
+    for policy in ("grpo/seed0/final", "grpo/seed0/step4", "pba/seed0/final"):
+        files = {p.name for p in (run / "train" / policy).iterdir()}
+        assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= files, (policy, files)
+        assert not {"model.safetensors", "config.json"} & files, (policy, files)  # no full weights
+    counts = pd.read_parquet(run / "eval_counts.parquet")
+    assert {"base", "grpo", "pba", "early_stop"} <= set(counts["method"]) and set(counts["n"]) == {32}
+    # PBA's anchor moves its adapter (GRPO's group advantages are all but zero on this testbed in
+    # 8 steps): its evaluation samples base + adapter, not the base (the same seed).
+    samples = {m: pd.read_parquet(run / "eval" / "testbed" / m / "seed0" / "samples.parquet") for m in ("base", "pba")}
+    assert (samples["pba"]["completion"] != samples["base"]["completion"]).sum() > 0
+    assert "Nothing to be done" in snakemake("-n", "--cores", "1", *as_smoke, cwd=copy).stdout
+
+
 def landing_page_links(out: Path) -> list[str]:
     """The links of a run's landing page (results/{run}/report.html), each checked to resolve
     to a file of the run, after its headline table and regime pass@k figure are found."""

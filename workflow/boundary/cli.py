@@ -28,6 +28,7 @@ USER_COMMANDS = {
     "arithmetic": ("boundary.tasks.arithmetic", "seeded arithmetic word problems as JSONL splits"),
     "check-config": ("boundary.core.config", "check config files as the workflow would (--configfile)"),
     "cluster-check": ("boundary.core.cluster", "name the rules a SLURM cluster can never schedule"),
+    "export": ("boundary.sampling.export", "a LoRA policy merged into its base as a plain model folder"),
 }
 # What the workflow's rules run (one per stage); each can be run by hand with the rule's options.
 STAGES = {

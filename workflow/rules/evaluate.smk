@@ -1,10 +1,12 @@
 # n-sample evaluation of the base and every policy on the diagnostic split and benchmarks.
+# A LoRA policy is an adapter folder: the base folder is its other half.
 # With sampling.shards > 1 each evaluation scatters into shard jobs and gathers into one.
 if config["sampling"]["shards"] == 1:
 
     rule evaluate:
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
+            base=base_model(),
             split=eval_split,
             code=code("evaluate"),
         output:
@@ -23,7 +25,7 @@ if config["sampling"]["shards"] == 1:
             settings=lambda wc: settings.text(settings.evaluate_key(config, wc.bench, wc.method, int(wc.seed))),
         shell:
             "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} "
-            "--split {input.split} --settings {params.settings:q} --samples {output.samples} --counts {output.counts} "
+            "--base {input.base} --split {input.split} --settings {params.settings:q} --samples {output.samples} --counts {output.counts} "
             "> {log} 2>&1"
 
 else:
@@ -31,6 +33,7 @@ else:
     rule evaluate_shard:
         input:
             model=lambda wc: policy_dir(wc.method, int(wc.seed)),
+            base=base_model(),
             split=eval_split,
             code=code("evaluate"),
         output:
@@ -49,7 +52,7 @@ else:
             shard=lambda wc: f"{wc.shard}/{config['sampling']['shards']}",
         shell:
             "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} evaluate --model {input.model} "
-            "--split {input.split} --settings {params.settings:q} --shard {params.shard} --samples {output} "
+            "--base {input.base} --split {input.split} --settings {params.settings:q} --shard {params.shard} --samples {output} "
             "> {log} 2>&1"
 
     rule evaluate:

@@ -104,8 +104,9 @@ def end_to_end(stage: str, samples: pd.DataFrame) -> str:
 
 
 def sample(model_path: str, prompt_ids: list[str], prompts: list[str],
-           params: SamplingParams, log=None, adaptive=None) -> pd.DataFrame:
-    """params.n completions per prompt; with `adaptive` (`rounds.Adaptive`), each prompt's first
+           params: SamplingParams, log=None, adaptive=None, base: str | None = None) -> pd.DataFrame:
+    """params.n completions per prompt (`base`: the base folder when `model_path` is a LoRA
+    adapter folder; see models.load_model); with `adaptive` (`rounds.Adaptive`), each prompt's first
     draws, in rounds until it is settled: `hf` keeps its seats full from every prompt still
     running (sample k is the full run's sample k). vllm has no adaptive path yet: a round per
     engine start (about 80-90 s each on a GPU) would cost more than the draws it saves."""
@@ -116,9 +117,9 @@ def sample(model_path: str, prompt_ids: list[str], prompts: list[str],
     else:
         raise ValueError(f"unknown sampling backend {params.backend!r} (one of {BACKENDS})")
     if adaptive is None:
-        return backend.sample(model_path, prompt_ids, prompts, params, log)
+        return backend.sample(model_path, prompt_ids, prompts, params, log, base=base)
     if params.backend != "hf":
         from boundary.core.errors import BoundaryError
 
         raise BoundaryError(ADAPTIVE_BACKEND)
-    return backend.sample(model_path, prompt_ids, prompts, params, log, adaptive=adaptive)
+    return backend.sample(model_path, prompt_ids, prompts, params, log, adaptive=adaptive, base=base)

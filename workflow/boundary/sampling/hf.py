@@ -440,15 +440,17 @@ def stop_and_pad(model, tokenizer) -> tuple[list[int], int]:
     return stop, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
 
 
-def sample(model_path, prompt_ids, prompts, params, log=None, adaptive: Adaptive | None = None):
-    """params.n completions per prompt; with `adaptive`, a prefix of them per prompt, drawn in
+def sample(model_path, prompt_ids, prompts, params, log=None, adaptive: Adaptive | None = None,
+           base: str | None = None):
+    """params.n completions per prompt (`base`: the base folder of a LoRA adapter folder
+    `model_path`, merged into it once: `models.load_model`); with `adaptive`, a prefix of them per prompt, drawn in
     rounds until `adaptive.settled` stops the prompt (`rounds`). The frame's attrs hold what was
     drawn: `drawn_completions` and `drawn_tokens` (with the adaptive look-ahead that was
     cancelled or dropped beyond a stop, which the frame's rows do not hold)."""
     import pandas as pd
 
     start = time.perf_counter()
-    model, tokenizer = load_model(str(model_path))
+    model, tokenizer = load_model(str(model_path), base=base)
     if log is not None:
         log(f"sampling (hf): model loaded in {time.perf_counter() - start:.1f} s")
     stop, pad = stop_and_pad(model, tokenizer)

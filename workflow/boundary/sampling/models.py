@@ -203,20 +203,169 @@ def import_base(source: str, out: str | Path) -> dict:
 
 
 @functools.lru_cache(maxsize=2)
-def load_model(path: str, device: str | None = None):
-    """(model, tokenizer) from an imported folder: bf16 on a GPU, fp32 on CPU, eval mode, no
-    gradients, left padding. Cached: a stage that samples one model several times loads it once."""
+def load_model(path: str, device: str | None = None, base: str | None = None):
+    """(model, tokenizer) from an imported folder, or from a LoRA adapter folder and its `base`
+    (merged: `merged_model`): bf16 on a GPU, fp32 on CPU, eval mode, no gradients, left padding.
+    Cached: a stage that samples one model several times loads it once."""
     import torch
     from transformers import AutoTokenizer
 
     if not Path(path).is_dir():
         raise BoundaryError(f"{path}: no such model folder")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.padding_side = "left"
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = from_pretrained(path, dtype=dtype)
+    if is_adapter(path):
+        model = merged_model(path, _needs_base(path, base), dtype)
+    else:
+        model = from_pretrained(path, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(path, base))
+    tokenizer.padding_side = "left"
     # Frozen, as the trainer holds its base: parameters without grad take other CPU matmul
     # kernels. Stage and trainer get bit-identical log-probs only when both load the base from
     # this folder (the same memory alignment) at equal thread counts: MKL promises no more.
     return model.to(device).eval().requires_grad_(False), tokenizer
+
+
+# LoRA policies. With train.lora on, a policy folder is peft's save_pretrained of the adapter
+# (adapter_config.json, adapter_model.safetensors) and the tokenizer, and the base is the run's
+# models/base folder. Sampling merges the adapter into the base once: the merge is computed in
+# fp32 and cast once to the dtype sampled in, so the merged weights are the nearest values of that
+# dtype to base + adapter (peft's own merge into a bf16 base adds a bf16-rounded delta: two
+# roundings). The hf sampler, the vLLM engine (which loads the merged folder, `merged_folder`)
+# and its teacher-forced entropy pass thus sample one set of weights, and `boundary export`
+# writes that set.
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+MERGED_OWNER = "boundary export"  # the marker of the merged folders it writes
+
+
+def is_adapter(folder: str | Path) -> bool:
+    """Whether `folder` holds a peft adapter (an adapter_config.json) rather than a model."""
+    return (Path(folder) / ADAPTER_CONFIG).is_file()
+
+
+def _needs_base(adapter: str | Path, base: str | Path | None) -> str:
+    if base is None:
+        raise BoundaryError(f"{adapter}: a LoRA adapter folder: it is sampled on its base model "
+                            "(give the base folder, --base)")
+    return str(base)
+
+
+def tokenizer_folder(folder: str | Path, base: str | Path | None = None) -> str:
+    """Where a model or adapter folder's tokenizer is: the folder itself (the trainer saves it
+    beside an adapter), else the base's."""
+    own = base is None or any((Path(folder) / name).exists() for name in TOKENIZER_FILES)
+    return str(folder if own else base)
+
+
+def _meta_policy(adapter: Path, base: Path):
+    """The base's architecture with the adapter's layers injected, on the meta device (no
+    memory, no weights read): what the adapter's files must fill. A target module the base
+    lacks is one line (peft itself refuses only when none is there)."""
+    import torch
+    from peft import PeftConfig, PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = PeftConfig.from_pretrained(str(adapter))
+    except Exception as err:
+        raise BoundaryError(f"{adapter}: cannot read {ADAPTER_CONFIG} ({_short(err)})") from None
+    if config.peft_type != "LORA":
+        raise BoundaryError(f"{adapter}: a {config.peft_type} adapter; only LoRA adapters are read")
+    try:
+        base_config = AutoConfig.from_pretrained(str(base))
+    except Exception as err:
+        raise BoundaryError(f"{base}: not a model folder ({_short(err)})") from None
+    unfit = f"{adapter}: does not fit the base model {base}"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(base_config)
+        names = [name for name, _ in model.named_modules()]
+        if not isinstance(config.target_modules, str):  # names, as peft matches them (a string is a regex)
+            absent = [t for t in sorted(config.target_modules or [])
+                      if not any(n == t or n.endswith("." + t) for n in names)]
+            if absent:
+                raise BoundaryError(f"{unfit}: {len(absent)} target module(s) of {ADAPTER_CONFIG} not in "
+                                    f"the base ({_first(absent)})")
+        try:
+            return PeftModel(model, config)
+        except Exception as err:  # peft's own refusals (its regex matches nothing, ...)
+            raise BoundaryError(f"{unfit}: {_short(err)}") from None
+
+
+def check_adapter(adapter: str | Path, base: str | Path) -> None:
+    """Refuse, in one line naming the adapter folder, an adapter that does not fit the base: a
+    target module the base lacks, weights the base has no place for or leaves unfilled, or a
+    shape of another hidden size. Checked on the meta device and the files' headers, before
+    any weight is loaded."""
+    from peft import get_peft_model_state_dict
+    from safetensors import safe_open
+
+    adapter, base = Path(adapter), Path(base)
+    if not (adapter / ADAPTER_WEIGHTS).is_file():
+        raise BoundaryError(f"{adapter}: no {ADAPTER_WEIGHTS} in the adapter folder")
+    policy = _meta_policy(adapter, base)
+    expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(policy).items()}
+    with safe_open(str(adapter / ADAPTER_WEIGHTS), "pt") as weights:
+        found = {k: tuple(weights.get_slice(k).get_shape()) for k in weights.keys()}
+    both = sorted(set(found) & set(expected))
+    wrong = [f"{len(keys)} {what} ({_first(keys)})" for what, keys in (
+        ("missing", sorted(set(expected) - set(found))),
+        ("the base has no place for", sorted(set(found) - set(expected))),
+        ("of another shape", [f"{k} {list(found[k])}, the base's {list(expected[k])}"
+                              for k in both if found[k] != expected[k]])) if keys]
+    if wrong:
+        raise BoundaryError(f"{adapter}: does not fit the base model {base}: adapter weights " + "; ".join(wrong))
+
+
+def merged_model(adapter: str | Path, base: str | Path, dtype=None):
+    """The base with the adapter merged in: checked (`check_adapter`), loaded in fp32, merged
+    by peft in fp32, then cast once to `dtype` (None: the dtype the base folder was saved in)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig
+
+    check_adapter(adapter, base)
+    model = from_pretrained(base, dtype=torch.float32)
+    try:
+        policy = PeftModel.from_pretrained(model, str(adapter))
+        model = policy.merge_and_unload()
+    except Exception as err:  # what the header check cannot see (a corrupt tensor, a peft refusal)
+        raise BoundaryError(f"{adapter}: cannot apply the adapter to {base} ({_short(err)})") from None
+    dtype = dtype or AutoConfig.from_pretrained(str(base)).dtype or torch.float32
+    return model.to(dtype)
+
+
+def write_merged(adapter: str | Path, base: str | Path, folder: str | Path, dtype=None) -> dict:
+    """Write the merged model (`merged_model`) and the adapter's tokenizer to the existing empty
+    `folder` as a plain model folder (what every stage and transformers load); returns what it
+    wrote."""
+    from transformers import AutoTokenizer
+
+    model = merged_model(adapter, base, dtype)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tokenizer_folder(adapter, base)).save_pretrained(folder)
+    return {"adapter": str(adapter), "base": str(base), "model_type": model.config.model_type,
+            "parameters": sum(p.numel() for p in model.parameters()), "dtype": str(model.dtype)}
+
+
+def export(adapter: str | Path, base: str | Path, out: str | Path) -> dict:
+    """`boundary export`: base + adapter merged into a plain model folder at `out`, written
+    atomically (a folder `out` it did not write is refused before anything loads)."""
+    output_folder(out, MERGED_OWNER)
+    if not is_adapter(adapter):
+        raise BoundaryError(f"{adapter}: not a LoRA adapter folder (no {ADAPTER_CONFIG})")
+    with atomic_dir(out, MERGED_OWNER) as tmp:
+        info = write_merged(adapter, base, tmp)
+    return info
+
+
+@contextlib.contextmanager
+def merged_folder(adapter: str | Path, base: str | Path, dtype=None):
+    """A temporary plain folder holding base + adapter merged (in $TMPDIR: it takes the model's
+    size in `dtype`), removed when the block ends: for engines that load a folder (vLLM)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="boundary-merged-") as tmp:
+        write_merged(adapter, _needs_base(adapter, base), tmp, dtype)
+        yield tmp

@@ -62,17 +62,18 @@ def gather_shards(paths: list[str], columns: list[str], prompt_order: list[str] 
 
 def scored_samples(model_path: str, split: pd.DataFrame, params: SamplingParams,
                    extractor: str, verifier: Verifier, log=print, label: str = "split",
-                   rule=None) -> pd.DataFrame:
+                   rule=None, base: str | None = None) -> pd.DataFrame:
     """n samples per prompt of the split, with extracted answer and math-verify verdict; a
     warning naming the split (`label`) when most completions have no extractable answer.
     `rule` (adaptive calibration: `rounds` and `next_round(r, c)`, e.g. analysis.adaptive's
     StoppingRule): each prompt's first draws in rounds, verified as each round's prefix
-    completes, until rule.next_round says its label is settled (None)."""
+    completes, until rule.next_round says its label is settled (None). `base`: the base model
+    folder of a LoRA adapter folder `model_path`."""
     prompts = split["prompt"] if "prompt" in split else split["problem"]
     golds = dict(zip(split["prompt_id"], split["answer"]))
     adaptive = None if rule is None else Adaptive(rule.rounds, _settled(rule, golds, extractor, verifier))
     samples = sample(model_path, split["prompt_id"].tolist(), prompts.tolist(), params, log=log,
-                     adaptive=adaptive)
+                     adaptive=adaptive, base=base)
     start = time.perf_counter()
     drawn = dict(samples.attrs)  # what the sampler drew, look-ahead included (hf)
     samples = score_samples(samples, golds, extractor, verifier)

@@ -13,6 +13,7 @@ up to `sampling.vllm_max_num_seqs` sequences per step, split the same way (`max_
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import os
@@ -90,21 +91,36 @@ def _shut_down(llm) -> None:
 
 def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, temperature: float,
              top_p: float, seed: int, progress: bool = False, log=None, timings: dict | None = None,
-             max_num_seqs_per_gpu: int | None = None) -> list[list[Completion]]:
+             max_num_seqs_per_gpu: int | None = None, base: str | None = None) -> list[list[Completion]]:
     """n completions of each token-id prompt, as `hf.generate`'s `Completion`s: entropy and
     token log-probs from one teacher-forced pass once the engine is shut down. `timings`, a
     dict, receives the seconds of the engine start, the generation and the entropy pass.
-    `max_num_seqs_per_gpu`: sampling.vllm_max_num_seqs (None: the schema's default)."""
+    `max_num_seqs_per_gpu`: sampling.vllm_max_num_seqs (None: the schema's default). A LoRA
+    adapter folder `model_path` is merged into `base` in a temporary folder that the engine and
+    the entropy pass both load (`models.merged_folder`), removed at the end."""
+    from boundary.sampling.models import is_adapter, merged_folder
+
+    say = log or (lambda _: None)
+    timings = {} if timings is None else timings
+    with contextlib.ExitStack() as stack:
+        if is_adapter(model_path):
+            start = time.perf_counter()
+            model_path = stack.enter_context(merged_folder(model_path, base))
+            timings["merge"] = time.perf_counter() - start
+            say(f"sampling (vllm): adapter merged into {base} in {timings['merge']:.1f} s")
+        return _generate(str(model_path), prompts, n, max_new, temperature, top_p, seed, progress, say,
+                         timings, max_num_seqs_per_gpu)
+
+
+def _generate(model_path: str, prompts, n, max_new, temperature, top_p, seed, progress, say, timings,
+              max_num_seqs_per_gpu) -> list[list[Completion]]:
     from vllm import SamplingParams
 
     from boundary.sampling.hf import teacher_forced
     from boundary.sampling.models import load_model
 
-    say = log or (lambda _: None)
     start = time.perf_counter()
-    llm = _engine(str(model_path), seed, max(map(len, prompts)) + max_new, len(prompts) * n,
-                  max_num_seqs_per_gpu)
-    timings = {} if timings is None else timings
+    llm = _engine(model_path, seed, max(map(len, prompts)) + max_new, len(prompts) * n, max_num_seqs_per_gpu)
     timings["start"] = time.perf_counter() - start
     batch = f"max_num_seqs {llm.llm_engine.vllm_config.scheduler_config.max_num_seqs}"
     say(f"sampling (vllm): engine started in {timings['start']:.1f} s, {batch}")
@@ -124,7 +140,7 @@ def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     start = time.perf_counter()
-    model, _ = load_model(str(model_path))
+    model, _ = load_model(model_path)
     entropy, logps = teacher_forced(model, [d[0] for d in drawn], [d[1] for d in drawn], temperature)
     timings["entropy"] = time.perf_counter() - start
     say(f"sampling (vllm): teacher-forced entropy of {len(drawn):,} completions in "
@@ -133,14 +149,17 @@ def generate(model_path, prompts: list[list[int]], *, n: int = 1, max_new: int, 
     return [flat[i:i + n] for i in range(0, len(flat), n)]
 
 
-def sample(model_path, prompt_ids, prompts, params, log=None) -> pd.DataFrame:
+def sample(model_path, prompt_ids, prompts, params, log=None, base: str | None = None) -> pd.DataFrame:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    from boundary.sampling.models import tokenizer_folder
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(model_path, base))
     encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     out = generate(model_path, encoded, n=params.n, max_new=params.max_new_tokens,
                    temperature=params.temperature, top_p=params.top_p, seed=params.seed,
-                   progress=log is not None, log=log, max_num_seqs_per_gpu=params.vllm_max_num_seqs)
+                   progress=log is not None, log=log, max_num_seqs_per_gpu=params.vllm_max_num_seqs,
+                   base=base)
     rows = [(pid, i, c) for pid, completions in zip(prompt_ids, out) for i, c in enumerate(completions)]
     texts = tokenizer.batch_decode([c.tokens for _, _, c in rows], skip_special_tokens=True)
     return pd.DataFrame([(pid, i, text, len(c.tokens), c.finish_reason, c.entropy)

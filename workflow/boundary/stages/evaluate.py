@@ -46,7 +46,9 @@ def counts_from_samples(samples: pd.DataFrame, ks, rule: SequentialRule | None =
 
 def make_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="boundary evaluate", description=description(__doc__))
-    parser.add_argument("--model", help="policy folder (save_pretrained; not with --gather)")
+    parser.add_argument("--model", help="policy folder (save_pretrained: a model, or a LoRA adapter; not with --gather)")
+    parser.add_argument("--base", help="the base model folder a LoRA adapter policy is merged into (read only "
+                                       "when --model is an adapter folder)")
     parser.add_argument("--split", help="split parquet (not with --gather)")
     parser.add_argument("--settings", required=True, help="JSON string or file: the stage's settings")
     parser.add_argument("--shard", help="I/K: sample only rows I, I+K, ... (cluster scatter; default: all)")
@@ -76,7 +78,7 @@ def main(argv=None):
             print(rule.describe())
         with verifier_for(s) as verifier:
             samples = scored_samples(args.model, split, params, s["verify"]["extractor"], verifier,
-                                     label=args.split, rule=rule)
+                                     label=args.split, rule=rule, base=args.base)
         if rule:
             drawn = samples.attrs.get("drawn_completions", len(samples))
             samples = samples.assign(**{SEQUENTIAL_MARK: samples["sample_idx"] < rule.block})
