@@ -46,7 +46,9 @@ TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
 SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
 # Methods whose anchored prompts train on frozen-base rollouts, drawn ahead by base_rollouts.
 PRE_DRAWN = [
-    m for m, s in TRAINED.items() if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in BASE_SAMPLED
+    m
+    for m, s in TRAINED.items()
+    if settings.anchoring(s["mask"] is not None, s["masked_action"]) and s["anchor"] in BASE_SAMPLED
 ]
 
 
