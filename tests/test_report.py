@@ -277,33 +277,6 @@ def test_methods_ranking_matches_the_counts(built):
     assert "Base" in md and "95% CI" in md
 
 
-@pytest.mark.parametrize("study, tables", [("2026-11-27-smollm2-arith", 12), ("2026-11-27-smollm2-arith-easy", 13),
-                                           ("2026-11-27-smollm2-arith-add", 13),
-                                           ("2026-11-27-smollm2-arith-add15", 13)])
-def test_the_published_arithmetic_studies_rebuild_table_for_table(tmp_path, study, tables):
-    """docs/results/<study>/ holds a real study's report and its inputs (beside its page,
-    <study>.md); the report code must still turn those inputs into the published tables, so
-    the docs stay true."""
-    import shutil
-    from pathlib import Path
-
-    from boundary.analysis.report import build
-
-    docs = Path(__file__).resolve().parents[1] / "docs" / "results" / study
-    root = tmp_path / study
-    shutil.copytree(docs / "results", root)
-    inputs = {name: list(map(str, sorted(root.glob(pattern)))) for name, pattern in
-              [("counts", "eval/*/*/seed*/counts.parquet"), ("masks", "masks/*.parquet"),
-               ("logs", "train/*/seed*/log.parquet")]}
-    # The report's own code up to its tables (its figures and page are checked on `built`).
-    build(root, settings.load("report", (docs / "report_settings.json").read_text()), tmp_path / "out", inputs,
-          tables_only=True)
-    published = [t for t in sorted(docs.glob("*.md")) if t.name != "stage_times.md"]
-    assert len(published) == tables
-    for table in published:
-        assert (tmp_path / "out" / "tables" / table.name).read_text() == table.read_text(), table.name
-
-
 def test_per_prompt_files_carry_the_problem_beside_the_id(built):
     """The diagnostic split's problem text beside each prompt_id (none for a split without a
     splits/ file): eval_counts.parquet and the audit tables."""
