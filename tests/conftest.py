@@ -12,6 +12,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# test.sh runs one xdist worker a core: a second torch/BLAS thread in a worker only spins
+# against the other worker (a tiny model's step ran 10-17x slower so). Set before torch and
+# numpy load; a Snakemake job still gets its rule's threads (OMP_NUM_THREADS={threads}).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The `boundary` CLI lives beside this interpreter; subprocesses must find it.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
@@ -19,9 +24,11 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PAT
 # 40 s on a 2-core machine; test_qwen15b's only with the 1.5B GGUF present). They are collected
 # first and test.sh keeps that order (--dist loadfile --no-loadscope-reorder), so the two workers
 # end together: xdist's own order (most tests first) left the longest file for last, about
-# 90 s of one worker alone.
-LONGEST_FIRST = ["test_real_model.py", "test_qwen15b.py", "test_distributed.py", "test_workflow.py", "test_slurm.py",
-                 "test_train.py", "test_sampling.py", "test_rollout_engine.py", "test_lease.py"]
+# 90 s of one worker alone. A file is one worker's: the two real-model runs sit in two files so
+# that they run side by side.
+LONGEST_FIRST = ["test_real_model.py", "test_real_arithmetic.py", "test_qwen15b.py", "test_distributed.py",
+                 "test_workflow.py", "test_slurm.py", "test_train.py", "test_sampling.py", "test_rollout_engine.py",
+                 "test_lease.py"]
 
 
 def pytest_collection_modifyitems(config, items):

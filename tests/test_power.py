@@ -44,3 +44,21 @@ def test_a_calibration_without_boundary_prompts_is_one_line(tmp_path, capsys):
     assert main(["power", "--calibration", str(path), "--settings", '{"boundary": 0.1}']) == 1
     assert capsys.readouterr().err.strip().endswith(
         "power: the calibration labels fewer than 2 prompts Boundary; no design can resolve a Boundary change on this task")
+
+
+def test_a_simulated_draw_that_sums_to_zero_is_exactly_zero():
+    """At k = n every prompt's Δ is -1, 0 or 1, so many resamples sum to exactly 0; their draws
+    must be 0.0 on every CPU (a BLAS product left about two in three of them a hair either side
+    of 0, which decided `detected` differently per kernel), and the resamples are those of the
+    report's bootstrap."""
+    from boundary.analysis.power import _nested_draws
+    from boundary.analysis.stats import bootstrap_means, nested_over_seeds, seed_weights
+
+    delta = np.zeros((50, 3))
+    delta[7] = -1.0  # a prompt lost in every seed
+    delta[11, 1] = 1.0  # one gained in one seed
+    draws = _nested_draws(delta, 500, seed=3)
+    near = np.abs(draws) < 1e-6
+    assert near.sum() > 50 and (draws[near] == 0.0).all()
+    boot, _ = bootstrap_means(delta, 500, seed=3)
+    assert np.allclose(draws, nested_over_seeds(boot.T[:, :, None], seed_weights(3, 500, seed=3))[:, 0], atol=1e-6)

@@ -74,6 +74,7 @@ def tiny_config(path):
     """The smoke config cut to a few seconds of work per job."""
     config = yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())
     config["run"] = "tiny"
+    config.pop("resources", None)  # the schema's defaults, which the test below finds in sacct
     config["testbed"]["splits"] = {"train": 16, "diagnostic": 16, "testbed": 8}
     config["testbed"]["pretrain"]["steps"] = 20
     config["calibration"]["n"] = 8

@@ -3,6 +3,7 @@ that a config change reruns exactly the stages it invalidates."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -240,6 +241,7 @@ def _planned_reasons(workdir, configfile) -> dict[str, set[str]]:
     return reasons
 
 
+@functools.cache  # one dry run for every module below: the rules and their commands do not change
 def _rule_commands(workdir, configfile) -> dict[str, str]:
     """Each rule with jobs in the smoke run and the `boundary <command>` its shell runs."""
     out = snakemake("-n", "--forceall", "--cores", "1", "--configfile", str(configfile), cwd=workdir).stdout

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from boundary.analysis.regimes import Thresholds, counts_from_calibration, coverage, label
-from boundary.analysis.stats import bootstrap_means, nested_over_seeds, percentile_interval, seed_weights
+from boundary.analysis.stats import percentile_interval, resample_counts, seed_weights
 from boundary.core import settings
 from boundary.core.artifacts import read_table, write_table
 from boundary.core.errors import BoundaryError
@@ -64,6 +64,18 @@ def shrink_factor(p, k: int, effect: float) -> float:
     return (lo + hi) / 2
 
 
+def _nested_draws(delta, resamples: int, seed: int) -> np.ndarray:
+    """Seed-mean bootstrap draws of Δ (prompts x seeds): the prompt resamples and seed weights
+    of `stats.bootstrap_means` and `stats.seed_weights` at `seed`, summed in float64 by numpy's
+    own products and reductions, not BLAS. BLAS kernels sum in their own order, so a draw that
+    is exactly 0 (common: at k = n every Δ is -1, 0 or 1) came out a hair either side of 0 and
+    `detected` depended on the CPU; these sums are the same on every CPU."""
+    chunks = [w for _, _, (w,) in resample_counts(np.zeros(len(delta), int), 1, resamples, seed)]
+    counts = np.concatenate(chunks).astype(np.float64)  # resamples x prompts, whole numbers
+    means = (counts[:, :, None] * delta[None]).sum(axis=1) / len(delta)  # resamples x seeds
+    return (seed_weights(delta.shape[1], resamples, seed=seed) * means).sum(axis=1)
+
+
 def _study(p, seeds: int, scale: float, collapse: int, *, n_eval: int, base_draws: int, k: int,
            resamples: int, level: float, rng, boot_seed: int):
     """One simulated study on Boundary success rates `p`: (Δ, interval low, high, lost prompts
@@ -76,9 +88,7 @@ def _study(p, seeds: int, scale: float, collapse: int, *, n_eval: int, base_draw
         q[:, rng.choice(len(p), size=min(collapse, len(p)), replace=False)] = 0.0
     c = rng.binomial(n_eval, q)
     delta = (pass_at_k(n_eval, c, k) - base).T  # prompts x seeds, paired on the base's samples
-    boot, _ = bootstrap_means(delta, resamples, seed=boot_seed)
-    draws = nested_over_seeds(boot.T[:, :, None], seed_weights(seeds, resamples, seed=boot_seed))[:, 0]
-    lo, hi = percentile_interval(draws, level)
+    lo, hi = percentile_interval(_nested_draws(delta, resamples, boot_seed), level)
     return float(delta.mean()), lo, hi, int(((base_c > 0) & (c == 0)).sum())
 
 

@@ -140,11 +140,12 @@ def figure_captions(settings: dict) -> list[tuple[str, str]]:
     return [(n, fixed[n]) for n in ["regime_passk"] + [n for n in names if n != "regime_passk"]]
 
 
-def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) -> None:
+def build(results: Path, settings: dict, out: Path, inputs: dict | None = None, *, tables_only: bool = False) -> None:
     """Write the whole report into `out` (a fresh folder). `inputs` ({counts, masks, logs}:
-    lists of paths) names exactly the files to summarise; otherwise every one under results."""
+    lists of paths) names exactly the files to summarise; otherwise every one under results.
+    tables_only stops after the tables (no figures, no landing page): drawing is about half the
+    time, and a check of the tables against a published copy needs none of it."""
     inputs = inputs or {}
-    from boundary.analysis import figures  # matplotlib only when drawing: the Snakefile imports the names above
     view = tables.View.from_settings(settings)
     found = find_counts(results, inputs.get("counts"))
     diag_split = settings["diagnostic"]
@@ -219,8 +220,11 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None) 
     ts += tables.diagnostic_tables(diag, view, strata_order(bins))
     for t in ts:
         t.write(tdir)
+    if tables_only:
+        return
 
     # Figures.
+    from boundary.analysis import figures  # matplotlib only when drawing: the Snakefile imports the names above
     fdir = out / "figures"
     for b, label in settings["benchmarks"].items():
         d = benches.get(b)

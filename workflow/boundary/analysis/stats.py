@@ -27,12 +27,14 @@ over the seeds both methods have).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 from scipy import optimize
 from scipy import stats as sps
 from scipy.special import betaln, digamma, gammaln
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from boundary.core.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.core.errors import BoundaryError
@@ -85,6 +87,13 @@ def paired(df: pd.DataFrame, a: str, b: str, keys=("metric",), value: str = "val
     both = left.merge(right, on=keys + ["seed"], suffixes=("_a", "_b"))
     both[value] = both[f"{value}_a"] - both[f"{value}_b"]
     return summarize(both, keys, value, level)
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The loaded BLAS libraries, found once: finding them scans every loaded library (about
+    20 ms), which per call was most of a small bootstrap's time."""
+    return ThreadpoolController()
 
 
 def _draw_counts(rng, m: int, size: int) -> np.ndarray:
@@ -218,7 +227,7 @@ def bootstrap_blocks(blocks, resamples: int = 10_000, seed: int = 0, strata=None
     # One BLAS thread: these products are too small for threads to pay, and on a shared
     # machine OpenBLAS's spinning threads made them 2-5x slower (benchmarks/bench_diagnose.py).
     drawn = np.zeros((resamples, 1))
-    with threadpool_limits(1, "blas"), np.errstate(invalid="ignore", divide="ignore"):
+    with _blas().limit(limits=1, user_api="blas"), np.errstate(invalid="ignore", divide="ignore"):
         for start, m, ws in resample_counts(codes, len(names), resamples, seed, chunk, clusters):
             for g, (w, (block, centre)) in enumerate(zip(ws, parts)):
                 size = w.sum(axis=1, dtype=np.float64)[:, None]  # len(block) without clusters
