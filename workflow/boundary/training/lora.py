@@ -8,7 +8,7 @@ held, and base rollouts drawn in place come from the same switched-off policy.
 The colocated engine takes merged weights W + (alpha / r) B A, computed here into new tensors
 one weight at a time (`merged_weights`): TRL 1.16.0 merges the adapter into the base weights,
 pushes them and unmerges (trl/generation/vllm_generation.py, `_iter_named_params`), a round
-trip that rounds a bf16 base a little further from itself at every sync (TRL issue 6688). Here
+trip that rounds a bf16 base a little further from itself at every sync (huggingface/trl#6688). Here
 the base parameters are only read, so they stay bit for bit what was loaded: PBA's anchor is
 that base.
 

@@ -13,7 +13,7 @@ pinned to that version:
   each call walking the engine's parameter table).
 - A LoRA policy (`train.lora`) sends W + scale B A computed into new tensors, one weight at
   a time (lora.merged_weights): TRL merges the adapter into the base weights and unmerges,
-  and that round trip drifts a bf16 base (TRL issue 6688); here the base is only read.
+  and that round trip drifts a bf16 base (huggingface/trl#6688); here the base is only read.
 - The engine starts without reading a checkpoint (`vllm_load_format: dummy`): TRL syncs the
   trainer's weights before the first rollout, and sleep mode discards the engine's weights
   after every generate anyway, so what it loaded at start is never used.
