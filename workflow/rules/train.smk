@@ -60,7 +60,7 @@ for _method in TRAINED:
             "../../envs/boundary.yaml"
         threads: job_threads("train")
         resources:
-            **job_resources("train", config["train"]["gpus"]),
+            **job_resources("train", config["train"]["gpus"], own=TRAIN_OWNS),
         params:
             settings=as_param(settings.train_key(config, _method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
@@ -68,7 +68,7 @@ for _method in TRAINED:
             checkpoint_dir=lambda wc, _m=_method: f"checkpoints/{RUN}/{_m}/seed{wc.seed}",
             out_dir=lambda wc, _m=_method: f"{OUT}/train/{_m}/seed{wc.seed}",
         shell:
-            "OMP_NUM_THREADS={threads} boundary --gpus {resources.gpu} train --model {input.model} "
+            "OMP_NUM_THREADS={threads} boundary --gpus " + TRAIN_GPUS + " train --model {input.model} "
             "--train-split {input.split} "
             "{params.mask_arg} {params.rollouts_arg} --settings {params.settings:q} --seed {wildcards.seed} "
             "--out {params.out_dir} --checkpoint-dir {params.checkpoint_dir} > {log} 2>&1"

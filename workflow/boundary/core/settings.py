@@ -163,6 +163,14 @@ def train_key(config: dict, method: str) -> dict:
     return {**train, **derived, **method_settings(config["methods"][method])}
 
 
+def train_owns_gpus(config: dict) -> bool:
+    """Whether a training job owns its GPUs (no other job beside it, core/gpus.py): a colocated
+    vLLM engine sizes its memory from what it finds free while it starts, and stops when a
+    neighbour frees memory meanwhile."""
+    train = {**defaults("train"), **config["train"]}
+    return train["rollout_engine"] == "vllm" and train["vllm_mode"] == "colocate"
+
+
 def base_seeds(config: dict) -> int:
     """The base's evaluations of each benchmark (evaluate.base_seeds: an x-default, so a config
     that does not set it leaves it out of every key)."""
