@@ -529,8 +529,8 @@ def test_mixed_n_per_prompt_is_one_line_per_file(tmp_path, capsys):
     counts = readers.read(tmp_path / "mixed.jsonl").counts
     assert sorted(counts["n"]) == [4, 6, 6]
     err = capsys.readouterr().err
-    assert err.count("warning:") == 1 and (f"{tmp_path / 'mixed.jsonl'}: n per prompt ranges from 4 to 6 (2 values "
-                                           "over 3 prompts)") in err
+    assert err.count("warning:") == 1 and (f"{tmp_path / 'mixed.jsonl'}: n per prompt ranges from 4 to 6: pass@k uses "
+                                           "each prompt's own n, and ks above 4 are dropped") in err
     readers.read(FIX / "samples.jsonl")  # one n: no line
     assert "n per prompt" not in capsys.readouterr().err
 

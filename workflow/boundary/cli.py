@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 
 from boundary import __version__
-from boundary.core.errors import BoundaryError
+from boundary.core.errors import BoundaryError, once
 from boundary.core.gpus import claim
 
 # What a researcher runs by hand, on any run's files or before one.
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         # Devices are claimed before the stage imports torch, so CUDA only ever sees them.
-        with contextlib.nullcontext() if gpus is None else claim(gpus, own=own):
+        with contextlib.nullcontext() if gpus is None else claim(gpus, own=own), once():  # each warning once
             _entry(importlib.import_module(COMMANDS[name][0]), name, "main")(rest)
     except BoundaryError as err:  # user-caused: one clear line, no traceback
         _say(f"boundary {name}: error: {err}")

@@ -168,5 +168,5 @@ def warn_mixed_n(counts: pd.DataFrame, path) -> None:
     pass@k is estimated at its own n, and only the ks up to the smallest n are reported."""
     n = counts["n"]
     if len(n) and n.nunique() > 1:
-        warn(f"{path}: n per prompt ranges from {int(n.min())} to {int(n.max())} ({n.nunique()} values over "
-             f"{len(n)} prompts): pass@k uses each prompt's own n, and only ks up to {int(n.min())} are reported")
+        warn(f"{path}: n per prompt ranges from {int(n.min())} to {int(n.max())}: pass@k uses each prompt's own n, "
+             f"and ks above {int(n.min())} are dropped")

@@ -33,13 +33,15 @@ def normalise(text) -> str:
 SNIPPET = 60  # characters of a problem shown beside its id in tables and error lines
 
 # The last user turn of a prompt rendered through a chat template (the templates of the models
-# RLVR trains: ChatML (Qwen, SmolLM2), Llama 3, Gemma, Phi-3, Mistral / Llama 2).
+# RLVR trains: ChatML (Qwen, SmolLM2), Llama 3, Gemma, Phi-3, Mistral / Llama 2), and of ChatML
+# decoded without its special tokens, as verl's dumps hold it ("system\n...\nuser\n...\nassistant").
 USER_TURNS = [re.compile(p, re.S) for p in (
     r"<\|im_start\|>user\s*\n(.*?)(?:<\|im_end\|>|$)",
     r"<\|start_header_id\|>user<\|end_header_id\|>\s*(.*?)(?:<\|eot_id\|>|$)",
     r"<start_of_turn>user\s*\n(.*?)(?:<end_of_turn>|$)",
     r"<\|user\|>\s*(.*?)(?:<\|end\|>|$)",
     r"\[INST\](?:\s*<<SYS>>.*?<</SYS>>)?\s*(.*?)\s*\[/INST\]",
+    r"(?:^|\n)user\n(.*?)\nassistant\s*$",
 )]
 
 
