@@ -224,7 +224,7 @@ def test_the_regimes_stage_labels_each_prompt_from_its_own_n_and_says_so(tmp_pat
     table = pd.read_parquet(tmp_path / "regimes.parquet").set_index("prompt_id")
     assert table["n"].to_dict() == {"a": 16, "b": 256, "c": 256, "d": 64}
     assert table["regime"].to_dict() == {"a": "Reachable", "b": "Boundary", "c": "OutOfReach", "d": "SolvedEasy"}
-    assert "calibration n varies by prompt (16-256, adaptive)" in capsys.readouterr().err
+    assert "calibration n varies by prompt (16-256: adaptive or extended)" in capsys.readouterr().err
 
 
 def test_replay_on_a_full_runs_own_draws(tmp_path, capsys):

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from boundary.core.config import dumps
 from boundary.core.errors import BoundaryError
+from boundary.core.settings import text as dumps
 from boundary.stages.data import build_splits
 
 

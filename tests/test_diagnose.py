@@ -165,7 +165,13 @@ def test_cli_end_to_end(data, tmp_path, capsys):
     dg.main(args + ["--ks", "1,4,32", "--coverage-k", "32", "--resamples", "200", "--pair", "pba", "grpo",
                     "--labels", "pba=GRPO+PBA", "--out", str(tmp_path / "out")])
     out = tmp_path / "out"
-    assert list(pd.read_csv(out / "regimes.csv").columns) == ["prompt_id", "p_base", "regime", "problem"]
+    labels = pd.read_csv(out / "regimes.csv")
+    assert list(labels.columns) == ["prompt_id", "p_base", "regime", "n", "c", "label_prob", "flip_prob", "problem"]
+    assert labels["label_prob"].between(0, 1).all() and labels["flip_prob"].between(0, 1).all()
+    counts_table = (out / "tables" / "regime_counts.md").read_text()
+    assert "Mean P(label)" in counts_table and "empirical-Bayes prior Beta(" in counts_table
+    robust_table = (out / "tables" / "boundary_robust.md").read_text()
+    assert "robust (c ≥ 3)" in robust_table and "claim different things" in robust_table
     assert list(pd.read_csv(out / "passk.csv").columns) == ["method", "seed", "regime", "k", "value"]
     assert list(pd.read_csv(out / "transitions.csv").columns) == ["method", "seed", "regime", "base_solved",
                                                                  "trained_solved", "count"]

@@ -56,9 +56,10 @@ def test_the_config_reference_is_the_schema_rendered():
     page = config_reference.render()
     assert (ROOT / "docs" / "reference" / "config.md").read_text() == page, \
         "docs/reference/config.md is out of date: PYTHONPATH=workflow python -m boundary.core.config_reference"
-    # every section and a nested key of each kind: a default, an x-default, a named map, required
+    # every section and a nested key of each kind: a default, one read only with another, a named
+    # map, required
     for row in ["## `train`", "| `regimes.boundary` | number >= 0 and <= 1 | `0.1` |",
-                "| `methods.<name>.support_floor` | number > 0 and <= 1 | *unset: `0.02`* |",
+                "| `methods.<name>.support_floor` | number > 0 and <= 1 | `0.02` | *read only with anchor: support.*",
                 "| `data.benchmarks.<name>.path` | string | *required* |", "| `run` | string | *required* |"]:
         assert row in page, row
 

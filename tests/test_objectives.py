@@ -289,8 +289,8 @@ def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
     trainer config with the intended objective."""
     from conftest import ROOT
 
-    from boundary.core.config import load_config, method_settings
-    from boundary.core.settings import resolve
+    from boundary.core.config import load_config
+    from boundary.core.settings import method_settings, resolve
     from boundary.training.trainer_config import make_config
 
     config = load_config(ROOT / "config" / "methods_study.yaml")
@@ -315,8 +315,8 @@ def test_psr_is_the_positive_term_alone(tmp_path, name):
     term; both weights 0 would train nothing and is refused in one line."""
     from conftest import ROOT
 
-    from boundary.core.config import load_config, method_settings
-    from boundary.core.settings import resolve
+    from boundary.core.config import load_config
+    from boundary.core.settings import method_settings, resolve
     from boundary.training.trainer_config import make_config
 
     config = load_config(ROOT / "config" / name)

@@ -20,9 +20,9 @@ from conftest import ROOT
 from standin_engine import StandInEngine, subprocess_env
 from test_train import SETTINGS, G, alternate, make_trainer, model_dir, split  # noqa: F401
 
-from boundary.core.config import load_config, method_settings, validate_config
+from boundary.core.config import load_config, validate_config
 from boundary.core.errors import BoundaryError
-from boundary.core.settings import resolve
+from boundary.core.settings import method_settings, resolve
 from boundary.training import rollout_engine
 from boundary.training.trainer_config import make_config
 

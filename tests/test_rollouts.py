@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boundary.core.config import dumps
 from boundary.core.errors import BoundaryError
 from boundary.core.passk import pass_at_k
+from boundary.core.settings import text as dumps
 from boundary.sampling import SamplingParams, sample
 from boundary.sampling.scoring import gather_shards
 from boundary.stages.evaluate import counts_from_samples

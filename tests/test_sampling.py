@@ -435,7 +435,7 @@ def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, ti
     that records its arguments and stops the call."""
     from types import SimpleNamespace
 
-    from boundary.core.config import schema_defaults
+    from boundary.core.schema import defaults as schema_defaults
     from boundary.sampling import SamplingParams, sample
 
     class Started(Exception):

@@ -9,19 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from boundary.core import settings
+from boundary.core import schema, settings
 from boundary.core.config import load_config
 from boundary.core.errors import BoundaryError
 from boundary.core.names import BASE, DIAGNOSTIC
 
 ROOT = Path(__file__).resolve().parents[1]
-# Every stage key of these configs as the rules built them before the settings layer existed
-# (common.smk at 4e77492; paper.yaml's as edited since, by common.smk at 2b735cb), byte for
-# byte: a change here reruns every finished run of them. Since issue 39 paper.yaml's train keys
-# (rollout_engine: vllm) hold vllm_importance_sampling: TRL's correction is off now; and
-# gradient_accumulation_steps 64, without which its micro-batch's logits cannot fit a GPU. Its
-# calibrate and gate-draws keys hold sampling.shards at 1 (it splits only evaluations and base
-# rollouts; its 8 made them differ from a 1-shard run's without changing a draw).
+# Every stage key of these configs, byte for byte: a change here reruns every finished run of
+# them, so it is made on purpose and named in docs/how-to/upgrade.md (`snakemake --touch` keeps
+# finished runs). Last moved when every setting a stage reads entered its key (one kind of
+# default): every training run's key, and the sampling stages' of vllm-backend configs.
 SNAPSHOT = ROOT / "tests" / "fixtures" / "stage_keys.json"
 
 
@@ -79,7 +76,163 @@ def test_every_key_resolves_to_complete_settings(path):
     for method, spec in config["methods"].items():
         if not spec["checkpoint_of"]:
             full = settings.resolve("train", settings.train_key(config, method))
-            assert set(settings.defaults("methods")) <= set(full)
+            assert set(settings.defaults("methods")) - set(settings.METHOD_ONLY) <= set(full)
+
+
+def test_a_stage_s_complete_settings_give_back_its_key():
+    """`boundary train` keys its checkpoints by key("train", complete settings): the rule's key,
+    so a run resumes exactly the checkpoints made under the settings it trains with."""
+    for name in json.loads(SNAPSHOT.read_text()):
+        config = load_config(ROOT / "config" / name)
+        for method, spec in config["methods"].items():
+            if not spec["checkpoint_of"]:
+                given = settings.train_key(config, method)
+                assert settings.key("train", settings.resolve("train", given)) == given, (name, method)
+        for mask in config["masks"]:
+            given = settings.mask_key(config, mask)
+            assert settings.key("masks", settings.resolve("masks", given)) == given
+        given = settings.calibrate_key(config, DIAGNOSTIC)
+        assert settings.key("calibrate", settings.resolve("calibrate", given)) == given
+
+
+def _schema_nodes(node, path=""):
+    """(path, node) of every setting in the schema, nested ones included."""
+    for key, sub in (node.get("properties") or {}).items():
+        yield f"{path}{key}", sub, node
+        yield from _schema_nodes(schema.ref(sub), f"{path}{key}.")
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        yield from _schema_nodes(schema.ref(extra), f"{path}<name>.")
+
+
+def test_the_key_rule_s_annotations_are_well_formed():
+    """x-off is the default (a key leaves out only what refilling gives back), and x-read-with
+    names a setting beside it, with values that setting allows."""
+    root = schema.load()
+    for path, sub, parent in _schema_nodes({"properties": root["properties"]}):
+        sub = schema.ref(sub)
+        if "x-off" in sub:
+            assert "default" in sub and schema.is_off(sub["default"], sub), path
+        for other, want in sub.get("x-read-with", {}).items():
+            assert other in parent["properties"], path
+            beside = schema.ref(parent["properties"][other])
+            for value in want if isinstance(want, list) else [want]:
+                assert value in beside.get("enum", [value]) and not schema.first_error(value, {
+                    **beside, "definitions": root["definitions"]}), (path, value)
+
+
+def _edited_schema(monkeypatch, edit):
+    """The settings layer on a copy of the schema that `edit` changed."""
+    import copy as copy_
+
+    edited = copy_.deepcopy(schema.load())
+    edit(edited)
+    monkeypatch.setattr(schema, "load", lambda: edited)
+    settings.stage_schema.cache_clear()
+    monkeypatch.setattr(settings.stage_schema, "cache_clear", settings.stage_schema.cache_clear)
+    return edited
+
+
+@pytest.fixture
+def fresh_stage_schemas():
+    settings.stage_schema.cache_clear()
+    yield
+    settings.stage_schema.cache_clear()
+
+
+def _moved(before: dict, after: dict) -> list[str]:
+    return sorted(f"{name}:{k}" for name in before for k in before[name] if before[name][k] != after[name][k])
+
+
+def _snapshot_keys() -> dict:
+    return {name: stage_keys(load_config(ROOT / "config" / name)) for name in json.loads(SNAPSHOT.read_text())}
+
+
+def test_a_feature_off_by_default_moves_no_key_and_on_moves_the_stages_that_read_it(monkeypatch, fresh_stage_schemas):
+    """New features as sections or switches, off by default (x-off), as LoRA training and
+    sequential evaluation add them: no shipped config's key moves; switched on, only the
+    keys of the stages that read them do."""
+    before = _snapshot_keys()
+
+    def add(root):
+        root["properties"]["train"]["properties"]["adapter"] = {
+            "type": "object", "default": {}, "x-off": {"enabled": False}, "additionalProperties": False,
+            "properties": {"enabled": {"type": "boolean", "default": False},
+                           "rank": {"$ref": "#/definitions/posint", "default": 16}}}
+        root["properties"]["evaluate"]["properties"]["early_exit"] = {"type": "boolean", "default": False,
+                                                                      "x-off": False}
+        root["properties"]["evaluate"]["properties"]["block"] = {
+            "$ref": "#/definitions/posint", "default": 32, "x-read-with": {"early_exit": True}}
+
+    _edited_schema(monkeypatch, add)
+    assert _moved(before, _snapshot_keys()) == []
+    config = load_config(ROOT / "config" / "smoke.yaml")
+    assert "adapter" not in settings.train_key(config, "grpo")
+    config["train"]["adapter"]["enabled"] = True
+    assert settings.train_key(config, "grpo")["adapter"] == {"enabled": True, "rank": 16}
+    config["evaluate"]["early_exit"] = True
+    assert settings.evaluate_key(config, DIAGNOSTIC, BASE, 0)["evaluate"]["block"] == 32
+
+
+@pytest.mark.parametrize("section, name, value, moved", [
+    ("train", "weight_decay", 0.01, "train/"),  # every training run reads it
+    ("methods", "passk_k", 8, None),  # no shipped method trains with the pass@k advantage
+    ("calibration", "rounds", [8, 256], None),  # read only by an adaptive calibration
+    ("sampling", "vllm_max_num_seqs", 1024, "paper.yaml:"),  # read only by the vllm backend
+])
+def test_a_default_edited_in_the_schema_moves_exactly_the_keys_of_the_stages_that_read_it(
+        monkeypatch, fresh_stage_schemas, section, name, value, moved):
+    before = _snapshot_keys()
+
+    def edit(root):
+        node = root["properties"][section]
+        node = node["additionalProperties"] if section == "methods" else node
+        node["properties"][name]["default"] = value
+
+    _edited_schema(monkeypatch, edit)
+    changed = _moved(before, _snapshot_keys())
+    if moved is None:
+        assert changed == []
+    else:
+        assert changed and all(moved in c for c in changed), changed
+        readers = {f"{n}:{k}" for n in before for k in before[n]
+                   if moved in f"{n}:{k}" and not k.startswith(("data", "pretrain", "regimes", "masks", "report"))
+                   and (section != "sampling" or k.startswith(("calibrate", "gate-draws", "evaluate")))}
+        assert set(changed) == readers, sorted(set(changed) ^ readers)
+
+
+def test_a_method_knob_s_default_moves_the_key_of_the_methods_that_read_it_alone(monkeypatch, fresh_stage_schemas):
+    import yaml
+
+    from boundary.core.config import validate_config
+
+    raw = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    raw["methods"]["pba"].pop("support_floor")  # the support anchor's floor, at its default
+    before = stage_keys(validate_config(raw))
+
+    def edit(root):
+        root["properties"]["methods"]["additionalProperties"]["properties"]["support_floor"]["default"] = 0.05
+
+    _edited_schema(monkeypatch, edit)
+    after = stage_keys(validate_config(raw))
+    assert [k for k in before if before[k] != after[k]] == ["train/pba"]
+
+
+def test_a_default_edit_never_resumes_a_checkpoint_made_under_the_old_value(monkeypatch, fresh_stage_schemas,
+                                                                           tmp_path):
+    """`boundary train` resumes only checkpoints under its run key, made from the key of its
+    complete settings: a hand-written --settings that leaves weight_decay unset too."""
+    from boundary.stages.train import run_key
+
+    given = {"steps": 2, "lr": 1e-4, "num_generations": 2, "prompts_per_step": 2}
+    before = run_key(tmp_path, settings.resolve("train", given), 0, {}, None)
+    assert run_key(tmp_path, settings.resolve("train", given), 0, {}, None) == before
+
+    def edit(root):
+        root["properties"]["train"]["properties"]["weight_decay"]["default"] = 0.01
+
+    _edited_schema(monkeypatch, edit)
+    assert run_key(tmp_path, settings.resolve("train", given), 0, {}, None) != before
 
 
 def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_every_key():
@@ -92,27 +245,24 @@ def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_ev
     third = settings.evaluate_key(config, DIAGNOSTIC, BASE, 2)
     assert third["evaluate"]["seed"] == one["evaluate"]["seed"] + 2 * settings.BASE_SEED_STRIDE
     assert "base_seeds" not in third["evaluate"]
-    del config["evaluate"]["base_seeds"]
-    assert settings.base_seeds(config) == settings.defaults("evaluate")["base_seeds"]
 
 
-def test_a_vllm_run_s_key_holds_the_importance_sampling_mode_and_a_generate_run_s_does_not():
-    """An x-default that changed what vllm runs compute (TRL's correction, on before the key
-    existed): their keys move, generate runs' stay."""
+def test_a_setting_read_only_with_another_is_in_the_key_only_where_it_is_read():
+    """x-read-with: the engine's settings are in a vllm run's key, in no generate run's."""
     config = load_config(ROOT / "config" / "smoke.yaml")
     method = next(m for m, s in config["methods"].items() if not s["checkpoint_of"])
-    assert settings.ENGINE_KEYED not in settings.train_key(config, method)
+    assert not [k for k in settings.train_key(config, method) if k.startswith("vllm_")]
     config["train"]["rollout_engine"] = "vllm"
     key = settings.train_key(config, method)
-    assert key[settings.ENGINE_KEYED] is settings.defaults("train")[settings.ENGINE_KEYED] is False
-    config["train"][settings.ENGINE_KEYED] = "token_truncate"
-    assert settings.train_key(config, method)[settings.ENGINE_KEYED] == "token_truncate"
+    assert key["vllm_importance_sampling"] is settings.defaults("train")["vllm_importance_sampling"] is False
+    config["train"]["vllm_importance_sampling"] = "token_truncate"
+    assert settings.train_key(config, method)["vllm_importance_sampling"] == "token_truncate"
 
 
 def test_an_adaptive_calibration_s_key_holds_its_rule_and_a_full_one_s_leaves_it_out():
     config = load_config(ROOT / "config" / "smoke.yaml")
     full = settings.calibrate_key(config, DIAGNOSTIC)
-    assert not set(settings.ADAPTIVE_KEYS) & set(full["calibration"]) and "regimes" not in full
+    assert not {"adaptive", "rounds", "delta"} & set(full["calibration"]) and "regimes" not in full
     config["calibration"]["adaptive"] = True
     adaptive = settings.resolve("calibrate", settings.calibrate_key(config, DIAGNOSTIC))
     assert adaptive["regimes"] == config["regimes"]
@@ -154,7 +304,7 @@ def test_complete_settings_hold_every_default_of_the_schema():
     assert "confidence" not in settings.resolve("masks", {"kind": "gate", "G0": 8, "tau": 0.1, "epochs": 1})
     cal = settings.resolve("calibrate", {"calibration": {"n": 4, "seed": 0}})
     assert cal["sampling"]["max_new_tokens"] == 8192 and cal["sampling"]["vllm_max_num_seqs"] == 4096
-    assert settings.allowed("methods", "kl_estimator") == ("k1", "k2", "k3")
+    assert schema.allowed("methods", "kl_estimator") == ("k1", "k2", "k3")
 
 
 @pytest.mark.parametrize("stage, given, says", [
@@ -195,7 +345,7 @@ def test_a_stage_command_refuses_a_bad_settings_in_one_line(command, given, says
 
 # ---- every default written once ----------------------------------------------------------------
 # The rule, checked on the package's source (workflow/boundary) by name: a name that is a config
-# key with a schema default (`default:` or `x-default:`, any section: schema_defaults.json) is
+# key with a schema default (any section: schema_defaults.json) is
 # never given a literal value
 #   (a) as the fallback of `.get(name, X)`, `.setdefault(name, X)` or `.pop(name, X)`;
 #   (b) as a dataclass field's default (`name: T = X`, `field(default=X)`);
@@ -288,5 +438,5 @@ def test_every_allowed_value_is_the_schema_s():
     from boundary.sampling import BACKENDS
     from boundary.training.anchors import ANCHORS, ESTIMATORS
 
-    assert ESTIMATORS == settings.allowed("methods", "kl_estimator")
-    assert ANCHORS == settings.allowed("methods", "anchor") and BACKENDS == ("hf", "vllm")
+    assert ESTIMATORS == schema.allowed("methods", "kl_estimator")
+    assert ANCHORS == schema.allowed("methods", "anchor") and BACKENDS == ("hf", "vllm")

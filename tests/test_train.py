@@ -3,6 +3,7 @@ come from, the loss of each action, the CLI outputs, and resuming a killed job."
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -473,3 +474,29 @@ def test_the_gpu_step_time_benchmark_takes_a_model_folder_and_a_study_config(mod
     assert "2 prompts x G=2, split prompts + 24 tokens" in run.stdout  # the smoke config's train section
     assert "amortised over R=2" in run.stdout  # its gate.refresh_steps
     assert set(_step_time_rows(run.stdout)) == {"grpo", "pba"}
+
+
+# ---- the TRL contract ------------------------------------------------------------------------
+
+def test_the_trl_pin_is_written_once_and_matches_pyproject():
+    from boundary.training import trl_pin
+
+    pins = re.findall(r'"trl==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pins == [trl_pin.PINNED] and trl_pin.installed() == trl_pin.PINNED
+
+
+def test_another_trl_is_refused_in_one_line_at_import_of_the_trainer(monkeypatch):
+    import importlib
+    from importlib import metadata
+
+    from boundary.training import trl_pin
+
+    monkeypatch.setattr(metadata, "version", lambda name: "1.17.0" if name == "trl" else metadata.version(name))
+    with pytest.raises(BoundaryError) as err:
+        importlib.reload(trl_pin)  # what importing trainer.py runs first
+    line = str(err.value)
+    assert "TRL 1.17.0 is installed" in line and f"trl=={trl_pin.PINNED}" in line and "\n" not in line
+    monkeypatch.undo()
+    importlib.reload(trl_pin)
+    source = (ROOT / "workflow" / "boundary" / "training" / "trainer.py").read_text()
+    assert source.index("import trl_pin") < source.index("from trl import")

@@ -505,3 +505,51 @@ def test_a_base_model_folder_re_saved_in_place_reruns_the_import(real_data_run):
         _rewrite_in_place(weights, original)
     assert planned == {("import_base", "results/real/models/base")}
     assert _planned(workdir, config, targets) == set()
+
+
+def _touched_run(workdir: Path, config: Path) -> None:
+    """A finished run of `config` in `workdir` without running it: every job's outputs as
+    empty stand-ins (folders for outputs without a suffix), recorded by `snakemake --touch`,
+    as docs/how-to/upgrade.md has a user keep a finished run."""
+    out = snakemake("-n", "--forceall", "--cores", "1", "--configfile", str(config), cwd=workdir).stdout
+    for line in out.splitlines():
+        if line.strip().startswith("output:"):
+            for path in (workdir / p.strip() for p in line.split(":", 1)[1].split(",")):
+                if path.suffix:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.touch()
+                else:
+                    path.mkdir(parents=True, exist_ok=True)
+    snakemake("--touch", "--forceall", "--cores", "1", "--configfile", str(config), cwd=workdir)
+
+
+def test_a_default_edited_in_the_schema_reruns_exactly_the_stages_that_read_it(tmp_path):
+    """One key per setting (core/settings.py): train.weight_decay's default edited in the
+    schema plans the training runs again (their params changed) and what reads their policies;
+    a default that no stage of the run reads (calibration.rounds, read only when adaptive)
+    plans nothing."""
+    workdir = tmp_path
+    shutil.copy(ROOT / "Snakefile", workdir)
+    for folder in ("workflow", "config", "envs"):
+        shutil.copytree(ROOT / folder, workdir / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    config = workdir / "smoke.yaml"
+    shutil.copy(ROOT / "config" / "smoke.yaml", config)
+    _touched_run(workdir, config)
+    assert planned_jobs(workdir, config) == set()
+    schema = workdir / "workflow" / "schemas" / "config.schema.yaml"
+    text = schema.read_text()
+    for old, new in [("weight_decay: {type: number, minimum: 0, default: 0.0,", "weight_decay: {type: number, "
+                      "minimum: 0, default: 0.01,"),
+                     ("        default: [8, 16, 24, 32,", "        default: [4, 16, 24, 32,")]:
+        assert old in text, old
+    schema.write_text(text.replace("weight_decay: {type: number, minimum: 0, default: 0.0,",
+                                   "weight_decay: {type: number, minimum: 0, default: 0.01,"))
+    reasons = _planned_reasons(workdir, config)
+    # Snakemake names a job's own changed params only where nothing upstream of it reruns
+    # (_planned_reasons): train_pba's base rollouts rerun (they take the training's settings).
+    changed = {rule for rule, why in reasons.items() if "Params have changed since last execution" in why}
+    assert changed == {"train_grpo", "base_rollouts"}, reasons
+    assert set(reasons) - {"all"} == changed | {"train_pba", "evaluate", "report"}, reasons
+    assert reasons["evaluate"] == reasons["report"] == {"Input files updated by another job"}
+    schema.write_text(text.replace("        default: [8, 16, 24, 32,", "        default: [4, 16, 24, 32,"))
+    assert planned_jobs(workdir, config) == set()

@@ -55,7 +55,9 @@ except BoundaryError as err:
     stop(str(err))
 # Methods whose anchored prompts train on frozen-base rollouts, drawn ahead by base_rollouts.
 PRE_DRAWN = [
-    m for m, s in TRAINED.items() if s["mask"] and s["masked_action"] == "anchor" and s["anchor"] in BASE_SAMPLED
+    m
+    for m, s in TRAINED.items()
+    if settings.anchoring(s["mask"] is not None, s["masked_action"]) and s["anchor"] in BASE_SAMPLED
 ]
 
 

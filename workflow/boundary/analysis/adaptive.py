@@ -1,4 +1,5 @@
-"""Adaptive calibration's stopping rule: when a prompt's regime label is settled.
+"""Adaptive calibration's stopping rule: when a prompt's regime label is settled; and the
+extension of a full calibration's fragile prompts (`Extension`, calibration.extend).
 
 The full run draws n samples a prompt (`calibration.n`) and labels it from C_n / n. An adaptive
 run draws in rounds r_1 < ... < r_R = n and after each round labels the prompt from its drawn
@@ -184,3 +185,33 @@ class StoppingRule:
         tau, _, bound = self.design
         return (f"adaptive calibration: rounds {list(self.rounds)}, delta {self.delta:g}: stop where "
                 f"risk <= {tau:.3g}; P(label differs from the full run's) <= {bound:.4f} for every p")
+
+
+@dataclass(frozen=True)
+class Extension:
+    """calibration.extend: a prompt with at most `fragile` successes in its first n draws is
+    drawn on to `to`, and its label reads all of them (the `regimes` stage labels c / n from each
+    prompt's rows). What it buys: label_reliability.extension_effect."""
+
+    n: int
+    to: int
+    fragile: int
+
+    @property
+    def rounds(self) -> tuple[int, ...]:
+        return (self.n, self.to) if self.to > self.n else (self.n,)
+
+    def next_round(self, r: int, c: int) -> int | None:
+        """What the calibrate stage's rounds ask (scoring.scored_samples' `rule`)."""
+        return self.to if r == self.n and self.to > self.n and c <= self.fragile else None
+
+    @property
+    def table(self) -> dict[int, np.ndarray]:
+        """{round: stops at c = 0..round}, as StoppingRule.table: stop at n unless fragile."""
+        if self.to <= self.n:
+            return {self.n: np.ones(self.n + 1, dtype=bool)}
+        return {self.n: np.arange(self.n + 1) > self.fragile, self.to: np.ones(self.to + 1, dtype=bool)}
+
+    def describe(self) -> str:
+        return (f"calibration extended: a prompt with at most {self.fragile} successes in its first {self.n} "
+                f"draws is drawn on to {self.to}; its label reads all of them")

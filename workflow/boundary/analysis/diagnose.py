@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from boundary import readers
+from boundary.analysis import label_reliability as rl
 from boundary.analysis import regimes as rg
 from boundary.analysis import verdict
 from boundary.analysis.attribution import Attribution, cells
@@ -88,6 +89,7 @@ OWNER = "boundary diagnose"
 ALL = "all"
 UNLABELLED = "(no label)"  # a prompt the skill labels leave out
 RUN_KEYS = ["method", "seed"]
+RELIABILITY = ("n", "c", "label_prob", "flip_prob")  # regimes.csv's columns beside the label, where known
 CALIBRATION = ("calibration", 0)  # the calibration's place among the inputs while they are paired
 
 
@@ -453,7 +455,7 @@ class Diagnosis:
     """Every table `diagnose` derives from one split's counts (csv names in brackets)."""
 
     ks: list
-    regimes: pd.DataFrame | None   # [regimes.csv] prompt_id, p_base, regime
+    regimes: pd.DataFrame | None   # [regimes.csv] prompt_id, p_base, regime (+ RELIABILITY where known)
     frame: pd.DataFrame            # per (method, seed, prompt), not written
     metrics: pd.DataFrame          # [metrics.csv] per seed: method, seed, regime, metric, k, value
     summary: pd.DataFrame          # [summary.csv] over seeds: method, metric, regime, k, mean, sd, ci
@@ -476,6 +478,7 @@ class Diagnosis:
     problems: dict | None = None             # prompt_id -> problem text, where the inputs carry it
     regime_source: str = "frozen-base calibration"  # what the regime labels were computed from
     regime_notes: list | None = None         # regimes the calibration's n cannot populate (regimes.unpopulated)
+    robust: pd.DataFrame | None = None       # [robust.csv] summary over the robust Boundary prompts (label_reliability.robust)
 
     @property
     def passk(self) -> pd.DataFrame:
@@ -490,8 +493,9 @@ class Diagnosis:
         out = {"passk": self.passk, "metrics": self.metrics, "summary": self.summary,
                "transitions": self.transitions, "bootstrap": self.bootstrap}
         if self.regimes is not None:
-            out["regimes"] = with_problems(self.regimes[["prompt_id", "p_base", "regime"]], self.problems)
-        for name in ("strata", "skills", "sensitivity", "pairs", "masks", "attribution", "crossover", "curves",
+            cols = ["prompt_id", "p_base", "regime"] + [c for c in RELIABILITY if c in self.regimes]
+            out["regimes"] = with_problems(self.regimes[cols], self.problems)
+        for name in ("robust", "strata", "skills", "sensitivity", "pairs", "masks", "attribution", "crossover", "curves",
                      "prompts"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
@@ -604,7 +608,7 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
     reference = reference_draws(draws, regimes, ks_ok, bins) if several else None
     summary = _with_base_noise(summarize(metrics, ["method", "metric", "regime", "k"], level=level),
                                reference, "regime", level)
-    strata = sens = th = None
+    strata = sens = th = robust = None
     notes, group_metrics = [], {}
     if regimes is not None:
         th = rg.thresholds_of(regimes)
@@ -614,6 +618,7 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
                                   reference_draws(draws, regimes, ks_ok, bins, "stratum") if several else None,
                                   "stratum", level)
         sens = sensitivity(frame, ks_ok, rg.sensitivity_grid(th), level)
+        robust = _robust_boundary(frame, draws, regimes, ks_ok, bins, level, group_metrics) if "c" in regimes else None
     by_skill = None
     if skills is not None:
         group_metrics["skill"] = run_metrics(frame, ks_ok, group="skill")
@@ -643,7 +648,23 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
         strata=strata, skills=by_skill, group_metrics=group_metrics, sensitivity=sens, pairs=pair_df,
         masks=mask_metrics(masks) if masks else None, attribution=attr_table, crossover=cross, curves=curves,
         prompts=prompt_table(frame, problems), level=level, base_draws=len(draws), thresholds=th, bins=tuple(bins),
-        problems=problems, regime_source=regime_source, regime_notes=notes)
+        problems=problems, regime_source=regime_source, regime_notes=notes, robust=robust)
+
+
+def _robust_boundary(frame, draws, regimes, ks, bins, level, group_metrics) -> pd.DataFrame | None:
+    """The Boundary metrics over the robust Boundary prompts alone (per seed into
+    group_metrics["robust"], regime "Boundary"; summarised as `summary` is)."""
+    strong = regimes[rl.robust(regimes)]
+    if not len(strong):
+        return None
+    metrics = run_metrics(frame[frame["prompt_id"].isin(set(strong["prompt_id"]))], ks)
+    metrics = group_metrics["robust"] = metrics[metrics["regime"] == "Boundary"].reset_index(drop=True)
+    reference = None
+    if len(draws) > 1:
+        reference = reference_draws(draws, strong, ks, bins)
+        reference = reference[reference["regime"] == "Boundary"]
+    return _with_base_noise(summarize(metrics, ["method", "metric", "regime", "k"], level=level), reference,
+                            "regime", level)
 
 
 # ----------------------------------------------------------------------------- output
@@ -709,7 +730,8 @@ def make_parser():
     ev = ap.add_argument_group("uncertainty")
     ev.add_argument("--level", type=FRACTION, default=REPORT["level"], help="level of every interval and of the lost test")
     ev.add_argument("--prior", default="fit", choices=PRIORS,
-                    help="per-prompt p intervals: Beta-Binomial prior fitted per run, or Jeffreys'")
+                    help="per-prompt p intervals and the regime labels' reliability: Beta-Binomial prior "
+                         "fitted per run (and to the calibration), or Jeffreys'")
     return ap
 
 
@@ -765,7 +787,9 @@ def main(argv=None) -> None:
         cal = base
         source = (f"base evaluation {', '.join(Path(readers.input_path(b)[0]).name for b in args.base)}, "
                   "not independent (no --calibration)")
-    regimes = rg.label_counts(cal, th, args.calibration or ", ".join(args.base))
+    rl.warn_unidentified(cal, args.calibration or ", ".join(args.base))
+    regimes = rl.reliable_labels(rg.label_counts(cal, th, args.calibration or ", ".join(args.base)), th,
+                                 None if args.prior == "fit" else (0.5, 0.5))
     masks = {}
     for spec in args.mask:
         name, sep, path = spec.partition("=")

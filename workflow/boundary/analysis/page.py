@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from boundary.analysis.label_reliability import summary_lines as reliability_lines
 from boundary.analysis.tables import count_cell
 from boundary.analysis.verdict import outcomes
 from boundary.core.artifacts import write_text
@@ -246,9 +247,12 @@ def _intro(diag, methods) -> str:
     n_prompts = int(diag.prompts[diag.prompts["method"] == "base"].shape[0])
     runs = diag.prompts[diag.prompts["method"] != "base"][["method", "seed"]].drop_duplicates()
     regimes = (diag.regimes["regime"].value_counts().to_dict() if diag.regimes is not None else {})
+    reliability = (" ".join(esc(line) + "." for line in reliability_lines(diag.regimes))
+                   if diag.regimes is not None else "")
     return (f"<p>{n_prompts} prompts; base and {len(runs)} trained run(s) of {len(methods)} method(s); regimes: "
             + (", ".join(f"{esc(k)} {v}" for k, v in regimes.items()) or "none") +
-            f". Intervals: {100 * diag.level:g}% paired prompt bootstrap, nested over seeds.</p>")
+            f". Intervals: {100 * diag.level:g}% paired prompt bootstrap, nested over seeds.</p>"
+            + (f"<p class='note'>{reliability}</p>" if reliability else ""))
 
 
 HEADLINE_NOTE = ("<p class='note'>k*: smallest k where trained pass@k falls below base. Area: ∫ Δpass@k d(ln k) "

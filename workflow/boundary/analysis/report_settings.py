@@ -6,7 +6,7 @@ each key does.
 
 from __future__ import annotations
 
-DIAGNOSTIC_TABLES = ["regime_counts", "diag_seeds", "boundary_seeds", "regime_diagnostics", "transitions",
+DIAGNOSTIC_TABLES = ["regime_counts", "boundary_robust", "diag_seeds", "boundary_seeds", "regime_diagnostics", "transitions",
                      "sensitivity", "strata", "skills", "answer_concentration", "detectable_loss"]
 DIAGNOSTIC_FIGURES = ["regime_passk", "transitions", "p_base_hist", "strata_delta", "training"]
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from boundary.analysis.label_reliability import ROBUST_SUCCESSES, robust
+from boundary.analysis.label_reliability import summary_lines as reliability_lines
 from boundary.analysis.regimes import REGIMES
 from boundary.core import settings
 from boundary.core.artifacts import write_table, write_text
@@ -545,24 +547,71 @@ def answer_concentration(diag, view: View) -> Table:
 
 
 def regime_counts(diag, view: View) -> Table:
-    """Prompts per regime with base pass@k (calibration labels; evaluation counts)."""
+    """Prompts per regime with base pass@k (calibration labels; evaluation counts), and where
+    the labels carry their reliability (analysis/label_reliability.py) the mean P(label) and the
+    labels a second calibration would be expected to change."""
     k_hi = max(diag.ks)
     reg = diag.regimes
+    known = {"label_prob", "flip_prob"} <= set(reg.columns)
     rows = []
     for r in list(REGIMES) + ["all"]:
         ids = reg if r == "all" else reg[reg["regime"] == r]
         rows.append([r, str(len(ids)), Stat(100 * len(ids) / max(len(reg), 1), suffix="%"),
                      f"{ids['p_base'].min():.3g}–{ids['p_base'].max():.3g}" if len(ids) else "--"]
                     + ([stat(diag.summary, BASE, "passk", r, 1, 100), stat(diag.summary, BASE, "passk", r, k_hi, 100)]
-                       if len(ids) else ["--", "--"]))
+                       if len(ids) else ["--", "--"])
+                    + ([Stat(ids["label_prob"].mean(), digits=2) if len(ids) else "--",
+                        Stat(ids["flip_prob"].sum(), digits=1) if len(ids) else "--"] if known else []))
     th = diag.thresholds
     notes = [f"Thresholds: easy {th.easy:g}, boundary {th.boundary:g}, coverage_k {th.coverage_k}, "
              f"coverage_min {th.coverage_min:g}."] if th else []
     notes += [line + "." for line in diag.regime_notes or []]
-    data = reg.groupby("regime").agg(prompts=("prompt_id", "size"), p_min=("p_base", "min"),
-                                     p_max=("p_base", "max")).reset_index()
+    if known:
+        notes += [line + "." for line in reliability_lines(reg)]
+        notes.append("P(label): the label's posterior probability; expected changes: the sum over the regime's "
+                     "prompts of P(a fresh calibration of the same n labels the prompt otherwise), exact under "
+                     "the posterior predictive.")
+    spec = dict(prompts=("prompt_id", "size"), p_min=("p_base", "min"), p_max=("p_base", "max"))
+    if known:
+        spec.update(label_prob=("label_prob", "mean"), expected_changes=("flip_prob", "sum"))
+    data = reg.groupby("regime").agg(**spec).reset_index()
     return Table("regime_counts", f"Regimes of the diagnostic split ({diag.regime_source})",
-                 ["Regime", "Prompts", "Share", "p_base range", "Base p@1", f"Base p@{k_hi}"], rows, data, notes)
+                 ["Regime", "Prompts", "Share", "p_base range", "Base p@1", f"Base p@{k_hi}"]
+                 + (["Mean P(label)", "Expected changes"] if known else []), rows, data, notes)
+
+
+def boundary_robust(diag, view: View) -> Table:
+    """The Boundary endpoints on every Boundary prompt and on the robust ones alone (at least
+    ROBUST_SUCCESSES calibration successes): the two claim different things."""
+    name, caption = "boundary_robust", "Boundary endpoints: all Boundary prompts and the robust ones (seed mean ± SD; Δ in points)"
+    reg = diag.regimes
+    if reg is None or "c" not in reg:
+        return unfilled(name, caption, "The regime labels carry no calibration counts.")
+    k_hi = max(diag.ks)
+    strong = robust(reg)
+    boundary = reg["regime"] == "Boundary"
+    cols = ["Prompts", "Method", f"Δp@{k_hi}", "Lost"]
+    robust_summary = diag.robust if diag.robust is not None else diag.summary.iloc[:0]
+    robust_metrics = diag.group_metrics.get("robust", diag.metrics.iloc[:0])
+    rows, data = [], []
+    for what, count, summary, metrics in (("all", int(boundary.sum()), diag.summary, diag.metrics),
+                                          (f"robust (c ≥ {ROBUST_SUCCESSES})", int(strong.sum()), robust_summary,
+                                           robust_metrics)):
+        for m in view.main:
+            rows.append([f"{what}: {count}", view.label(m),
+                         stat(summary, m, "delta_passk", "Boundary", k_hi, 100, digits=1, sign=True)
+                         if count else no_prompts("Boundary"),
+                         count_cell(metrics, m, "lost", "Boundary") if count else no_prompts("Boundary")])
+        data.append(_data(summary, view.main, ["delta_passk", "lost"], ("Boundary",)).assign(prompts=what))
+    notes = [f"All: every base-recoverable prompt, with labels as noisy as one calibration; robust: the Boundary "
+             f"labels a second calibration keeps (at least {ROBUST_SUCCESSES} successes in the calibration), a "
+             "narrower population: the two claim different things.", COUNT_NOTE]
+    if "flip_prob" in reg:
+        notes.insert(1, f"Expected label changes in a second calibration: {reg.loc[boundary, 'flip_prob'].sum():.1f} "
+                        f"of the {int(boundary.sum())} Boundary labels, {reg.loc[strong, 'flip_prob'].sum():.1f} of "
+                        f"the {int(strong.sum())} robust ones.")
+    return Table(name, caption, cols, rows, _concat(data), _missing_note(view.main, set(diag.summary["method"]), view)
+                 + notes)
 
 
 def regime_diagnostics(diag, view: View) -> Table:
@@ -782,7 +831,7 @@ def masks_table(mask_metrics: pd.DataFrame | None) -> Table:
 
 def diagnostic_tables(diag, view: View, order) -> list[Table]:
     """Tables that need only the regime-labelled diagnostic split."""
-    out = [regime_counts(diag, view), diag_seeds(diag, view), boundary_seeds(diag, view),
+    out = [regime_counts(diag, view), boundary_robust(diag, view), diag_seeds(diag, view), boundary_seeds(diag, view),
            regime_diagnostics(diag, view), transitions_table(diag, view), sensitivity_table(diag, view), strata_table(diag, view, order),
            skills_table(diag, view), answer_concentration(diag, view), detectable_loss(diag, view)]
     return out

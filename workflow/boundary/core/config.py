@@ -1,98 +1,21 @@
-"""Config: load, fill defaults and validate against the JSON schema; per-stage settings.
+"""Config: load, fill every default and validate against the schema (core/schema.py), and the
+cross-field rules a JSON schema cannot state: names, references, settings a run would not read.
 
-Config values reach code only as validated config -> rule params -> CLI `--settings` JSON.
-Each rule gets only the values that affect it, serialised with sorted keys, so Snakemake's
-params trigger reruns exactly the stages a change invalidates.
+Config values reach code only as validated config -> rule params -> CLI `--settings` JSON
+(core/settings.py: each rule gets the settings its stage reads, so Snakemake's params rerun
+exactly the stages a change invalidates).
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import json
-import math
 from pathlib import Path
 
 import yaml
 
+from boundary.core import schema, settings
 from boundary.core.errors import BoundaryError
 from boundary.core.names import GATED, RESERVED
-
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
-
-
-@functools.cache
-def _schema_text() -> str:
-    return SCHEMA_PATH.read_text()
-
-
-@functools.cache
-def _schema() -> dict:
-    """The schema, parsed once (read only: callers copy what they change)."""
-    return yaml.safe_load(_schema_text())
-
-
-def _resolve(sub: dict, root: dict) -> dict:
-    ref = sub.get("$ref", "")
-    if not ref:
-        return sub
-    return {**root["definitions"][ref.rsplit("/", 1)[-1]], **sub}  # local keys win
-
-
-def _is_object(schema: dict) -> bool:
-    """An object schema, nullable ones (`type: [object, "null"]`) included."""
-    kind = schema.get("type")
-    return kind == "object" or isinstance(kind, list) and "object" in kind
-
-
-def _fill_defaults(node: dict, schema: dict, root: dict | None = None, words=("default",)) -> None:
-    """Fill the schema's `default:` values (and with `words`, `x-default:` ones) into the
-    config, recursively (objects only)."""
-    root = root or schema
-    for key, sub in schema.get("properties", {}).items():
-        sub = _resolve(sub, root)
-        for word in words:
-            if key not in node and word in sub:
-                node[key] = copy.deepcopy(sub[word])
-        if isinstance(node.get(key), dict) and _is_object(sub):
-            _fill_defaults(node[key], sub, root, words)
-    extra = schema.get("additionalProperties")
-    extra = _resolve(extra, root) if isinstance(extra, dict) else None
-    if extra and _is_object(extra):
-        for key, value in node.items():
-            if key not in schema.get("properties", {}) and isinstance(value, dict):
-                _fill_defaults(value, extra, root, words)
-
-
-def _where(error) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "<top level>"
-
-
-def _validator(schema: dict | None = None):
-    """Draft 7, except that an integer is an int: JSON schema takes 32.0 for 32, and a count
-    or seed written as a float would crash a stage only after every upstream one has run."""
-    import jsonschema
-
-    def is_integer(checker, value):
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    checker = jsonschema.Draft7Validator.TYPE_CHECKER.redefine("integer", is_integer)
-    return jsonschema.validators.extend(jsonschema.Draft7Validator, type_checker=checker)(schema or _schema())
-
-
-def _message(err) -> str:
-    """One line for the first schema error, naming the field."""
-    where = _where(err)
-    if err.validator == "additionalProperties":
-        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-        field = f"{where}.{extra[0]}" if where != "<top level>" else extra[0]
-        return f"unknown key {field!r}"
-    if "propertyNames" in err.schema_path:  # a name of a method, mask or benchmark
-        name = err.instance
-        what = "a blank name" if not str(name).strip() else f"name {name!r}"
-        return (f"{where}: {what}: names hold only letters, digits and _ (they become folder, "
-                "file and rule names)")
-    return f"{where}: {err.message}"
 
 
 def validate_config(config: dict) -> dict:
@@ -101,28 +24,20 @@ def validate_config(config: dict) -> dict:
         raise BoundaryError(f"config: must be a mapping of sections, not a {type(config).__name__}")
     raw = config
     config = copy.deepcopy(config)
-    _check_finite(config)
-    for key in set(raw.get("train") or {}) & set(REPLACED_TRAIN_KEYS):
-        raise BoundaryError(f"config: train.{key}: {REPLACED_TRAIN_KEYS[key]}")
-    _fill_defaults(config, _schema())
-    errors = sorted(_validator().iter_errors(config), key=lambda e: (len(list(e.absolute_path)), _where(e)))
-    if errors:
-        raise BoundaryError(f"config: {_message(errors[0])}")
+    schema.check_finite(config, "config")
+    for key in set(raw.get("train") or {}) & set(settings.REPLACED_TRAIN_KEYS):
+        raise BoundaryError(f"config: train.{key}: {settings.REPLACED_TRAIN_KEYS[key]}")
+    schema.fill_defaults(config, schema.load())
+    error = schema.first_error(config)
+    if error:
+        raise BoundaryError(f"config: {schema.message(error)}")
     _check_names(config)
     _check_references(config)
     _check_settings_used(raw, config)
+    # The report's settings the pipeline derives from the rest of the config, where the config's
+    # `report:` section does not give them.
+    config["report"] = {**config["report"], **settings.report_derived(config), **(raw.get("report") or {})}
     return config
-
-
-def _check_finite(node, where: str = "") -> None:
-    """No NaN or infinity anywhere: JSON schema bounds let them through (every comparison with
-    NaN is false), and a NaN temperature or rate gives numbers without a word."""
-    if isinstance(node, float) and not math.isfinite(node):
-        text = ".nan" if math.isnan(node) else ".inf" if node > 0 else "-.inf"
-        raise BoundaryError(f"config: {where or '<top level>'}: {text} is not a finite number")
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in items:
-        _check_finite(value, f"{where}.{key}" if where else str(key))
 
 
 def _check_names(config: dict) -> None:
@@ -166,40 +81,26 @@ def _check_references(config: dict) -> None:
         raise BoundaryError("config: regimes.coverage_min: must be < 1")
     if "{problem}" not in config["prompt"]["template"]:
         raise BoundaryError("config: prompt.template: must contain {problem}")
-    train, accum = config["train"], schema_defaults("train")["gradient_accumulation_steps"]
-    why = batch_split_error(train["prompts_per_step"] * train["num_generations"],
-                            train.get("gradient_accumulation_steps", accum), max(1, train["gpus"]))
-    if why:
-        raise BoundaryError(f"config: {why}")
-    if train.get("sharding") == "fsdp" and train["gpus"] == 0:
+    try:
+        settings.check_batch_split(config["train"], max(1, config["train"]["gpus"]))
+    except BoundaryError as err:
+        raise BoundaryError(f"config: {err}") from None
+    if config["train"]["sharding"] == "fsdp" and config["train"]["gpus"] == 0:
         raise BoundaryError("config: train.sharding: fsdp needs train.gpus >= 1 (accelerate runs FSDP on "
                             "GPUs only; on the CPU it would train unsharded)")
 
 
-# Keys a mask kind reads (training/gate.py); any other is ignored by that kind.
-MASK_KEYS = {"gate": {"G0", "tau"}, "solved": {"G0", "tau"}, "soft": {"G0", "tau", "confidence"},
-             "random": {"fraction", "share_of", "seed"}, "oracle": set()}
-# A method's knobs that only one setting reads: key -> (is it read?, what reads it).
+# Keys a mask kind reads (training/gate.py): the schema's `x-read-with: {kind: ...}`.
+MASK_KEYS = schema.read_with_values("masks", "kind")
+# A method's knobs read only with a setting that the schema's `x-read-with` (one value, or one
+# of a list) cannot state: key -> (is it read?, what reads it).
 METHOD_KNOBS = {
-    "support_floor": (lambda m: m.get("anchor") == "support", "anchor: support"),
-    "passk_k": (lambda m: m.get("advantage") == "passk", "advantage: passk"),
-    "positive_weight": (lambda m: m.get("advantage") == "reinforce", "advantage: reinforce"),
-    "negative_weight": (lambda m: m.get("advantage") == "reinforce", "advantage: reinforce"),
-    "cov_fraction": (lambda m: m.get("cov_select") is not None, "cov_select"),
-    "cov_bounds": (lambda m: m.get("cov_select") == "clip", "cov_select: clip"),
-    "cov_kl_coef": (lambda m: m.get("cov_select") == "kl", "cov_select: kl"),
-    "beta_a": (lambda m: m.get("anchor") is not None, "an anchor"),
     "masked_action": (lambda m: m.get("mask") is not None, "a mask"),
     "kl_estimator": (lambda m: m.get("anchor") == "policy" or m["beta_kl"] > 0,
                      "anchor: policy or beta_kl > 0"),
 }
 # What a checkpoint_of method reads: it evaluates another method's policy, trains nothing.
 CHECKPOINT_KEYS = {"label", "seeds", "setting", "checkpoint_of", "step"}
-
-
-# Train keys a later key replaced: refused in one line that names the replacement.
-REPLACED_TRAIN_KEYS = {"use_vllm": "replaced by train.rollout_engine (generate | vllm; vllm: TRL's "
-                                   "engine, colocated unless vllm_mode: server)"}
 
 
 def _check_random_mask(name: str, spec: dict, masks: dict) -> None:
@@ -225,15 +126,25 @@ def _check_settings_used(raw: dict, config: dict) -> None:
     if (raw.get("prompt") or {}).get("system") is not None and not config["prompt"]["chat"]:
         raise BoundaryError("config: prompt.system: read only with prompt.chat: true (the chat template "
                             "places it)")
-    unread = sorted({"rounds", "delta"} & set(raw.get("calibration") or {}))
-    if unread and not config["calibration"]["adaptive"]:
-        raise BoundaryError(f"config: calibration.{unread[0]}: read only with calibration.adaptive: true")
+    for section, given in raw.items():  # a section's keys read only with another (x-read-with)
+        if section in ("methods", "masks") or not isinstance(given, dict):
+            continue
+        node = schema.ref(schema.load()["properties"].get(section, {}))
+        for key in sorted(given):
+            sub = schema.ref(node.get("properties", {}).get(key, {}))
+            if not schema.is_read(sub, config[section]):
+                raise BoundaryError(f"config: {section}.{key}: read only with "
+                                    f"{schema.read_with_text(sub, section + '.')}")
+    calibration = config["calibration"]
+    if calibration["extend"] and calibration["adaptive"]:
+        raise BoundaryError("config: calibration.extend: not with calibration.adaptive: true (an adaptive run "
+                            "stops a prompt before n; extend a full calibration)")
+    if calibration["extend"] and calibration["extend_to"] <= calibration["n"]:
+        raise BoundaryError(f"config: calibration.extend_to: {calibration['extend_to']} must exceed "
+                            f"calibration.n ({calibration['n']})")
     if config["calibration"]["adaptive"] and config["sampling"]["backend"] != "hf":
         raise BoundaryError("config: calibration.adaptive: true needs sampling.backend: hf (vllm would "
                             "start its engine once per round, about 80-90 s each on a GPU)")
-    vllm = sorted(k for k in raw.get("train") or {} if k.startswith("vllm_"))
-    if vllm and config["train"].get("rollout_engine") != "vllm":
-        raise BoundaryError(f"config: train.{vllm[0]}: read only with train.rollout_engine: vllm")
     for name, spec in (raw.get("masks") or {}).items():
         kind = spec.get("kind")
         unread = sorted(set(spec) - {"kind"} - MASK_KEYS.get(kind, set(spec)))
@@ -252,7 +163,7 @@ def _check_settings_used(raw: dict, config: dict) -> None:
             continue
         if given.get("step") is not None:
             raise BoundaryError(f"{where}.step: used only with checkpoint_of")
-        anchoring = method["mask"] is not None and method["masked_action"] == "anchor"
+        anchoring = settings.anchoring(method["mask"] is not None, method["masked_action"])
         if method["anchor"] is not None and not anchoring:
             why = "has no mask" if method["mask"] is None else "drops its mask's prompts (masked_action: drop)"
             raise BoundaryError(f"{where}.anchor: only a mask's prompts are anchored, and this method "
@@ -260,20 +171,12 @@ def _check_settings_used(raw: dict, config: dict) -> None:
         if anchoring and method["anchor"] is None:
             raise BoundaryError(f"{where}.anchor: required when a mask anchors prompts "
                                 "(policy, base, support, forward_kl or js)")
-        for key, (read, reader) in METHOD_KNOBS.items():
-            if key in given and not read(method):
+        entry = schema.section("methods")["properties"]
+        for key in sorted(given):
+            read, reader = METHOD_KNOBS.get(key, (lambda m, sub=entry.get(key, {}): schema.is_read(sub, m),
+                                                  schema.read_with_text(entry.get(key, {}))))
+            if not read(method):
                 raise BoundaryError(f"{where}.{key}: read only with {reader}, which this method does not set")
-
-
-def batch_split_error(completions: int, accumulation: int, processes: int) -> str | None:
-    """Why `processes` cannot share a step's `completions` evenly (every process generates and
-    trains as many, in `accumulation` micro-batches), or None."""
-    if completions % (accumulation * processes):
-        return (f"train.gpus: {processes} processes do not divide a step's prompts_per_step x "
-                f"num_generations = {completions} completions"
-                + (f" into {accumulation} accumulation steps each" if accumulation > 1 else "")
-                + "; choose a count that divides it")
-    return None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -381,63 +284,3 @@ def main_check_config(argv=None) -> None:
     except BoundaryError as err:
         raise BoundaryError(f"{', '.join(args.configfile)}: {err}") from None
     print(f"{', '.join(args.configfile)}: valid")
-
-
-def method_settings(spec: dict) -> dict:
-    """A `methods:` entry as its training run gets it: without the keys that only name,
-    schedule or point at other runs (label, seeds, setting, checkpoint_of, step)."""
-    return {k: v for k, v in spec.items() if k not in ("label", "seeds", "setting", "checkpoint_of", "step")}
-
-
-def dumps(settings) -> str:
-    """The one serialisation of settings: sorted keys, so equal settings print equally."""
-    return json.dumps(settings, sort_keys=True, separators=(",", ":"))
-
-
-def load_stage_settings(value: str) -> dict:
-    """Settings from a JSON string (what rules pass) or a path to a JSON file."""
-    text = value
-    if not value.lstrip().startswith("{"):
-        path = Path(value)
-        if not path.exists():
-            raise BoundaryError(f"--settings: {value}: not JSON and no such file")
-        text = path.read_text()
-    try:
-        settings = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise BoundaryError(f"--settings: invalid JSON ({err.msg})") from None
-    try:
-        _check_finite(settings)  # Python's json reads NaN and Infinity, which JSON has not
-    except BoundaryError as err:
-        raise BoundaryError(f"--settings: {str(err).removeprefix('config: ')}") from None
-    return settings
-
-
-def schema_defaults(section: str) -> dict:
-    """The defaults the schema gives a section's keys (`methods` means one method entry):
-    `default:` values, which validation fills into the config, and `x-default:` values, which
-    it leaves unset so a method's settings (and its training key) don't change when another
-    method gains a knob. Code reads them through core.settings.defaults (rendered as JSON).
-    A dotted section is a nested one ("testbed.task")."""
-    schema = _schema()
-    node = schema
-    for key in section.split("."):
-        node = _resolve(node["properties"][key], schema)
-    if section in ("methods", "masks"):
-        node = node["additionalProperties"]
-    out = {}
-    for key, sub in node.get("properties", {}).items():
-        sub = _resolve(sub, schema)
-        for word in ("default", "x-default"):
-            if word in sub:
-                out[key] = copy.deepcopy(sub[word])
-    return out
-
-
-def schema_keys(section: str) -> set[str]:
-    """Every key the schema allows in a section (`methods`: in one method entry)."""
-    schema = _schema()
-    node = _resolve(schema["properties"][section], schema)
-    if section == "methods":
-        node = node["additionalProperties"]
-    return set(node.get("properties", {}))

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from boundary.core.config import SCHEMA_PATH
+from boundary.core import schema as schema_module
+from boundary.core.schema import PATH as SCHEMA_PATH
 
 PAGE = SCHEMA_PATH.parents[2] / "docs" / "reference" / "config.md"
 HEADER = """# Config reference
@@ -27,19 +28,14 @@ HEADER = """# Config reference
 
 Every key a config may hold, section by section, as `workflow/schemas/config.schema.yaml`
 defines it. A key not listed here is refused in one line. **Default** is what validation
-fills in when the key is absent; *unset: v* is the value the code takes for a key validation
-leaves unset (so adding a knob to one method does not change another method's settings, or
-its checkpoints); *required* keys have none. `<name>` stands for a name you choose (letters,
-digits and `_`). How to write a config: [how-to/write_a_config.md](../how-to/write_a_config.md).
+fills in when the key is absent; *required* keys have none, and a key with neither is unset
+unless given (its description says what unset means). Every setting a stage reads is in its
+rule's key, so changing it, or its default, reruns that stage ([explanation/keys.md](../explanation/keys.md)):
+except *read only with* another setting's value (given otherwise, it is refused; not read,
+it is in no key), and a feature's *off* value (its default: off, the feature is in no key).
+`<name>` stands for a name you choose (letters, digits and `_`). How to write a config:
+[how-to/write_a_config.md](../how-to/write_a_config.md).
 """
-
-
-def _resolve(node: dict, root: dict) -> dict:
-    ref = node.get("$ref", "")
-    if not ref:
-        return node
-    named = root["definitions"][ref.rsplit("/", 1)[-1]]
-    return {**_resolve(named, root), **{k: v for k, v in node.items() if k != "$ref"}}
 
 
 def comments(text: str) -> dict[tuple, str]:
@@ -72,7 +68,7 @@ def _value(v) -> str:
 
 def _kind(node: dict, root: dict) -> str:
     """The type in words: its JSON type(s), its allowed values or range."""
-    node = _resolve(node, root)
+    node = schema_module.ref(node, root)
     if "enum" in node:
         return "one of " + ", ".join(_value(v) for v in node["enum"])
     if "const" in node:
@@ -109,9 +105,17 @@ def _kind(node: dict, root: dict) -> str:
 def _default(node: dict, required: bool) -> str:
     if "default" in node:
         return _value(node["default"])
-    if "x-default" in node:
-        return f"*unset: {_value(node['x-default'])}*"
     return "*required*" if required else ""
+
+
+def _key_rule(node: dict) -> str:
+    """What the key rule's annotations say of a key, in words, before its description."""
+    words = []
+    if "x-read-with" in node:
+        words.append(f"*read only with {schema_module.read_with_text(node)}.*")
+    if "x-off" in node:
+        words.append(f"*Off at {_value(node['x-off'])}, in no stage's key.*")
+    return " ".join(words)
 
 
 def _cell(text: str) -> str:
@@ -126,7 +130,8 @@ def _rows(node: dict, path: str, where: tuple, root: dict, notes: dict, required
     else:
         inner = where
     text = node.get("description") or notes.get(where, "")
-    node = _resolve(node, root)
+    node = schema_module.ref(node, root)
+    text = " ".join(t for t in (_key_rule(node), text) if t)
     props = node.get("properties")
     extra = node.get("additionalProperties")
     if props is None and not isinstance(extra, dict):

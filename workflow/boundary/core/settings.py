@@ -3,18 +3,33 @@ stage is given to every value its code reads. Plain Python: the rules call it, a
 stages, the trainer's config, the report, the tests and the benchmarks.
 
 Two functions a stage, one on each side of the `--settings` JSON:
-- the key (`<stage>_key(config, ...)`): the short dict the stage's rule hashes as its params,
-  only what affects that stage, so Snakemake reruns exactly the stages a change invalidates.
-  Its JSON is a finished run's identity: tests/test_settings.py holds it to a snapshot.
+- the key (`<stage>_key(config, ...)`): the dict the stage's rule hashes as its params, so
+  Snakemake reruns exactly the stages a change invalidates. Its JSON is a finished run's
+  identity (tests/test_settings.py holds the shipped configs' keys to a snapshot), and
+  `boundary train` resumes only checkpoints made under the same key (stages/train.py).
 - the complete settings (`resolve(stage, given)`; `load(stage, text)` for a `--settings`
   argument): the given dict checked against the stage's part of the schema, a bad one refused
-  in one line naming the key, with every default resolved once, `default:` and `x-default:`
-  alike. Code reads these and writes no default of its own (tests/test_settings.py checks).
+  in one line naming the key, with every default filled. Code reads these and writes no
+  default of its own (tests/test_settings.py checks).
+
+The key rule, one for every stage (`key`): a stage's key holds every setting the stage reads,
+at its value in the config with every default filled (the schema has one kind of default,
+`default:`), so editing a default reruns the stages that read it. Two annotations of the schema
+leave a setting out (core/schema.py):
+- `x-off: V`, on a setting of an opt-in feature, V its default: at V the stage computes what
+  it computed before the feature existed, and the setting stays out of the key. A new feature
+  that is off by default so moves no existing run's key; switched on, it enters the keys of the
+  stages that read it. A feature that is a section takes `x-off: {enabled: false}` (the whole
+  section stays out while `enabled` is false) or is nullable with `default: null, x-off: null`.
+- `x-read-with: {setting: V}`: read only while the setting beside it holds V (a list: one of);
+  otherwise out of the key (and refused if a config gives it).
+Out of a key besides, by its stage: what the stage does not read at all (evaluate.base_seeds
+plans jobs; sampling.shards splits only evaluation and base rollouts).
 
 `defaults(section)` reads the schema's defaults from schema_defaults.json beside this file, the
 schema's own rendered as JSON (tests/test_settings.py keeps it equal): `boundary diagnose`
 reads its defaults there, and runs without PyYAML or jsonschema (readers and analysis only).
-Everything else here is the pipeline's and imports core.config (PyYAML) when called.
+Everything else here is the pipeline's and imports core.schema (PyYAML) when called.
 """
 
 from __future__ import annotations
@@ -35,20 +50,43 @@ TRAIN_DERIVED = {"refresh_steps": ("gate", "refresh_steps"), "extractor": ("veri
                  "verify_timeout": ("verify", "timeout")}
 # Keys a training run needs in its settings; the rest have defaults.
 TRAIN_REQUIRED = ["steps", "lr", "num_generations", "prompts_per_step"]
-# An x-default (generate runs' keys stay) that a vllm run's key holds all the same: those runs
-# trained with TRL's correction on before the key existed and train without it now, so a
-# finished one must not count as done.
-ENGINE_KEYED = "vllm_importance_sampling"
+# A method entry's keys that only name, schedule or point at other runs: not training settings.
+METHOD_ONLY = ("label", "seeds", "setting", "checkpoint_of", "step")
+# Train keys a later key replaced: refused in one line that names the replacement.
+REPLACED_TRAIN_KEYS = {"use_vllm": "replaced by train.rollout_engine (generate | vllm; vllm: TRL's "
+                                   "engine, colocated unless vllm_mode: server)"}
 SPLITS = ("train", "diagnostic")
 # The base's i-th evaluation samples at evaluate.seed + i * this prime, apart from shard offsets.
 BASE_SEED_STRIDE = 104729
 
 
-# ---- helpers the keys share --------------------------------------------------------------
+# ---- helpers the keys and the checks share ---------------------------------------------------
 
 def refresh_epochs(steps: int, refresh_steps: int) -> int:
     """Gate refresh epochs of a run of `steps` steps: the last one may be cut short."""
     return math.ceil(steps / refresh_steps)
+
+
+def anchoring(masked: bool, masked_action: str) -> bool:
+    """Whether a method anchors prompts: it has a mask (that masks some prompt: `masked`) and
+    gives masked prompts the anchor (masked_action: anchor), not drop. The config's checks,
+    the rules, the report and the trainer all ask this one function."""
+    return bool(masked) and masked_action == "anchor"
+
+
+def check_batch_split(train: dict, processes: int) -> None:
+    """Refuse in one line `processes` that cannot share a step's completions (prompts_per_step
+    x num_generations) evenly: every process generates and trains as many, in
+    gradient_accumulation_steps micro-batches. `train`: the train settings (complete). The
+    config's check, `boundary train`'s before it starts processes, and make_config's all run this."""
+    completions = int(train["prompts_per_step"]) * int(train["num_generations"])
+    accumulation = int(train["gradient_accumulation_steps"])
+    if completions % (accumulation * processes):
+        raise BoundaryError(
+            f"train.gpus: {processes} processes do not divide a step's prompts_per_step x "
+            f"num_generations = {completions} completions"
+            + (f" into {accumulation} accumulation steps each" if accumulation > 1 else "")
+            + "; choose a count that divides it")
 
 
 def dataset_spec(config: dict, split: str) -> dict:
@@ -78,49 +116,53 @@ def seeds_of(config: dict, method: str) -> list[int]:
     return spec.get("seeds") or config["methods"][source].get("seeds") or config["train"]["seeds"]
 
 
+def method_settings(spec: dict) -> dict:
+    """A `methods:` entry as its training run gets it: without METHOD_ONLY's keys."""
+    return {k: v for k, v in spec.items() if k not in METHOD_ONLY}
+
+
 def sampling_key(config: dict, split: str, *, sharded: bool = True) -> dict:
     """Sampling and verification settings of a stage that samples `split`. sampling.shards
     splits evaluations and base rollouts into jobs; a stage it does not split (`sharded` False:
     the calibration, the gate's draws) holds it at 1, so that changing it between GPU leases
-    remakes neither (keys made before keep their value: 1 is the default)."""
+    remakes neither."""
     sampling = config["sampling"] if sharded else {**config["sampling"], "shards": 1}
     return {"sampling": sampling, "verify": {**config["verify"], "extractor": extractor_of(config, split)}}
 
 
 # ---- the keys: what each rule hashes --------------------------------------------------------
 
+def key(stage: str, given: dict) -> dict:
+    """The key rule (this module's docstring): `given`, a stage's settings drawn from the
+    validated config, less the settings at their `x-off` value and those not read. The one
+    place a key is made; `boundary train` keys its checkpoints with it too."""
+    from boundary.core import schema
+
+    return schema.keyed(given, stage_schema(stage))
+
+
 def pretrain_key(config: dict) -> dict:
-    return {k: config["testbed"][k] for k in ("task", "model", "pretrain")}
+    return key("pretrain", {k: config["testbed"][k] for k in ("task", "model", "pretrain")})
 
 
 def data_key(config: dict, split: str | None = None) -> dict:
     """The testbed's splits (one job, `split` unused) or one real split: that dataset alone."""
     if config["testbed"] is not None:
-        return {"testbed": config["testbed"], "data": config["data"], "prompt": config["prompt"]}
+        return key("data", {"testbed": config["testbed"], "data": config["data"], "prompt": config["prompt"]})
     if split in SPLITS:
         data = {split: dataset_spec(config, split)}
     else:
         data = {"benchmarks": {split[len("bench_"):]: dataset_spec(config, split)}}
-    return {"data": data, "prompt": config["prompt"]}
-
-
-# Calibration keys read only by an adaptive calibration: left out of a full one's key, so full
-# runs rerun nothing while adaptive is off.
-ADAPTIVE_KEYS = ("adaptive", "rounds", "delta")
+    return key("data", {"data": data, "prompt": config["prompt"]})
 
 
 def calibrate_key(config: dict, split: str) -> dict:
-    """The calibration section; an adaptive run adds the regimes' cuts (its stopping rule reads
-    them), a full run drops the adaptive keys. One shard (the default) stays out: runs made
-    before the key existed rerun nothing."""
-    calibration = dict(config["calibration"])
-    if calibration.get("shards") == 1:
-        calibration.pop("shards")
-    if calibration["adaptive"]:
-        return {"calibration": calibration, "regimes": config["regimes"], **sampling_key(config, split, sharded=False)}
-    for key in ADAPTIVE_KEYS:
-        calibration.pop(key, None)
-    return {"calibration": calibration, **sampling_key(config, split, sharded=False)}
+    """The calibration section and the sampling; an adaptive run adds the regimes' cuts (its
+    stopping rule reads them)."""
+    given = {"calibration": config["calibration"], **sampling_key(config, split, sharded=False)}
+    if config["calibration"]["adaptive"]:
+        given["regimes"] = config["regimes"]
+    return key("calibrate", given)
 
 
 def mask_key(config: dict, mask: str) -> dict:
@@ -134,7 +176,7 @@ def mask_key(config: dict, mask: str) -> dict:
     spec["epochs"] = refresh_epochs(config["train"]["steps"], config["gate"]["refresh_steps"])
     if spec.get("share_of"):
         spec["share_of_settings"] = mask_key(config, spec["share_of"])
-    return spec
+    return key("masks", spec)
 
 
 def gate_draws_key(config: dict) -> dict:
@@ -142,25 +184,20 @@ def gate_draws_key(config: dict) -> dict:
     sizes = [mask_key(config, m)["G0"] for m, s in config["masks"].items() if s["kind"] in GATED]
     gate = {k: config["gate"][k] for k in ("seed", "temperature", "top_p")}
     epochs = refresh_epochs(config["train"]["steps"], config["gate"]["refresh_steps"])
-    return {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": epochs},
-            **sampling_key(config, "train", sharded=False)}
+    return key("gate-draws", {"gate": {**gate, "G0": max(sizes + [config["gate"]["G0"]]), "epochs": epochs},
+                              **sampling_key(config, "train", sharded=False)})
 
 
 def regimes_key(config: dict) -> dict:
-    return config["regimes"]
+    return key("regimes", config["regimes"])
 
 
 def train_key(config: dict, method: str) -> dict:
     """A trained method's settings (train section, its method entry, the derived keys); the
     base_rollouts stage gets the same."""
-    from boundary.core.config import method_settings
-
-    derived = {name: config[section][key] for name, (section, key) in TRAIN_DERIVED.items()}
+    derived = {name: config[section][k] for name, (section, k) in TRAIN_DERIVED.items()}
     derived["extractor"] = extractor_of(config, "train")
-    train = dict(config["train"])
-    if train.get("rollout_engine") == "vllm":
-        train.setdefault(ENGINE_KEYED, defaults("train")[ENGINE_KEYED])
-    return {**train, **derived, **method_settings(config["methods"][method])}
+    return key("train", {**config["train"], **derived, **method_settings(config["methods"][method])})
 
 
 def train_owns_gpus(config: dict) -> bool:
@@ -172,28 +209,28 @@ def train_owns_gpus(config: dict) -> bool:
 
 
 def base_seeds(config: dict) -> int:
-    """The base's evaluations of each benchmark (evaluate.base_seeds: an x-default, so a config
-    that does not set it leaves it out of every key)."""
-    return config["evaluate"].get("base_seeds", defaults("evaluate")["base_seeds"])
+    """The base's evaluations of each benchmark (evaluate.base_seeds: it plans jobs, and no
+    evaluation reads it)."""
+    return config["evaluate"]["base_seeds"]
 
 
 def evaluate_key(config: dict, bench: str, method: str, seed: int) -> dict:
     """One (method, seed)'s evaluation: the base's i-th draw samples at its own seed; every
-    policy at evaluate.seed (common random numbers across policies). base_seeds itself is left
-    out, so adding it reruns no finished evaluation."""
+    policy at evaluate.seed (common random numbers across policies). base_seeds is left out:
+    the stage does not read it."""
     evaluate = {k: v for k, v in config["evaluate"].items() if k != "base_seeds"}
     if method == BASE and seed:
         evaluate["seed"] += BASE_SEED_STRIDE * seed
-    return {"evaluate": evaluate, **sampling_key(config, bench)}
+    return key("evaluate", {"evaluate": evaluate, **sampling_key(config, bench)})
 
 
-def report_key(config: dict) -> dict:
-    """The report's complete settings (its key is the whole of them): derived from the config,
-    which its `report:` section overrides."""
+def report_derived(config: dict) -> dict:
+    """The report settings the pipeline derives from the rest of a config (filled): validation
+    puts them in the config's `report:` section where it does not give them."""
     methods, masks = config["methods"], config["masks"]
     ablation_masks = {m for m, s in masks.items() if s["kind"] in ("gate", "soft")}
     pba_mask = methods.get("pba", {}).get("mask")
-    derived = {
+    return {
         "labels": {m: s.get("label", m) for m, s in methods.items()},
         "benchmarks": {b: b for b in benchmarks(config)},
         "ks": config["evaluate"]["ks"],
@@ -203,34 +240,25 @@ def report_key(config: dict) -> dict:
             {"method": m, "mask": s["mask"], "G0": mask_key(config, s["mask"])["G0"],
              "tau": mask_key(config, s["mask"])["tau"], "kind": masks[s["mask"]]["kind"]}
             for m, s in methods.items()
-            if s["mask"] in ablation_masks and s["masked_action"] == "anchor"
+            if s["mask"] in ablation_masks and anchoring(True, s["masked_action"])
             and (m == "pba" or s["mask"] != pba_mask)
         ],
         "ranked": list(methods),
         "group_size": config["train"]["num_generations"],
         "gate_G0": config["gate"]["G0"],
     }
+
+
+def report_key(config: dict) -> dict:
+    """The report's complete settings (its key is the whole of them): the config's `report:`
+    section, derived keys included (report_derived)."""
     try:
-        return resolve("report", {**derived, **config["report"]})
+        return key("report", resolve("report", config["report"]))
     except BoundaryError as err:
         raise BoundaryError(f"config: {err}") from None
 
 
 # ---- the complete settings: what the code reads ----------------------------------------------
-
-def _section(path: str) -> dict:
-    """The schema of a config section by its dotted path ("testbed.task"; "methods" and
-    "masks": one entry)."""
-    from boundary.core.config import _resolve, _schema
-
-    root = _schema()
-    node = root
-    for key in path.split("."):
-        node = _resolve(node["properties"][key], root)
-    if path in ("methods", "masks"):
-        node = _resolve(node["additionalProperties"], root)
-    return copy.deepcopy(node)
-
 
 def _object(properties: dict, required=()) -> dict:
     return {"type": "object", "additionalProperties": False, "properties": properties,
@@ -240,85 +268,73 @@ def _object(properties: dict, required=()) -> dict:
 @functools.cache
 def stage_schema(stage: str) -> dict:
     """The JSON schema of a stage's `--settings`, made of the config schema's sections."""
-    from boundary.core.config import _schema
+    from boundary.core.schema import load, section
 
-    root = _schema()
     if stage == "pretrain":
-        parts = {k: _section(f"testbed.{k}") for k in ("task", "model", "pretrain")}
+        parts = {k: section(f"testbed.{k}") for k in ("task", "model", "pretrain")}
         node = _object(parts, parts)
     elif stage == "data":
-        data = _section("data")
+        data = section("data")
         data.pop("required")  # a real split's job gets its own dataset alone
-        node = _object({"testbed": _section("testbed"), "data": data, "prompt": _section("prompt")},
-                       ["prompt"])
+        node = _object({"testbed": section("testbed"), "data": data, "prompt": section("prompt")}, ["prompt"])
     elif stage in ("calibrate", "evaluate"):  # a stage that samples: its section, sampling, verify
         own = "calibration" if stage == "calibrate" else "evaluate"
-        node = _object({own: _section(own), "sampling": _section("sampling"), "verify": _section("verify")}, [own])
+        node = _object({own: section(own), "sampling": section("sampling"), "verify": section("verify")}, [own])
         if stage == "calibrate":  # an adaptive calibration's stopping rule reads the regimes' cuts
-            node["properties"]["regimes"] = _section("regimes")
+            node["properties"]["regimes"] = section("regimes")
     elif stage == "gate-draws":
-        gate = _section("gate")
+        gate = section("gate")
         gate["properties"]["epochs"] = {"$ref": "#/definitions/posint"}
         gate["required"] = ["epochs"]
-        node = _object({"gate": gate, "sampling": _section("sampling"), "verify": _section("verify")}, ["gate"])
+        node = _object({"gate": gate, "sampling": section("sampling"), "verify": section("verify")}, ["gate"])
     elif stage == "regimes":
-        node = _section("regimes")
+        node = section("regimes")
     elif stage == "masks":
-        node = _section("masks")
+        node = section("masks")
         node["properties"]["epochs"] = {"$ref": "#/definitions/posint"}
         node["properties"]["share_of_settings"] = {"type": "object"}  # the named mask's key (mask_key)
         node["required"] = ["kind", "epochs"]
     elif stage in ("train", "base-rollouts"):
-        train, method = _section("train"), _section("methods")
-        derived = {name: _section(section)["properties"][key]
-                   for name, (section, key) in TRAIN_DERIVED.items()}
-        node = _object({**train["properties"], **method["properties"], **derived}, TRAIN_REQUIRED)
+        train, method = section("train"), section("methods")
+        derived = {name: section(part)["properties"][k] for name, (part, k) in TRAIN_DERIVED.items()}
+        own = {k: v for k, v in method["properties"].items() if k not in METHOD_ONLY}
+        node = _object({**train["properties"], **own, **derived}, TRAIN_REQUIRED)
     elif stage == "report":
-        node = _section("report")
+        node = section("report")
     else:
         raise KeyError(stage)
-    return {"definitions": root["definitions"], **node}
-
-
-def _stage_message(err) -> str:
-    from boundary.core.config import _message
-
-    if err.validator == "required":
-        where = ".".join(str(p) for p in err.absolute_path)
-        missing = next(k for k in err.validator_value if k not in err.instance)
-        return f"{where + '.' if where else ''}{missing}: missing"
-    return _message(err)
+    return {"definitions": load()["definitions"], **node}
 
 
 def resolve(stage: str, given: dict) -> dict:
     """A stage's complete settings: `given` checked against the stage's schema (one line naming
-    the first bad key), every unset key at the schema's default (`default:` or `x-default:`)."""
-    from boundary.core.config import MASK_KEYS, REPLACED_TRAIN_KEYS, _fill_defaults, _validator
+    the first bad key), every unset key at the schema's default."""
+    from boundary.core import schema
 
     if not isinstance(given, dict):
         raise BoundaryError(f"{stage} settings: must be a JSON object, not {type(given).__name__}")
     if stage in ("train", "base-rollouts"):
-        for key in sorted(set(given) & set(REPLACED_TRAIN_KEYS)):
-            raise BoundaryError(f"{stage} settings: {key}: {REPLACED_TRAIN_KEYS[key]}")
-    schema = stage_schema(stage)
+        for name in sorted(set(given) & set(REPLACED_TRAIN_KEYS)):
+            raise BoundaryError(f"{stage} settings: {name}: {REPLACED_TRAIN_KEYS[name]}")
+    node = stage_schema(stage)
     settings = copy.deepcopy(given)
-    if stage == "masks" and settings.get("kind") in MASK_KEYS:  # each kind's own keys only
+    mask_keys = schema.read_with_values("masks", "kind")
+    if stage == "masks" and settings.get("kind") in mask_keys:  # each kind's own keys only
         kind = settings["kind"]
-        own = MASK_KEYS[kind] | {"kind", "epochs"} | ({"share_of_settings"} if "share_of" in settings else set())
+        own = mask_keys[kind] | {"kind", "epochs"} | ({"share_of_settings"} if "share_of" in settings else set())
         unread = sorted(set(settings) - own)
         if unread:
             raise BoundaryError(f"{stage} settings: {unread[0]}: not read by a {kind} mask")
         if kind == "random" and ("fraction" in settings) == ("share_of" in settings):
             raise BoundaryError(f"{stage} settings: a random mask takes fraction or share_of, one of the two")
-        schema = {**schema, "required": sorted(own - {"confidence", "fraction", "share_of"}),
-                  "properties": {k: v for k, v in schema["properties"].items() if k in own}}
+        node = {**node, "required": sorted(own - {"confidence", "fraction", "share_of"}),
+                "properties": {k: v for k, v in node["properties"].items() if k in own}}
         if isinstance(settings.get("share_of_settings"), dict):  # the named mask's, complete
             settings["share_of_settings"] = resolve(stage, settings["share_of_settings"])
-    _fill_defaults(settings, schema, words=("default", "x-default"))
-    errors = sorted(_validator(schema).iter_errors(settings),
-                    key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
-    if errors:
-        raise BoundaryError(f"{stage} settings: {_stage_message(errors[0])}")
+    schema.fill_defaults(settings, node)
+    error = schema.first_error(settings, node)
+    if error:
+        raise BoundaryError(f"{stage} settings: {schema.message(error)}")
     if stage == "calibrate" and settings["calibration"]["adaptive"] and "regimes" not in settings:
         raise BoundaryError(f"{stage} settings: regimes: missing (calibration.adaptive reads its cuts)")
     if stage == "report":
@@ -329,12 +345,29 @@ def resolve(stage: str, given: dict) -> dict:
     return settings
 
 
+def read(value: str) -> dict:
+    """The settings a `--settings` gives (JSON text, or a path to a JSON file), as given: not
+    resolved. One line for a missing file, bad JSON or a non-finite number."""
+    from boundary.core import schema
+
+    text_ = value
+    if not value.lstrip().startswith("{"):
+        path = Path(value)
+        if not path.exists():
+            raise BoundaryError(f"--settings: {value}: not JSON and no such file")
+        text_ = path.read_text()
+    try:
+        given = json.loads(text_)
+    except json.JSONDecodeError as err:
+        raise BoundaryError(f"--settings: invalid JSON ({err.msg})") from None
+    schema.check_finite(given, "--settings")  # Python's json reads NaN and Infinity, which JSON has not
+    return given
+
+
 def load(stage: str, value: str) -> dict:
     """A stage's complete settings from its `--settings` (JSON text or a file)."""
-    from boundary.core.config import load_stage_settings
-
     try:
-        return resolve(stage, load_stage_settings(value))
+        return resolve(stage, read(value))
     except BoundaryError as err:
         message = str(err)
         raise BoundaryError(message if message.startswith("--settings") else f"--settings: {message}") from None
@@ -346,19 +379,19 @@ def _defaults() -> dict:
 
 
 def defaults(section: str) -> dict:
-    """The schema's defaults of a config section (`default:` and `x-default:`; `methods` and
-    `masks`: of one entry), from schema_defaults.json."""
+    """The schema's defaults of a config section (`methods` and `masks`: of one entry), from
+    schema_defaults.json."""
     return copy.deepcopy(_defaults()[section])
 
 
 def rendered_defaults() -> str:
     """schema_defaults.json as the schema gives it (PyYAML): `write_defaults` writes it."""
-    from boundary.core.config import _schema, schema_defaults
+    from boundary.core import schema
 
-    root = _schema()
+    root = schema.load()
     sections = [k for k, v in root["properties"].items() if "properties" in v or k in ("methods", "masks")]
     sections += [f"testbed.{k}" for k in ("task", "model", "pretrain")]
-    lines = [f"{json.dumps(s)}: {json.dumps(schema_defaults(s), sort_keys=True)}" for s in sorted(sections)]
+    lines = [f"{json.dumps(s)}: {json.dumps(schema.defaults(s), sort_keys=True)}" for s in sorted(sections)]
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
@@ -368,13 +401,6 @@ def write_defaults() -> None:
     _defaults.cache_clear()
 
 
-def allowed(section: str, key: str) -> tuple:
-    """The values the schema allows a key (its `enum`), e.g. allowed("methods", "kl_estimator")."""
-    return tuple(v for v in _section(section)["properties"][key]["enum"] if v is not None)
-
-
 def text(settings: dict) -> str:
     """The one serialisation of settings (sorted keys): what a rule passes and hashes."""
-    from boundary.core.config import dumps
-
-    return dumps(settings)
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"))

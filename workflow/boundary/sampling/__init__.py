@@ -25,9 +25,9 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from boundary.core import settings
+from boundary.core import schema, settings
 
-BACKENDS = settings.allowed("sampling", "backend")
+BACKENDS = schema.allowed("sampling", "backend")
 SAMPLING = settings.defaults("sampling")
 ADAPTIVE_BACKEND = ("calibration.adaptive: true needs sampling.backend: hf (vllm would start its engine "
                     "once per round, about 80-90 s each on a GPU)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from boundary.core import schema
 from boundary.core import settings as stage_settings
 from boundary.core.errors import BoundaryError
 from boundary.core.options import ArgumentParser, description
@@ -28,7 +29,7 @@ def make_parser() -> ArgumentParser:
     parser.add_argument("--settings", required=True, help="JSON string or file: train + method, as `train` takes")
     parser.add_argument("--seed", type=int, required=True, help="the training run's seed")
     parser.add_argument("--backend", default=stage_settings.defaults("sampling")["backend"],
-                        choices=stage_settings.allowed("sampling", "backend"), help="sampling backend")
+                        choices=schema.allowed("sampling", "backend"), help="sampling backend")
     parser.add_argument("--shard", help="I/K: draw only blocks I, I+K, ... (cluster scatter; default: all)")
     parser.add_argument("--out", required=True, help="base_rollouts/{method}/seed{S}/{I}.parquet")
     return parser
@@ -44,7 +45,7 @@ def main(argv=None):
     args = make_parser().parse_args(argv)
     index, count = parse_shard(args.shard)
     cfg = make_config(stage_settings.load("base-rollouts", args.settings), args.seed, "unused")  # as training reads them
-    if cfg.anchor not in BASE_SAMPLED or cfg.masked_action != "anchor":
+    if cfg.anchor not in BASE_SAMPLED or not stage_settings.anchoring(True, cfg.masked_action):  # --mask: required
         raise BoundaryError(f"--settings: anchor {cfg.anchor!r} with masked_action {cfg.masked_action!r} "
                             f"draws no base rollouts (needs an anchor of {BASE_SAMPLED}, masked_action anchor)")
     split = read_table(args.train_split, ["prompt_id"], nonempty=True)

@@ -20,11 +20,10 @@ def make_parser() -> ArgumentParser:
 
 def main(argv=None):
     from boundary.core import settings as stage_settings
-    from boundary.core.config import load_stage_settings
     from boundary.core.errors import BoundaryError
 
     args = make_parser().parse_args(argv)
-    given = load_stage_settings(args.settings)
+    given = stage_settings.read(args.settings)
     if given.get("kind", args.kind) != args.kind:
         raise BoundaryError(f"--settings: kind {given['kind']!r} is not --kind {args.kind!r}")
     settings = stage_settings.resolve("masks", {**given, "kind": args.kind})

@@ -23,7 +23,6 @@ import pandas as pd
 
 from boundary.core import settings as stage_settings
 from boundary.core import sources
-from boundary.core.config import batch_split_error
 from boundary.core.errors import BoundaryError
 from boundary.core.gpus import visible
 from boundary.core.options import ArgumentParser, description
@@ -70,10 +69,7 @@ def main(argv=None):
     launch = launch_plan(gpus, known.processes, visible() if gpus else [])
     # Refused here, before any process starts or anything is written.
     sharding.check_launch(settings["sharding"], gpus, launch.processes)
-    why = batch_split_error(int(settings["prompts_per_step"]) * int(settings["num_generations"]),
-                            int(settings["gradient_accumulation_steps"]), launch.processes)
-    if why:
-        raise BoundaryError(why)
+    stage_settings.check_batch_split(settings, launch.processes)
     if settings["sharding"] == "fsdp" and launch.processes == 1:
         print("train: sharding fsdp with 1 GPU shards nothing: the one process holds the whole model", flush=True)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
@@ -159,7 +155,9 @@ def save_atomic(accelerator, model, tokenizer, path: Path):
 
 
 def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str:
-    """The identity of a training run: settings, seed, prompts, anchor weights, the process
+    """The identity of a training run: the key of its complete settings (core.settings.key: the
+    rule's key, so a default edited in the schema never resumes a checkpoint made under the old
+    value), seed, prompts, anchor weights, the process
     count, the base model's files and the package's code. A job resumes only checkpoints under
     its own key, so a changed config, gate, base or code never resumes a stale run, and a job
     with another process count (train.gpus, or --processes on the CPU) starts afresh: TRL
@@ -169,7 +167,8 @@ def run_key(model_dir, settings: dict, seed: int, prompts: dict, weights) -> str
     pretrain.json (it records wall-clock seconds) and hidden files (download caches, the
     folder's owner marker)."""
     processes = int(os.environ.get("WORLD_SIZE", 1))
-    h = hashlib.sha256(json.dumps([settings, seed, prompts, processes], sort_keys=True).encode())
+    keyed = stage_settings.key("train", settings)
+    h = hashlib.sha256(json.dumps([keyed, seed, prompts, processes], sort_keys=True).encode())
     if weights is not None:
         h.update(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
     model_files = [p for p in sorted(Path(model_dir).rglob("*")) if p.name != "pretrain.json"
@@ -204,8 +203,8 @@ def log_table(history: list[dict]) -> pd.DataFrame:
 def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, checkpoint_dir,
           mask: pd.DataFrame | None = None, mask_path="--mask", callbacks=(),
           base_rollout_files: list | None = None, full: dict | None = None, keep_checkpoints: bool = False) -> dict:
-    """Train one run. `settings`: as given (they key the run's checkpoints); `full`: their
-    complete settings (core/settings.py), resolved here unless the caller has them. Once the
+    """Train one run. `settings`: as given; `full`: their complete settings (core/settings.py),
+    resolved here unless the caller has them; the checkpoints are keyed by full's key. Once the
     outputs are written the run's checkpoint folder is removed unless `keep_checkpoints`: no
     later job resumes it (a changed config or code has another key), and a 1.5B run's two
     checkpoints with their optimizer state are about 40 GB. Without `keep_checkpoints` the last
@@ -238,14 +237,14 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     epochs = stage_settings.refresh_epochs(cfg.max_steps, cfg.refresh_steps)
     weights = (None if mask is None else
                anchor_weights_for(mask, split["prompt_id"].tolist(), epochs, mask_path))
-    checkpoint_dir = Path(checkpoint_dir) / run_key(model_dir, settings, seed, prompts, weights)
+    checkpoint_dir = Path(checkpoint_dir) / run_key(model_dir, full, seed, prompts, weights)
     cfg.output_dir = str(checkpoint_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = from_pretrained(model_dir)
     if torch.cuda.is_available():  # before the engine and the trainer take the GPU
         gpu = torch.cuda.get_device_properties(torch.cuda.current_device())
         check_micro_batch(cfg, model.config.vocab_size, gpu.total_memory)
-    anchoring = weights is not None and cfg.masked_action == "anchor" and bool(weights.any())
+    anchoring = stage_settings.anchoring(weights is not None and weights.any(), cfg.masked_action)
     needs_base = needs_frozen_base(cfg, anchoring, bool(base_rollout_files))
     base = from_pretrained(model_dir) if needs_base else None
     reward = make_reward(full["extractor"], int(full["verify_timeout"]), int(full["verify_workers"]))
@@ -321,13 +320,12 @@ def run(argv=None, full: dict | None = None):
     """One training process: parse the stage's options, train, write the outputs. `full`: the
     complete settings, where the caller has resolved them."""
     from boundary.core.artifacts import read_table
-    from boundary.core.config import load_stage_settings
     from boundary.training.gate import read_mask
 
     args = make_parser().parse_args(argv)
     if not Path(args.model).is_dir():
         raise BoundaryError(f"--model: {args.model}: no such model folder")
-    settings = load_stage_settings(args.settings)
+    settings = stage_settings.read(args.settings)
     split = read_table(args.train_split, ["prompt_id", "answer"])
     if "prompt" not in split and "problem" not in split:
         raise BoundaryError(f"{args.train_split}: missing column problem (or prompt)")

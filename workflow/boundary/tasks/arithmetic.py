@@ -31,9 +31,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from boundary.core.config import schema_defaults
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.options import SHARE, ArgumentParser, description
+from boundary.core.schema import defaults as schema_defaults
 
 NAMES = ["Ava", "Ben", "Carla", "Dev", "Elena", "Farid", "Grace", "Hugo", "Iris", "Jamal",
          "Kenji", "Lena", "Mateo", "Nora", "Omar", "Priya", "Quinn", "Rosa", "Sam", "Tara"]

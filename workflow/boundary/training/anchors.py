@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from boundary.core.settings import allowed
+from boundary.core.schema import allowed
 
 if TYPE_CHECKING:  # tensor methods only: the Snakefile reads the anchor kinds without torch
     import torch

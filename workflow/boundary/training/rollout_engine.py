@@ -49,7 +49,7 @@ from boundary.core.errors import BoundaryError, warn
 # torch is imported where it is used: trainer_config (and so `boundary train --help`) reads
 # this module's names without it.
 
-# The engines are the schema's `train.rollout_engine` values (core.settings.allowed).
+# The engines are the schema's `train.rollout_engine` values (core.schema.allowed).
 # GRPOConfig's own vLLM fields, passed through; the others are PBAConfig's (trainer_config.py).
 TRL_KEYS = ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode",
             "vllm_max_model_length", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",

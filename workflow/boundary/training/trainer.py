@@ -41,7 +41,8 @@ source, anchor weights, frozen-base log-probs only for the rows that need them),
 through `_compute_loss` (the surrogate with advantages scaled by 1 - w, plus the anchor on the
 same forward pass), and drop through the train sampler.
 
-Pinned to TRL 1.16.0 (pyproject.toml). Overridden hooks, and why:
+Pinned to TRL 1.16.0 (trl_pin.PINNED; importing this module refuses another release in one
+line). Overridden hooks, and why:
 - `_get_train_sampler`: the run's schedule (schedule.ActionSampler): dropped prompts are never
   sampled, and every step's prompts are known ahead for the base rollouts;
 - `_generate_and_score_completions`: per-row anchor weights and rollout source, frozen-base
@@ -59,6 +60,10 @@ The config is trainer_config.PBAConfig; the `boundary train` stage is stages/tra
 
 from __future__ import annotations
 
+# Before TRL: another TRL release is refused in one line (the hooks below are 1.16.0's).
+from boundary.training import trl_pin  # noqa: F401
+
+# isort: split
 import contextlib
 import copy
 import time
@@ -70,6 +75,7 @@ from torch.nn.utils.rnn import pad_sequence
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+from boundary.core import settings as stage_settings
 from boundary.core.errors import BoundaryError
 from boundary.training import base_rollouts, objectives, rollout_engine, sharding
 from boundary.training.anchors import (
@@ -114,7 +120,7 @@ class PBATrainer(GRPOTrainer):
                                else np.asarray(anchor_weights, dtype=float))
         if self.anchor_weights.shape[1] != n:
             raise ValueError("anchor_weights must have one column per train prompt")
-        anchoring = cfg.masked_action == "anchor" and self.anchor_weights.any()
+        anchoring = stage_settings.anchoring(self.anchor_weights.any(), cfg.masked_action)
         if anchoring and cfg.anchor is None:
             raise BoundaryError(f"anchor: required when a mask anchors prompts (one of {ANCHORS})")
         if cfg.use_vllm and anchoring and cfg.anchor in BASE_SAMPLED and not base_rollouts:

@@ -16,7 +16,6 @@ import torch
 from trl import GRPOConfig
 
 from boundary.core import settings as stage_settings
-from boundary.core.config import batch_split_error
 from boundary.core.errors import BoundaryError
 from boundary.training import objectives
 from boundary.training.rollout_engine import engine_args
@@ -126,9 +125,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
     G, P = int(s["num_generations"]), int(s["prompts_per_step"])
     accum = int(s["gradient_accumulation_steps"])
     world = int(os.environ.get("WORLD_SIZE", 1))  # processes under accelerate/torchrun
-    why = batch_split_error(P * G, accum, world)
-    if why:
-        raise BoundaryError(why)
+    stage_settings.check_batch_split(s, world)
     steps = int(s["steps"])
     # FSDP is set up only where it shards: several GPU processes (accelerate drops it on a CPU).
     sharded = s["sharding"] if world > 1 and torch.cuda.is_available() else "ddp"
