@@ -379,3 +379,30 @@ def test_chat_templated_prompts_are_quoted_by_their_question(tmp_path):
         dg.main(["--base", base, "--trained", f"g:0={trained}", "--ks", "1,4", "--coverage-k", "4", "--resamples",
                  "20", "--no-figures", "--out", str(tmp_path / f"o{i}")])
         assert set(pd.read_csv(tmp_path / f"o{i}" / "prompts.csv")["problem"]) == set(questions)
+
+
+def test_figures_keep_their_legend_and_panels_when_a_regime_or_a_quantity_is_empty(data, monkeypatch, tmp_path):
+    """The regime figure's legend names base and every method also when its first regime
+    (SolvedEasy) has no prompt; training.png keeps its KL panel, saying why it is empty; the
+    pass@k figure of diagnose is not titled by its input format."""
+    from boundary.analysis import figures, tables
+
+    base, runs, regimes = data
+    hard = regimes.assign(regime=regimes["regime"].replace("SolvedEasy", "Reachable"))
+    d = dg.analyse(base, runs, hard, ks=[1, 4, 32], resamples=50)
+    view = tables.View.for_diagnose(["grpo", "pba"], pair=("pba", "grpo"))
+    drawn = {}
+    monkeypatch.setattr(figures, "save", lambda fig, folder, name: drawn.update({name: fig}) or [])
+    figures.regime_passk(d, view, tmp_path)
+    fig = drawn["regime_passk"]
+    assert fig.axes[0].get_title() == "SolvedEasy (n=0)" and "no SolvedEasy prompts" in fig.axes[0].texts[0].get_text()
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["Base", "grpo", "pba"]
+    logs = pd.DataFrame({"method": "grpo", "seed": 0, "step": range(4), "reward": 0.5, "entropy": 1.0,
+                         "kl": np.nan, "protected_fraction": 0.0})
+    figures.training_curves(logs, view, tmp_path)
+    axes = drawn["training"].axes
+    assert [ax.get_title() for ax in axes] == ["reward", "entropy", "KL(π ‖ π_base)", "protected fraction"]
+    assert axes[2].texts[0].get_text().startswith("not logged") and drawn["training"].legends
+    figures.write_diagnose_figures(d, view, tmp_path)
+    assert drawn["passk_curves"].axes[0].get_title() == "pass@k over every prompt"
