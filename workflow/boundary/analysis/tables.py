@@ -450,8 +450,7 @@ def _seed_matrix(name, caption, diag, view, items) -> Table:
         row = [label]
         for m in methods:
             vals = per_seed(diag.metrics, m, metric, regime, k)
-            row += [Stat(vals.get(s, np.nan) * scale, **fmt) if len(vals) else absent(diag.metrics, m, regime)
-                    for s in seeds[m]]
+            row += [Stat(vals.get(s, np.nan) * scale, **fmt) for s in seeds[m]]
             if metric in COUNT_METRICS:  # a count's summary is its total, never a rounded mean
                 row.append(f"total {sum(int(round(v)) for v in vals)}" if len(vals)
                            else absent(diag.metrics, m, regime))
