@@ -69,7 +69,7 @@ def clip(text, limit: int = CLIP) -> str:
 def pts(x, digits: int = 1, sign: bool = True) -> str:
     if x is None or not np.isfinite(x):
         return "n/a"
-    x = 0.0 if round(100 * x, digits) == 0 else 100 * x  # no "-0.0"
+    x = 100 * x + 0.0  # exactly 0 reads "+0.0"; a tiny negative keeps its sign ("-0.0": it excludes 0)
     return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
 
 

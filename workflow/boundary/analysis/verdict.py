@@ -57,8 +57,9 @@ class Delta:
 
 
 def _signed(x: float, digits: int) -> str:
-    x = 0.0 if round(x, digits) == 0 else x  # no "-0.0"
-    return f"{x:+.{digits}f}".replace("-", "−")
+    # A value that rounds to 0 keeps its sign: an interval whose bound is -0.004 excludes 0, and
+    # reads "−0.0", not "+0.0" (exactly 0 reads "+0.0").
+    return f"{x + 0.0:+.{digits}f}".replace("-", "−")
 
 
 @dataclass
