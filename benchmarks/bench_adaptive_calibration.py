@@ -20,17 +20,17 @@ Simulated from per-prompt counts (e.g. a committed regimes.parquet, or any parqu
 prompt_id, n, c), each prompt's rate taken as p = c / n:
 
     PYTHONPATH=workflow python benchmarks/bench_adaptive_calibration.py \
-        --simulate docs/results/2026-11-27-smollm2-arith-add15/results/regimes/regimes.parquet [--replicates 200]
+        --simulate results/RUN/regimes/regimes.parquet [--replicates 200]
 
 prints the same confusion matrix and ratios over the replicates (Bernoulli draws of the full
 run; the adaptive run reads their prefixes), and the exact expected agreement and sample share
 (the stopping rule's dynamic program).
 
 Replayed on GPU runs' per-sample verdicts (pool, run, prompt_id, sample_idx, correct; run full
-or adaptive, as benchmarks/gpu_issue40.sh's runs give them):
+or adaptive, one row a drawn sample):
 
     PYTHONPATH=workflow python benchmarks/bench_adaptive_calibration.py --config config/smollm2.yaml \
-        --replay docs/results/2026-11-28-adaptive-calibration/gpu_h200_outcomes.parquet
+        --replay outcomes.parquet
 
 prints, per pool, the rule applied to the full run's own draws in order (what an adaptive run
 keeps where its draws are the full run's: on a CPU always), the real adaptive run's labels

@@ -1,7 +1,7 @@
 """How far a bf16 forward's next-token distribution is from the fp32 one, by attention arithmetic.
 
 Why: on the 1.5B model the pipeline's sampler drew answers slightly less concentrated than stock
-`generate` (docs/results/2026-11-28-qwen15b-fidelity.md, exploratory). Its default decode
+`generate` (exploratory, on a 1.5B model). Its default decode
 attention (`sampling/hf.py`, "matmul") rounds the attention scores to bf16 before the softmax
 and takes the softmax's output in bf16; transformers' sdpa, which stock `generate` uses, keeps
 them in float32 inside the kernel. This teacher-forces the same token sequences through the model

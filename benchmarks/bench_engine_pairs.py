@@ -7,8 +7,7 @@ launch, one process and one GPU a run):
   so must the log's step, learning rate and protected fraction. Every other value both logs
   hold is computed from sampled rollouts, which the two engines draw from other random
   streams: those must agree within 3 SE (`gpu_multi_process_check.within_3se`, the rule the
-  1-vs-N process checks use; its docstring and docs/results/2026-11-27-h100-lease-3-sharding-
-  and-scaling.md say why).
+  1-vs-N process checks use; its docstring says why).
 - resume: a `vllm` run SIGKILLed (`--signal`) as soon as its first checkpoint is written, then
   started again with the same command. It must say "resuming from checkpoint-K" (K the first
   save step, before the last step), finish, log every step once, take the actions of an
@@ -18,7 +17,7 @@ launch, one process and one GPU a run):
   run's over the same steps within 3 SE (a run restarted from the base would not).
 
     PYTHONPATH=workflow python benchmarks/bench_engine_pairs.py --model M --work DIR \\
-        [--split S | --config config/smollm2_arith_add15.yaml] [--method pba_policy] \\
+        --config C [--split S] [--method pba_policy] \\
         [--steps 32] [--save-steps 8] [--devices 0,1,2] [--deadline 470] [--cpu]
 
 Settings: the config's train section (its `grpo` entry's, with the derived keys, as the train
@@ -445,8 +444,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="a model folder (boundary import-base); with --cpu: default a tiny one")
     p.add_argument("--split", help="a train split parquet (default: made from --config)")
-    p.add_argument("--config", default=str(ROOT / "config" / "smollm2_arith_add15.yaml"),
-                   help="its train settings (and its train split, without --split)")
+    p.add_argument("--config", required=True, help="a workflow config: its train settings (and its train split, "
+                   "without --split), e.g. one with an arithmetic: section, which needs no data files")
     p.add_argument("--config-method", default="grpo", help="the config's method whose settings are the base")
     p.add_argument("--method", choices=sorted(METHODS), default="pba_policy", help="the keys trained on top")
     p.add_argument("--steps", type=int, default=32)

@@ -37,7 +37,7 @@ METHODS = {
     "pba_support": {"mask": "pba", "anchor": "support", "beta_a": 10.0, "support_floor": 0.02,
                     "base_generation_batch_size": 4096},
     "global_kl": {"beta_kl": 0.035, "kl_estimator": "k2"},
-    # The field's methods (config/methods_study.yaml); mask methods use the same random mask.
+    # The field's methods (tests/configs/methods.yaml); mask methods use the same random mask.
     "zero_success": {"mask": "pba", "masked_action": "drop"},
     "dph_forward_kl": {"mask": "pba", "anchor": "forward_kl", "beta_a": 0.05, "base_generation_batch_size": 4096},
     "dph_js": {"mask": "pba", "anchor": "js", "beta_a": 0.2, "base_generation_batch_size": 4096},

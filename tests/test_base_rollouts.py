@@ -77,8 +77,7 @@ def test_shards_together_are_the_one_job_draw(model_dir, stage_inputs):
 
 def test_the_stage_does_not_import_the_trainer_so_not_vllm(model_dir, stage_inputs):
     """TRL's GRPOTrainer imports vLLM when it is installed; a sampling stage that imported it
-    drew other bf16 logits on a GPU where vLLM had been installed (docs/results/
-    2026-11-27-h100-lease-4-fsdp-and-reproducibility.md), and paid vLLM's import."""
+    drew other bf16 logits on a GPU where vLLM had been installed (an H100), and paid vLLM's import."""
     argv = stage_argv(model_dir, stage_inputs, stage_inputs / "alone.parquet")
     code = (f"import sys; from boundary.stages import base_rollouts as s; s.main({argv!r}); "
             "print(sorted(m for m in sys.modules if m == 'trl.trainer.grpo_trainer' or m.startswith('vllm')))")

@@ -10,9 +10,10 @@ from boundary.core.settings import read as load_stage_settings
 from boundary.core.settings import text as dumps
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "config").glob("*.yaml")))
-def test_shipped_configs_validate(name):
-    config = load_config(ROOT / "config" / f"{name}.yaml")
+@pytest.mark.parametrize("path", [*sorted((ROOT / "config").glob("*.yaml")),
+                                  *sorted((ROOT / "tests" / "configs").glob("*.yaml"))], ids=lambda p: p.name)
+def test_shipped_configs_validate(path):
+    config = load_config(path)
     assert config["train"]["loss_type"] == "grpo"  # never TRL's dapo default
     assert all(max(config["evaluate"]["ks"]) <= config["evaluate"]["n"] for _ in [0])
 
@@ -236,7 +237,7 @@ def _paper():
     (lambda c: c["data"]["benchmarks"].update({"math-500": c["data"]["benchmarks"]["math500"]}),
      "config: data.benchmarks: name 'math-500': names hold only letters, digits and _ (they become folder, "
      "file and rule names)"),
-    (lambda c: c.update(testbed=yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())["testbed"]),
+    (lambda c: c.update(testbed=yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())["testbed"]),
      "config: base_model: not used with a testbed section (the testbed pretrains its own base on its own "
      "prompts); remove one of the two"),
 ])
@@ -275,7 +276,7 @@ def test_check_config_validates_the_merge_of_several_files(tmp_path):
 
     extra = tmp_path / "extra.yaml"
     extra.write_text("evaluate: {n: 32.0}\n")
-    smoke = ROOT / "config" / "smoke.yaml"
+    smoke = ROOT / "tests" / "configs" / "smoke.yaml"
     run = subprocess.run(["boundary", "check-config", str(smoke)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout == f"{smoke}: valid\n"
     run = subprocess.run(["boundary", "check-config", str(smoke), str(extra)], capture_output=True, text=True)

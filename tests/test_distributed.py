@@ -38,7 +38,7 @@ from boundary.core import settings as stage_settings
 from boundary.core.config import validate_config
 from boundary.tasks.testbed import TestbedTask, make_prompts
 
-SMOKE = validate_config(yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text()))
+SMOKE = validate_config(yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text()))
 TIMING = ("step_time", "base_draw_seconds", "generate_seconds")
 
 

@@ -1,7 +1,6 @@
 """Label reliability: the regimes' intervals of p, P(label) and P(flip) against direct sums,
 what an extension buys, and the calibration's extension of fragile prompts (config, the
-sampler's rounds, the stage). The prediction against a real second calibration:
-lab/tests/test_label_flips.py."""
+sampler's rounds, the stage)."""
 
 from __future__ import annotations
 

@@ -317,7 +317,7 @@ def test_the_benchmark_s_phases_sum_to_its_step_and_the_engine_check_is_a_phase_
 
 def test_the_benchmark_s_engine_options_override_its_check_at_every_sync():
     """benchmarks/multi_gpu_steps.py checks the engine at every sync unless --check-every says
-    otherwise (row m of gpu_issue39.sh: 50, as the configs); its other engine options reach the
+    otherwise (the engine benchmark's row m: 50, as the configs); its other engine options reach the
     run's settings as the train stage names them."""
     import sys
 

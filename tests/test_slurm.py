@@ -72,7 +72,7 @@ def slurm(tmp_path_factory):
 
 def tiny_config(path):
     """The smoke config cut to a few seconds of work per job."""
-    config = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    config = yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())
     config["run"] = "tiny"
     config["testbed"]["splits"] = {"train": 16, "diagnostic": 16, "testbed": 8}
     config["testbed"]["pretrain"]["steps"] = 20

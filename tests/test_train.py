@@ -324,7 +324,7 @@ def cli(args, **kwargs):
 
 
 def test_a_micro_batch_whose_logits_cannot_fit_the_gpu_is_refused_with_the_accumulation_that_fits():
-    """config/qwen15b.yaml before gradient_accumulation_steps: 256 completions of 1,024 tokens in
+    """A 1.5B config before gradient_accumulation_steps: 256 completions of 1,024 tokens in
     one micro-batch, Qwen2.5's 151,936-token vocabulary: 159 GB of bf16 logits and gradient on a
     141 GB H200. The hint keeps them to a quarter of it: 8 micro-batches of 32."""
     from types import SimpleNamespace

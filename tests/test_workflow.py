@@ -78,7 +78,7 @@ def test_paper_config_dry_run(tmp_path):
 def test_calibration_shards_scatter_and_join_and_the_target_asks_for_each(tmp_path):
     """calibration.shards: 3 makes three GPU jobs and one CPU join; the shards are kept (a lease
     that ends early brings back those it made), so `all` asks for each."""
-    config = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    config = yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())
     config["calibration"]["shards"] = 3
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     out = snakemake("-n", "--cores", "1", "--configfile", str(tmp_path / "c.yaml"), cwd=tmp_path).stdout
@@ -134,7 +134,7 @@ def smoke_run(tmp_path_factory):
     for folder in ("workflow", "config", "envs"):
         shutil.copytree(ROOT / folder, workdir / folder, ignore=shutil.ignore_patterns("__pycache__"))
     config = workdir / "smoke.yaml"
-    shutil.copy(ROOT / "config" / "smoke.yaml", config)
+    shutil.copy(ROOT / "tests" / "configs" / "smoke.yaml", config)
     snakemake("--cores", "2", "--configfile", str(config), cwd=workdir)
     return workdir, config
 
@@ -313,7 +313,7 @@ def test_an_artifact_lost_to_a_failed_job_is_made_again_with_all_downstream(smok
 
 def test_a_duplicate_config_key_stops_snakemake_with_one_line(tmp_path):
     config = tmp_path / "dup.yaml"
-    text = (ROOT / "config" / "smoke.yaml").read_text()
+    text = (ROOT / "tests" / "configs" / "smoke.yaml").read_text()
     config.write_text(text + "gate: {G0: 8, tau: 0.5, refresh_steps: 4}\n")
     run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
     assert run.returncode != 0
@@ -323,7 +323,7 @@ def test_a_duplicate_config_key_stops_snakemake_with_one_line(tmp_path):
 
 def test_a_config_error_stops_snakemake_with_one_line_naming_the_file(tmp_path):
     config = tmp_path / "typo.yaml"
-    config.write_text((ROOT / "config" / "smoke.yaml").read_text() + "trian: {}\n")
+    config.write_text((ROOT / "tests" / "configs" / "smoke.yaml").read_text() + "trian: {}\n")
     run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
     assert run.returncode == 1 and run.stdout.splitlines() == [f"{config}: config: unknown key 'trian'"]
 
@@ -338,7 +338,7 @@ def test_a_missing_data_file_stops_snakemake_before_any_job_with_one_line(tmp_pa
     run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
     assert run.returncode == 1 and len(run.stdout.splitlines()) == 1, run.stdout
     assert run.stdout.startswith(f"{config}: data.train.path: {path}: file not found"), run.stdout
-    snakemake("-n", "--cores", "1", "--configfile", str(ROOT / "config" / "smollm2_arith_smoke.yaml"), cwd=tmp_path)
+    snakemake("-n", "--cores", "1", "--configfile", str(ROOT / "tests" / "configs" / "smollm2_arith_smoke.yaml"), cwd=tmp_path)
 
 
 def test_kill_9_of_the_controller_then_the_readme_steps(tmp_path):
@@ -349,7 +349,7 @@ def test_kill_9_of_the_controller_then_the_readme_steps(tmp_path):
     import time
 
     config = tmp_path / "smoke.yaml"
-    shutil.copy(ROOT / "config" / "smoke.yaml", config)
+    shutil.copy(ROOT / "tests" / "configs" / "smoke.yaml", config)
     model = tmp_path / "results" / "smoke" / "models" / "base"
     args = ["--cores", "1", "--configfile", str(config)]
     target = "results/smoke/models/base"  # targets before --configfile
@@ -384,19 +384,23 @@ def planned_jobs_for(workdir, target, configfile):
     return {m.group(1) for m in re.finditer(r"^(?:local)?rule (\w+):", out, re.M)}
 
 
-@pytest.mark.parametrize("name", ["smoke", "paper", "smollm2_arith", "smollm2_arith_easy", "smollm2_arith_add",
-                                  "smollm2_arith_add15"])
-def test_the_target_asks_for_every_artifact(tmp_path, name):
+@pytest.mark.parametrize("path", [ROOT / "tests" / "configs" / "smoke.yaml", ROOT / "config" / "paper.yaml",
+                                  ROOT / "tests" / "configs" / "smollm2_arith_smoke.yaml",
+                                  ROOT / "tests" / "configs" / "methods.yaml"], ids=lambda p: p.stem)
+def test_the_target_asks_for_every_artifact(tmp_path, path):
     """`all` lists every declared output of the run (temp shards aside): what a failed job's
     cleanup deletes is always rebuilt (see run_artifacts in common.smk)."""
-    if name == "paper":
+    assert_all_asks_for_every_output(tmp_path, path)
+
+
+def assert_all_asks_for_every_output(tmp_path, configfile):
+    if configfile.name == "paper.yaml":
         (tmp_path / "models" / "Qwen2.5-7B").mkdir(parents=True)
         paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
         for spec in [paper["data"]["train"], paper["data"]["diagnostic"], *paper["data"]["benchmarks"].values()]:
             (tmp_path / spec["path"]).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / spec["path"]).write_text("")
-    out = snakemake("-n", "--cores", "1", "--configfile", str(ROOT / "config" / f"{name}.yaml"),
-                    cwd=tmp_path).stdout
+    out = snakemake("-n", "--cores", "1", "--configfile", str(configfile), cwd=tmp_path).stdout
     outputs, wanted, rule = set(), set(), None
     for line in out.splitlines():
         if m := re.match(r"^(?:local)?rule (\w+):", line.strip()):
@@ -460,7 +464,7 @@ def real_data_run(tmp_path_factory, tiny_model_dir):
     for name in ("train", "diag", "a", "b"):
         rows = [json.dumps({"problem": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(4)]
         (workdir / "data" / f"{name}.jsonl").write_text("\n".join(rows) + "\n")
-    config = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    config = yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())
     del config["testbed"]
     config.update(run="real", base_model="source_model", data={
         "train": {"path": "data/train.jsonl"}, "diagnostic": {"path": "data/diag.jsonl"},
@@ -533,7 +537,7 @@ def test_a_default_edited_in_the_schema_reruns_exactly_the_stages_that_read_it(t
     for folder in ("workflow", "config", "envs"):
         shutil.copytree(ROOT / folder, workdir / folder, ignore=shutil.ignore_patterns("__pycache__"))
     config = workdir / "smoke.yaml"
-    shutil.copy(ROOT / "config" / "smoke.yaml", config)
+    shutil.copy(ROOT / "tests" / "configs" / "smoke.yaml", config)
     _touched_run(workdir, config)
     assert planned_jobs(workdir, config) == set()
     schema = workdir / "workflow" / "schemas" / "config.schema.yaml"

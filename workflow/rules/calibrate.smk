@@ -32,7 +32,7 @@ if config["calibration"]["shards"] == 1:
 
 else:
 
-    # Shards are kept (not temp): a GPU lease that ends before all are made brings back those it made.
+    # Shards are kept (not temp): a GPU session that ends before all are made keeps those it made.
     rule calibrate_base_shard:
         input:
             model=base_model(),

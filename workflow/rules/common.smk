@@ -99,7 +99,7 @@ def code(command):
     and stage module, and everything they import): an edit reruns exactly the rules that run
     it, compared by content (a touch alone reruns nothing). Relative to the working directory:
     Snakemake keys its records by the path, so results made in one checkout are up to date in
-    another (a GPU lease's, docs/how-to/run_a_study_across_gpu_leases.md)."""
+    another (a GPU machine's copy of the checkout, say)."""
     return [os.path.relpath(path) for path in sources.files("boundary.cli", COMMANDS[command][0])]
 
 

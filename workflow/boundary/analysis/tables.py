@@ -351,7 +351,7 @@ def controls(diag, view: View) -> Table:
                     _data(diag.summary, methods, ["delta_passk"], ("Boundary",))])
     why = [] if view.controls else [
         "No controls in this config: only the baseline and the method are shown (a method with a "
-        "`setting:` is a control row; config/study.yaml runs the paper's)."]
+        "`setting:` is a control row; config/paper.yaml runs the paper's)."]
     return Table("controls", "Diagnostic controls and exact hyperparameters (diagnostic split)",
                  ["Control", "Exact setting", "p@1", f"p@{k_hi}", f"Boundary Δp@{k_hi}"], rows, data,
                  why + _missing_note(methods, set(diag.summary["method"]), view))
@@ -371,11 +371,11 @@ def gate_ablation(diag, mask_metrics: pd.DataFrame | None, view: View) -> Table:
     caption = "Gate ablations with effective thresholds (diagnostic split)"
     if not view.ablations:
         return unfilled("gate_ablation", caption, "No gate in this config: a row is a method anchored on a gate or "
-                                                  "soft mask (config/study.yaml runs the paper's ablations).")
+                                                  "soft mask (config/paper.yaml runs the paper's ablations).")
     rows, data = [], []
     notes = ([] if any(e["method"] != view.method for e in view.ablations) else [
         "Only the method's own gate in this config: the other rows are methods anchored on other gate or "
-        "soft masks (config/study.yaml runs the paper's ablations)."])
+        "soft masks (config/paper.yaml runs the paper's ablations)."])
     for e in view.ablations:
         G0, tau = int(e["G0"]), float(e["tau"])
         req = required_successes(G0, tau)

@@ -124,7 +124,7 @@ def method_settings(spec: dict) -> dict:
 def sampling_key(config: dict, split: str, *, sharded: bool = True) -> dict:
     """Sampling and verification settings of a stage that samples `split`. sampling.shards
     splits evaluations and base rollouts into jobs; a stage it does not split (`sharded` False:
-    the calibration, the gate's draws) holds it at 1, so that changing it between GPU leases
+    the calibration, the gate's draws) holds it at 1, so that changing it between GPU sessions
     remakes neither."""
     sampling = config["sampling"] if sharded else {**config["sampling"], "shards": 1}
     return {"sampling": sampling, "verify": {**config["verify"], "extractor": extractor_of(config, split)}}

@@ -30,7 +30,7 @@ def max_num_seqs(completions: int, per_gpu: int | None = None) -> int:
     """Sequences the GPU engine runs per step: `per_gpu` (None: the schema's
     sampling.vllm_max_num_seqs) over the jobs sharing the GPU, as its KV cache is, and no more
     than the call's completions. vLLM 0.26's own default is 1024 on an H100 (256 under 70 GiB,
-    `EngineArgs.get_batch_defaults`), which a 135M model leaves mostly idle (docs/results/2026-11-27-sampling-speed-h100.md)."""
+    `EngineArgs.get_batch_defaults`), which a 135M model leaves mostly idle."""
     from boundary.core.gpus import jobs_per_gpu
     from boundary.core.settings import defaults
 

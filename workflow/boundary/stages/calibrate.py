@@ -11,7 +11,7 @@ run's sample k), vllm in one more engine call on those prompts at its own seed.
 With calibration.shards = K > 1 the diagnostic split is scattered over K jobs (prompts I, I+K, ...,
 each shard's streams offset as evaluation's are, so K shards draw other, equally valid samples
 than one job) and `--gather` joins them in split order: K GPUs at once, or shards made in
-different GPU leases.
+different GPU sessions.
 Gate draws: G0max frozen-base samples per train prompt for each refresh epoch. The base is
 frozen, so every epoch's fresh draw can be cached up front; a mask with a smaller G0 reads
 the first G0 draws of each epoch, so one cache serves every gate ablation.

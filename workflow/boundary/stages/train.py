@@ -29,12 +29,12 @@ from boundary.core.options import ArgumentParser, description
 from boundary.training import sharding
 from boundary.training.launch import (
     ERRORS_ENV,
-    _run,
     die_with_launcher,
     launch_plan,
     leave,
     relay_error,
     relayed_error,
+    run_launcher,
     start_processes,
     stop_processes,
     torchrun,
@@ -83,7 +83,7 @@ def main(argv=None):
     print(f"train: {launch.processes} processes on {where}", flush=True)
     with tempfile.TemporaryDirectory() as errors:
         env[ERRORS_ENV] = errors
-        code = _run(torchrun(launch.processes, argv), env)
+        code = run_launcher(torchrun(launch.processes, argv), env)
         said = relayed_error(errors) if code else None
     if said:
         raise BoundaryError(f"train: {said}")

@@ -7,7 +7,6 @@ collapsed). A held-out prompt is a near-copy of a training prompt when either
 - they share the gold answer and the multiset of numbers in the text, at least two of them
   (the same fact: the arithmetic studies' shared operand pairs; one shared number and answer
   is a coincidence in word problems).
-docs/results/2026-11-28-qwen15b-preregistration.md fixes this rule before the study reads it.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def torchrun(processes: int, argv: list[str]) -> list[str]:
             f"--nproc-per-node={processes}", "-m", "boundary.cli", "train", *argv]
 
 
-def _run(command: list[str], env: dict) -> int:
+def run_launcher(command: list[str], env: dict) -> int:
     """Run the launcher; a SIGTERM or SIGINT to this process (SLURM, Snakemake) stops it, and
     torchrun stops its workers."""
     child = subprocess.Popen(command, env=env)

@@ -19,8 +19,7 @@ pinned to that version:
   when set, is vLLM's `max_cudagraph_capture_size` (TRL passes no compilation config): vLLM
   captures decode steps up to 512 rows by default, while TRL gives an engine the process's whole
   generation batch at once; an engine of more rows than that, with the key unset, warns in one
-  line (1.43x a SmolLM2-shape step on 2 x H200 at 1,024 rows an engine,
-  docs/results/2026-11-28-engine-rollouts.md).
+  line (1.43x a SmolLM2-shape step on 2 x H200 at 1,024 rows an engine).
 - In a run of one process the engine's rendezvous port is one the OS assigns (`own_master_port`):
   TRL's own choice takes 29500 whenever it is free, so two runs started together collide.
 

@@ -49,7 +49,8 @@ line). Overridden hooks, and why:
   log-probs for the rows whose terms read them, the field's advantages;
 - `_generate_single_turn`: anchored rows of a base-sampled anchor take frozen-base rollouts
   from the supply (base_rollouts.BaseRolloutSupply) instead of the policy's;
-- `_calculate_rewards`: keeps this process's rewards for the methods' advantages;
+- `_calculate_rewards`: each of this process's rows keeps its reward, in its own input row
+  (REWARD), for the methods' advantages;
 - `_get_per_token_logps_and_entropies`: keeps the surrogate's log-probs for the anchor;
 - `_compute_loss`: the surrogate with advantages scaled by 1 - w, plus the anchor and the
   global KL on the same forward pass.
@@ -96,6 +97,9 @@ from boundary.training.trainer_config import PBAConfig
 GENERATION_METRICS = ("protected_fraction", "reward_policy", "base_rollouts_on_demand",
                       "base_draw_seconds", "generate_seconds")
 SUMMED = {"base_rollouts_on_demand"}
+# A row's reward, carried in its input row from `_calculate_rewards` (TRL hands it the rows, and
+# returns only the gathered table) back to `_generate_and_score_completions`.
+REWARD = "boundary_reward"
 
 
 def needs_frozen_base(cfg: PBAConfig, anchoring: bool, pre_drawn: bool) -> bool:
@@ -166,7 +170,6 @@ class PBATrainer(GRPOTrainer):
                 base_rollouts, self.num_generations, cfg.seed, cfg.refresh_steps, self._base_sampler,
                 lambda: tokenize(self.processing_class, self.train_dataset["prompt"]))
         self._surrogate_logps = None
-        self._rewards = None
         self._stats: dict[str, list[float]] = {}  # this generation batch's (sum, count) metrics
 
     # --- sampling: drop removes prompts from the sampler -----------------------------------
@@ -261,13 +264,14 @@ class PBATrainer(GRPOTrainer):
         if self._on_any_process(need.any()):
             out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
             out["base_scored"] = need
+        rewards = torch.tensor([x.pop(REWARD) for x in inputs]) if inputs and REWARD in inputs[0] else None
         if self.args.regrouped and self.model.training:
-            self._method_advantages(out)
+            self._method_advantages(out, rewards)
         mode = "train" if self.model.training else "eval"
         self._add_stat("protected_fraction", float(np.sum(w > 0)), len(w))
-        if self._rewards is not None:
+        if rewards is not None:
             policy_rows = ~from_base.cpu()
-            self._add_stat("reward_policy", self._rewards[policy_rows].sum().item(), int(policy_rows.sum()))
+            self._add_stat("reward_policy", rewards[policy_rows].sum().item(), int(policy_rows.sum()))
         self._log_means(mode, self._stats)
         return out
 
@@ -369,13 +373,13 @@ class PBATrainer(GRPOTrainer):
             self.base_model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
         return logps
 
-    def _method_advantages(self, out):
+    def _method_advantages(self, out, rewards: torch.Tensor):
         """The field's methods (objectives.py), on this process's rows after TRL's advantage: a
         recomputed group advantage (passk, reinforce, unlikeliness reward), and the tokens that
         Clip-Cov stops (the advantage becomes [B, T]) or KL-Cov penalises. The methods that read
         the policy's log-probs of its rollouts get them from one no-grad forward here."""
         args, G = self.args, self.num_generations
-        rewards = self._rewards.to(out["advantages"].device)
+        rewards = rewards.to(out["advantages"].device)
         mask = out["completion_mask"]
         logps = None
         if args.unlikeliness > 0 or args.cov_select:
@@ -407,7 +411,8 @@ class PBATrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         start = self.accelerator.process_index * len(prompts)  # gathered: keep this process's rows
-        self._rewards = rewards[start:start + len(prompts)].nansum(1).cpu()
+        for row, reward in zip(inputs, rewards[start:start + len(prompts)].nansum(1).tolist()):
+            row[REWARD] = reward  # read back (and removed) by _generate_and_score_completions
         return rewards
 
     # --- loss: the surrogate and the anchor on one forward pass ----------------------------

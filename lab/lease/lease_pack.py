@@ -1,0 +1,300 @@
+"""Pack and restore a run's small artifacts across GPU leases (lab/lease/run_a_study_across_gpu_leases.md).
+
+A lease's machine keeps nothing, and files travel in and out in small, few pieces, so a study
+runs as several Snakemake runs on several machines. Each carries the run's small artifacts
+(every file of results/{run} but model weights: splits, calibration, regimes, masks, counts,
+training logs, tables, figures, logs) with Snakemake's metadata of each
+(.snakemake/metadata/: params, code checksums, input sets), so that the next run treats
+those stages as done instead of redoing them.
+
+  pack    --results results/RUN --out DIR [--limit-mib 60] [--part-mib 15]
+          DIR/lease_RUN.tgz.00, .01, ... (parts of one tar.gz, mtimes kept) and
+          DIR/lease_RUN.manifest (sha256 of every part; packed and left-out files). Files
+          go in by priority until the limit: the small artifacts first, then the base's
+          rollouts, then the diagnostic split's samples, then other samples; what does not
+          fit is listed in one warning line and in the manifest.
+  unpack  DIR [--list FILE]
+          joins and checks the parts, extracts them here (mtimes as packed), and writes the
+          restored paths to FILE (default .snakemake/lease/restored.txt).
+  touch   FILE
+          sets every path FILE lists to one new mtime: restored artifacts become newer than
+          what this machine made before them (the base re-imported here, a data folder copied
+          in), so Snakemake's mtime trigger does not rerun them; a change of params, code or
+          input set still does (the metadata came with them).
+  targets --configfile CFG --seed S [--methods M,...]
+          the files one lease makes for seed S of every method: its training logs and every
+          evaluation of that seed (the base's draw S too), one a line; --methods: only those
+          methods (and the methods that evaluate their checkpoints), `base` for the base's draw,
+          so that a seed too large for one lease is split across leases by method.
+
+Model weights never travel (results/RUN/models/, train/<method>/seed<s>/final and step<n>/,
+*.safetensors, *.bin, *.pt, *.gguf). Snakemake does not remake a missing file whose
+consumers are up to date, so a run given those targets (or the report's) leaves them missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tarfile
+import time
+from base64 import urlsafe_b64decode, urlsafe_b64encode
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workflow"))
+from boundary.core.digests import file_sha256  # noqa: E402
+
+WEIGHTS = {".safetensors", ".bin", ".pt", ".pth", ".gguf"}
+METADATA = Path(".snakemake/metadata")
+INCOMPLETE = Path(".snakemake/incomplete")
+MiB = 1 << 20
+
+
+def record_path(root: Path, path: str) -> Path:
+    """Where Snakemake's file persistence keeps the record of `path` (persistence/file.py:
+    urlsafe base64 of the path, cut into name-sized pieces, all but the last prefixed '@')."""
+    b64 = urlsafe_b64encode(path.encode()).decode()
+    step = 254  # NAME_MAX 255 less one
+    pieces = [b64[i:i + step] for i in range(0, len(b64), step)]
+    return root.joinpath(*["@" + p for p in pieces[:-1]], pieces[-1])
+
+
+def is_weights(rel: Path) -> bool:
+    parts = rel.parts
+    if parts[0] == "models" or rel.suffix in WEIGHTS:
+        return True
+    # train/<method>/seed<s>/<folder>/...: final, step<n> and any other model folder
+    return parts[0] == "train" and len(parts) > 4
+
+
+def tier(rel: Path) -> int:
+    """Packing priority: 0 small artifacts, 1 the base's rollouts, 2 diagnostic samples, 3 rest."""
+    if rel.name == "samples.parquet" or rel.parts[0] == "base_rollouts":
+        return 2 if rel.parts[:2] == ("eval", "diagnostic") else 3
+    if rel.parts[0] == "rollouts":
+        return 1
+    return 0
+
+
+def candidates(results: Path) -> tuple[list[Path], list[Path]]:
+    """(files to pack in priority order, files left out because a job writing them did not
+    finish), paths relative to the working directory."""
+    keep, unfinished = [], []
+    for path in sorted(p for p in results.rglob("*") if p.is_file()):
+        rel = path.relative_to(results)
+        if is_weights(rel):
+            continue
+        if any(record_path(INCOMPLETE, str(q)).exists() for q in [path, *path.parents]):
+            unfinished.append(path)
+        else:
+            keep.append(path)
+    keep.sort(key=lambda p: (tier(p.relative_to(results)), p.stat().st_size))
+    return keep, unfinished
+
+
+def records(results: Path) -> list[Path]:
+    """Snakemake's records of every output under results/RUN (a directory() output's is keyed by
+    the folder; weights' records too: a record of a missing file makes nothing look present, and
+    with them every job of the run keeps its full provenance)."""
+    found = []
+    prefix = f"{results}/"
+    for rec in METADATA.rglob("*") if METADATA.is_dir() else []:
+        if rec.is_file():
+            pieces = [part.removeprefix("@") for part in rec.relative_to(METADATA).parts]
+            try:
+                path = urlsafe_b64decode("".join(pieces)).decode()
+            except ValueError:
+                continue  # not a record of Snakemake's
+            if path.startswith(prefix):
+                found.append(rec)
+    return sorted(found)
+
+
+def pack(args) -> None:
+    results, out = Path(args.results), Path(args.out)
+    if not results.is_dir():
+        sys.exit(f"lease_pack: {results}: no such folder (run from the repository root)")
+    run = results.name
+    out.mkdir(parents=True, exist_ok=True)
+    files, unfinished = candidates(results)
+    budget = int(args.limit_mib * MiB) - MiB  # a MiB for the tar headers and the metadata records
+    chosen, left, full = [], [], False
+    for path in files:  # by priority, each tier's smallest first: past the first that does not
+        size = path.stat().st_size + 1024  # fit, nothing of a lower priority goes in
+        if size <= budget and not full:
+            chosen.append(path)
+            budget -= size
+        else:
+            left.append(path)
+            full = full or tier(path.relative_to(results)) > 0
+    members = chosen + records(results)
+    archive = out / f"lease_{run}.tgz"
+    for old in out.glob(f"lease_{run}.tgz.*"):
+        old.unlink()
+    with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
+        for path in members:
+            tar.add(str(path), recursive=False)
+    size, parts, part = archive.stat().st_size, [], int(args.part_mib * MiB)
+    with open(archive, "rb") as f:
+        while chunk := f.read(part):
+            name = out / f"{archive.name}.{len(parts):02d}"
+            name.write_bytes(chunk)
+            parts.append(name)
+    archive.unlink()
+    lines = [f"run {run}", f"archive {size} bytes in {len(parts)} parts"]
+    lines += [f"part {p.name} {file_sha256(p)}" for p in parts]
+    lines += [f"packed {p}" for p in chosen]
+    lines += [f"left_out {p} {p.stat().st_size}" for p in left]
+    lines += [f"unfinished {p}" for p in unfinished]
+    (out / f"lease_{run}.manifest").write_text("\n".join(lines) + "\n")
+    print(f"lease_pack: {len(chosen)} files of results/{run} and {len(members) - len(chosen)} metadata records "
+          f"in {len(parts)} parts, {size / MiB:.1f} MiB, in {out}")
+    if left:
+        print(f"lease_pack: warning: {len(left)} files over the {args.limit_mib} MiB limit left out "
+              f"({sum(p.stat().st_size for p in left) / MiB:.1f} MiB): {' '.join(map(str, left))}")
+    if unfinished:
+        print(f"lease_pack: {len(unfinished)} files of unfinished jobs left out: {' '.join(map(str, unfinished))}")
+
+
+def manifest_of(folder: Path) -> Path:
+    found = sorted(folder.glob("lease_*.manifest"))
+    if len(found) != 1:
+        sys.exit(f"lease_pack: {folder}: {len(found)} lease_*.manifest files, expected one")
+    return found[0]
+
+
+def unpack(args) -> None:
+    folder = Path(args.folder)
+    manifest = manifest_of(folder)
+    lines = manifest.read_text().splitlines()
+    parts = [line.split()[1:] for line in lines if line.startswith("part ")]
+    archive = folder / "joined.tgz.partial"
+    try:
+        with open(archive, "wb") as joined:
+            for name, digest in parts:
+                part = folder / name
+                if not part.is_file() or file_sha256(part) != digest:
+                    sys.exit(f"lease_pack: {part}: missing or not the SHA-256 {manifest.name} names; nothing restored")
+                joined.write(part.read_bytes())
+        with tarfile.open(archive, "r:gz") as tar:
+            names = [m.name for m in tar.getmembers() if m.isfile()]
+            bad = [n for n in names if n.startswith("/") or ".." in Path(n).parts
+                   or not n.startswith(("results/", ".snakemake/metadata/"))]
+            if bad:
+                sys.exit(f"lease_pack: {manifest.name}: the archive holds {bad[0]}, outside results/ and "
+                         ".snakemake/metadata/; nothing restored")
+            tar.extractall(".", filter="data")  # mtimes as packed
+    finally:
+        archive.unlink(missing_ok=True)
+    restored = [n for n in names if n.startswith("results/")]
+    listing = Path(args.list)
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.write_text("".join(f"{n}\n" for n in restored))
+    left = sum(line.startswith("left_out ") for line in lines)
+    print(f"lease_pack: restored {len(restored)} files and {len(names) - len(restored)} metadata records "
+          f"from {manifest.name}" + (f" ({left} files had been left out when packed)" if left else ""))
+
+
+def touch(args) -> None:
+    now = time.time()
+    paths = [Path(p) for p in Path(args.list).read_text().split("\n") if p]
+    folders = set()
+    for path in paths:
+        if path.exists():
+            os.utime(path, (now, now))
+            folders.update(q for q in path.parents if q.parts and q.parts[0] == "results")
+    for folder in folders:  # a directory() output's mtime is its own
+        os.utime(folder, (now, now))
+    print(f"lease_pack: {len(paths)} restored files dated now, newer than what this machine made before them")
+
+
+def data(args) -> None:
+    """The config's data files (train, diagnostic, benchmarks) copied under --out: those under
+    data/ at the same relative paths (a data/ link followed: what a lease carries as its data
+    folder), any other file of the checkout (e.g. results/qwen15b/candidates/*.jsonl, written
+    here) to --out/files/<its path>, which lease.sh copies back to that path. A path outside the
+    checkout cannot travel: one warning line each."""
+    import shutil
+
+    from boundary.core import settings
+    from boundary.core.config import load_yaml, validate_config
+
+    config = validate_config(load_yaml(args.configfile))
+    if config["testbed"] is not None:
+        return  # the testbed makes its own data
+    splits = [*settings.SPLITS, *(f"bench_{b}" for b in settings.benchmarks(config))]
+    for path in sorted({str(settings.dataset_spec(config, s)["path"]) for s in splits}):
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            print(f"lease_in: warning: {path}: outside the checkout, not carried ({args.configfile}'s data; "
+                  "the device has no such file)")
+            continue
+        if not Path(path).is_file():
+            raise SystemExit(f"lease_in: {path}: no such file ({args.configfile}'s data; link data/ first)")
+        target = Path(args.out) / (path if path.startswith("data/") else Path("files", path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        print(f"lease_in: {target} ({target.stat().st_size / 2**20:.1f} MiB)")
+
+
+def targets(args) -> None:
+    from boundary.core import settings
+    from boundary.core.config import load_yaml, validate_config
+    from boundary.core.names import BASE, DIAGNOSTIC
+
+    config = validate_config(load_yaml(args.configfile))
+    out, seed = f"results/{config['run']}", args.seed
+    benches = [DIAGNOSTIC] + settings.benchmarks(config)
+    methods = config["methods"]
+    chosen = (set(methods) | {BASE}) if args.methods is None else set(args.methods.split(","))
+    unknown = sorted(chosen - set(methods) - {BASE})
+    if unknown:
+        sys.exit(f"lease_pack: --methods {unknown[0]}: not a method of {args.configfile} (nor {BASE})")
+    orphans = sorted(m for m in chosen - {BASE} if methods[m]["checkpoint_of"] not in (None, *chosen))
+    if orphans:  # its policy is another method's checkpoint, which only that method's lease holds
+        sys.exit(f"lease_pack: --methods {orphans[0]}: evaluates {methods[orphans[0]]['checkpoint_of']}'s "
+                 "checkpoint: name that method too (the weights stay on the machine that trained them)")
+    for method, spec in methods.items():
+        # A checkpoint's evaluation goes with the method that trains it.
+        if (method in chosen or spec["checkpoint_of"] in chosen) and seed in settings.seeds_of(config, method):
+            if not spec["checkpoint_of"]:
+                print(f"{out}/train/{method}/seed{seed}/log.parquet")
+            for bench in benches:
+                print(f"{out}/eval/{bench}/{method}/seed{seed}/counts.parquet")
+    if BASE in chosen and seed < settings.base_seeds(config):
+        for bench in benches:
+            print(f"{out}/eval/{bench}/{BASE}/seed{seed}/counts.parquet")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("--results", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--limit-mib", type=float, default=60.0)
+    p.add_argument("--part-mib", type=float, default=15.0)
+    p.set_defaults(func=pack)
+    p = sub.add_parser("unpack")
+    p.add_argument("folder")
+    p.add_argument("--list", default=".snakemake/lease/restored.txt")
+    p.set_defaults(func=unpack)
+    p = sub.add_parser("touch")
+    p.add_argument("list")
+    p.set_defaults(func=touch)
+    p = sub.add_parser("data")
+    p.add_argument("--configfile", required=True)
+    p.add_argument("--out", default=".lease")
+    p.set_defaults(func=data)
+    p = sub.add_parser("targets")
+    p.add_argument("--configfile", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--methods", help="comma-separated: only these methods' targets (and the base's draw if "
+                   "`base` is named; default: every method and the base)")
+    p.set_defaults(func=targets)
+    args = ap.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
