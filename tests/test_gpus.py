@@ -235,6 +235,8 @@ def test_cli_claims_before_the_stage_runs(monkeypatch, capsys):
     monkeypatch.setenv(gpus.SLOTS_ENV, "4")
     assert cli.main(["--gpus", "2", "--own", "probe", "--x"]) == 0
     assert seen == {"env": "0,1", "argv": ["--x"], "slots": "1"}
+    assert cli.main(["--own", "probe"]) == 2
+    assert "boundary --gpus N --own <command>" in capsys.readouterr().err
     assert cli.main(["--gpus", "5", "probe"]) == 1
     assert "boundary probe: error: --gpus 5: this job sees 4 GPU(s)" in capsys.readouterr().err
     assert cli.main(["--gpus", "x", "probe"]) == 2

@@ -83,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             print("boundary: --gpus takes a GPU count: boundary --gpus N <command> ...", file=sys.stderr)
             return 2
         gpus, argv = int(argv[1]), argv[2:]
-    own = bool(gpus is not None and argv and argv[0] == "--own")
+    own = bool(argv and argv[0] == "--own")
+    if own and gpus is None:
+        print("boundary: --own claims GPUs whole: boundary --gpus N --own <command> ...", file=sys.stderr)
+        return 2
     if own:
         argv = argv[1:]
     if argv and argv[0] == "--version":
