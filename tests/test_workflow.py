@@ -106,7 +106,7 @@ def test_a_training_job_with_the_engine_owns_its_gpus(tmp_path, gpus):
     is every slot of its devices (4 a GPU), so Snakemake under `--resources gpu=<devices x 4>`
     starts no other job beside it, and it claims them with `--own` (core/gpus.py); sampling
     jobs keep one slot. With `generate` the training job takes one slot a GPU, as before."""
-    config = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    config = yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())
     config["train"].update(gpus=gpus, rollout_engine="vllm")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     out = snakemake("-n", "-p", "--cores", "1", "--configfile", str(tmp_path / "c.yaml"), cwd=tmp_path,

@@ -48,7 +48,7 @@ SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
 # A training job with a colocated vLLM engine owns its GPUs (`boundary --gpus N --own`); its
 # `gpu` resource counts every slot of them (job_resources).
 TRAIN_OWNS = settings.train_owns_gpus(config)
-TRAIN_GPUS = f"{config['train']['gpus']} --own" if TRAIN_OWNS else "{resources.gpu}"
+TRAIN_GPUS = f"{config['train']['gpus']}{' --own' if TRAIN_OWNS else ''}"  # the train rule's --gpus
 try:
     JOBS_PER_GPU = jobs_per_gpu()
 except BoundaryError as err:
@@ -163,6 +163,11 @@ def eval_targets(bench):
     for method in config["methods"]:
         for seed in seeds_of(method):
             yield f"{OUT}/eval/{bench}/{method}/seed{seed}/counts.parquet"
+
+
+def eval_samples(bench):
+    """The samples files beside eval_targets' counts files (the report quotes lost prompts' answers)."""
+    return [str(Path(t).with_name("samples.parquet")) for t in eval_targets(bench)]
 
 
 def eval_split(wc):

@@ -7,7 +7,7 @@ rule report:
         counts=[t for b in [DIAGNOSTIC] + BENCHMARKS for t in eval_targets(b)],
         regimes=f"{OUT}/regimes/regimes.parquet",
         split=f"{OUT}/splits/diagnostic.parquet",
-        samples=[t.replace("/counts.parquet", "/samples.parquet") for t in eval_targets(DIAGNOSTIC)],
+        samples=eval_samples(DIAGNOSTIC),
         masks=mask_files(),
         logs=[f"{OUT}/train/{m}/seed{s}/log.parquet" for m in TRAINED for s in seeds_of(m)],
         code=code("report"),
