@@ -131,6 +131,10 @@ def _default():
     (lambda c: (c["calibration"].update(adaptive=True), c["sampling"].update(backend="vllm")),
      "config: calibration.adaptive: true needs sampling.backend: hf (vllm would start its engine once per "
      "round, about 80-90 s each on a GPU)"),
+    (lambda c: c["evaluate"].update(block=8), "config: evaluate.block: read only with evaluate.sequential: true"),
+    (lambda c: (c["evaluate"].update(sequential=True), c["sampling"].update(backend="vllm")),
+     "config: evaluate.sequential: true needs sampling.backend: hf (vllm would start its engine once per "
+     "round, about 80-90 s each on a GPU)"),
 ])
 def test_bad_config_is_one_line_naming_the_field(mutate, message):
     assert _refusal(_default(), mutate) == message

@@ -226,7 +226,7 @@ def test_method_advantages_reach_the_batch(model_dir, split, tmp_path, method):
     trainer = make_trainer(model_dir, split, tmp_path, **method)
     torch.manual_seed(0)
     out = trainer._generate_and_score_completions(first_batch(trainer, split))
-    rewards = trainer._rewards
+    rewards = out["reward"]
     if "advantage" in method and method["advantage"] == "passk":
         want = obj.passk_advantages(rewards, G, 2)
     elif "advantage" in method:
@@ -244,7 +244,7 @@ def test_clip_cov_stops_its_tokens_in_trls_loss(model_dir, split, tmp_path):
                            cov_bounds=[-10.0, 10.0])
     out = trainer._generate_and_score_completions(first_batch(trainer, split))
     mask = out["completion_mask"]
-    adv = obj.group_advantages(trainer._rewards, G)
+    adv = obj.group_advantages(out["reward"], G)
     stopped = obj.clip_cov_tokens(policy_logps(trainer, out), adv, mask, 0.05, (-10.0, 10.0),
                                   torch.Generator().manual_seed(0))
     assert stopped.any() and torch.equal(out["advantages"], adv[:, None] * ~stopped)
@@ -303,7 +303,7 @@ def test_every_method_is_a_trainer_config(tmp_path):
     assert cfgs["unlikeliness"].unlikeliness == 0.25 and not cfgs["grpo"].regrouped
     assert {cfgs["dph_forward_kl"].anchor, cfgs["dph_js"].anchor} == {"forward_kl", "js"}
     assert config["masks"]["solved"]["kind"] == "solved" and cfgs["zero_success"].masked_action == "drop"
-    assert cfgs["w_reinforce"].negative_weight == cfgs["nsr"].negative_weight == 1.0  # the schema's x-default
+    assert cfgs["w_reinforce"].negative_weight == cfgs["nsr"].negative_weight == 1.0  # the schema's default
 
 
 def test_psr_is_the_positive_term_alone(tmp_path):

@@ -15,8 +15,8 @@ import pytest
 from conftest import ROOT
 
 from boundary.cli import main
-from boundary.core.config import load_config, method_settings
-from boundary.core.settings import resolve
+from boundary.core.config import load_config
+from boundary.core.settings import method_settings, resolve
 from boundary.tasks.arithmetic import levels_text, modal_answer
 
 STUDIES = ROOT / "lab" / "studies"

@@ -12,7 +12,8 @@ exactly, so the change is attributed to
 
 and the parts of each split add up to the total. The same holds for the area between the
 curves over log k, A = integral_1^K Δpass@k d(ln k) (trapezoid over every integer k <= K,
-K the smallest n), which is a per-prompt sum too. A / ln K is Δpass@k averaged over log k.
+K the smallest n, a sequential row's cap), which is a per-prompt sum too. A / ln K is Δpass@k
+averaged over log k. Every curve is `passk.estimate_all` of the counts rows, full or sequential.
 
 The crossover k* is the smallest k with trained pass@k < base pass@k (every integer k <= K;
 none when the trained curve never falls below).
@@ -31,7 +32,7 @@ import pandas as pd
 
 from boundary.analysis.stats import bootstrap_blocks, nested_over_seeds, seed_weights
 from boundary.core.names import BASE
-from boundary.core.passk import pass_at_k_all, pass_at_k_column
+from boundary.core.passk import estimate_all, horizon, pass_at_k_column
 
 ALL = "all"
 CELLS = ("kept", "lost", "gained", "never")
@@ -76,18 +77,6 @@ def first_below(delta: np.ndarray, ks: np.ndarray) -> np.ndarray:
     return np.where(below.any(axis=-1), ks[idx].astype(float), np.inf)
 
 
-class _Curves:
-    """pass@k of every distinct (n, c) in the frame at k = 1..kmax, computed once."""
-
-    def __init__(self, n, c, kmax):
-        self.stride = int(np.max(n)) + 1
-        keys, self.inverse = np.unique(np.asarray(n) * self.stride + np.asarray(c), return_inverse=True)
-        self.table = pass_at_k_all(keys // self.stride, keys % self.stride, kmax)  # distinct x kmax
-
-    def rows(self, idx):
-        return self.table[self.inverse[idx]]
-
-
 def kstar_interval(kdraws, grid, level: float = 0.95) -> tuple[float, float]:
     """Percentile interval of bootstrap k* drawn on `grid`, rounded outward: a draw at grid[i]
     crossed somewhere in (grid[i-1], grid[i]], so the low end is grid[i-1] + 1. inf means no
@@ -123,14 +112,11 @@ class Attribution:
         self.regimes = [r for r in pd.unique(labels) if r != ALL]
         self.strata = labels if self.regimes else None
         self.P = P = len(order)
-        self.kmax = kmax = int(min(frame["n"].min(), frame["base_n"].min()))
+        self.kmax = kmax = int(horizon(frame).min())  # the base's rows are in the frame
         self.grid = k_grid(kmax, ks)
         self.quantities = [(DELTA, int(k)) for k in ks] + [(AREA, None)]
         weights = log_k_weights(kmax)
-        all_n = np.concatenate([base["n"].to_numpy()] + [by_run[r]["n"].to_numpy() for r in self.runs])
-        all_c = np.concatenate([base["c"].to_numpy()] + [by_run[r]["c"].to_numpy() for r in self.runs])
-        curves = _Curves(all_n, all_c, kmax)
-        base_full = curves.rows(np.arange(P))                                 # P x kmax
+        base_full = estimate_all(base, kmax)                                  # P x kmax
         base_area = base_full @ weights
         R, Q = len(self.runs), len(self.quantities)
         cell_block = np.zeros((P, R, Q, 3))                                   # kept, lost, gained
@@ -139,7 +125,7 @@ class Attribution:
         self.base_curve = base_full.mean(axis=0)
         for i, r in enumerate(self.runs):
             g = by_run[r]
-            full = curves.rows(np.arange(P * (i + 1), P * (i + 2)))
+            full = estimate_all(g, kmax)
             d = np.stack([g[pass_at_k_column(k)].to_numpy() - g[f"base_{pass_at_k_column(k)}"].to_numpy()
                           for k in ks] + [full @ weights - base_area], axis=1)  # P x quantities
             cell = cells(g["base_c"].to_numpy(), g["c"].to_numpy())

@@ -79,7 +79,7 @@ from boundary.core import settings
 from boundary.core.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.core.errors import BoundaryError, warn
 from boundary.core.names import BASE
-from boundary.core.passk import DEFAULT_KS, modal_answers, pass_at_k, pass_at_k_column, usable_ks
+from boundary.core.passk import DEFAULT_KS, estimate, horizon, modal_answers, pass_at_k_column, usable_ks
 from boundary.readers.problems import named, snippet
 from boundary.training.gate import read_mask
 
@@ -185,8 +185,9 @@ def prompt_frame(base: pd.DataFrame, runs: dict, regimes: pd.DataFrame | None,
             optional["modal_answer"] = None
         frames.append(counts.assign(method=method, seed=int(seed), **optional))
     f = pd.concat(frames, ignore_index=True)
-    for k in ks:
-        f[pass_at_k_column(k)] = pass_at_k(f["n"].to_numpy(), f["c"].to_numpy(), k)
+    values = estimate(f, ks)  # full or sequential rows alike
+    for j, k in enumerate(ks):
+        f[pass_at_k_column(k)] = values[:, j]
     cols = ["prompt_id", "n", "c", "entropy", "unique_positives"] + [pass_at_k_column(k) for k in ks]
     b = f[(f["method"] == BASE)][cols].rename(columns={c: f"base_{c}" for c in cols[1:]})
     f = f.merge(b, on="prompt_id", how="left")
@@ -514,10 +515,10 @@ def _base_passk_over_draws(frame: pd.DataFrame, draws: list, ks) -> pd.DataFrame
     docs/reference/metrics.md). Counts (n, c; solved, lost) stay pooled."""
     f = frame.copy()
     is_base = (f["method"] == BASE).to_numpy()
-    for k in ks:
+    per_draw = [pd.DataFrame(estimate(d, ks), index=d["prompt_id"]) for d in draws]
+    for j, k in enumerate(ks):
         col = pass_at_k_column(k)
-        mean = pd.concat([d.set_index("prompt_id").pipe(lambda x: pd.Series(pass_at_k(x["n"].to_numpy(), x["c"].to_numpy(), k),
-                                                                               index=x.index)) for d in draws], axis=1).mean(axis=1)
+        mean = pd.concat([d[j] for d in per_draw], axis=1).mean(axis=1)
         f.loc[is_base, col] = f.loc[is_base, "prompt_id"].map(mean).to_numpy()
         f[f"base_{col}"] = f["prompt_id"].map(mean).to_numpy()
     return f
@@ -590,7 +591,7 @@ def analyse(base: pd.DataFrame | list, runs: dict, regimes: pd.DataFrame | None 
         raise BoundaryError(f"--level {level}: must be between 0 and 1 (e.g. 0.95)")
     draws = base if isinstance(base, list) else [base]
     base = pool_counts(draws)
-    all_n = np.concatenate([base["n"].to_numpy()] + [r["n"].to_numpy() for r in runs.values()])
+    all_n = np.concatenate([horizon(base)] + [horizon(r) for r in runs.values()])  # a sequential row: its cap
     ks_ok = usable_ks(all_n, ks)
     if not ks_ok:
         raise BoundaryError(f"ks {list(ks)}: none is <= the smallest n ({int(all_n.min())})")

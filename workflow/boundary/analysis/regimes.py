@@ -28,7 +28,7 @@ import pandas as pd
 
 from boundary.core import settings
 from boundary.core.errors import BoundaryError, warn
-from boundary.core.passk import counts_of
+from boundary.core.passk import counts_of, is_sequential
 
 REGIMES = ("SolvedEasy", "Reachable", "Boundary", "OutOfReach")
 DEFAULT_BINS = tuple(settings.defaults("report")["strata_bins"])
@@ -113,7 +113,11 @@ def counts_from_calibration(samples: pd.DataFrame) -> pd.DataFrame:
 
 def label_counts(counts: pd.DataFrame, th: Thresholds = PAPER, source="calibration") -> pd.DataFrame:
     """Per-prompt (prompt_id, n, c) -> the regimes.parquet table, thresholds as columns; one
-    warning naming `source` per regime its n cannot populate."""
+    warning naming `source` per regime its n cannot populate. Sequential counts are refused:
+    their draws stop at a first success, so c / n is no p_base (a block of m draws is too few)."""
+    if is_sequential(counts):
+        raise BoundaryError(f"{source}: sequential counts (block_n, first_success) cannot label regimes: "
+                            "p_base needs every draw of a calibration (give one: --calibration)")
     for line in unpopulated(counts["n"], th):
         warn(f"{source}: {line}")
     out = counts[["prompt_id", "n", "c"]].copy()

@@ -36,6 +36,8 @@ from threadpoolctl import threadpool_limits
 
 from boundary.core.artifacts import atomic_dir, output_folder, read_table, write_table
 from boundary.core.errors import BoundaryError
+from boundary.core.passk import is_sequential, sequential_view
+from boundary.core.sequential import pool_sequential
 
 OWNER = "boundary seeds"
 OPTIONAL_KEYS = ("benchmark", "regime", "k")
@@ -123,28 +125,35 @@ def pool_counts(draws: list[pd.DataFrame]) -> pd.DataFrame:
     (pass@k from the pooled counts is unbiased, with less variance than any one draw), entropy
     the n-weighted mean, answers their union (unique_positives its size), and the modal answer
     the one that is modal in the draws holding the most samples of it (modal_share: those
-    samples over the pooled n, a lower bound where the draws disagree)."""
+    samples over the pooled n, a lower bound where the draws disagree). Where any draw is
+    sequential, the pooled row is sequential too (`sequential.pool_sequential`: the blocks as
+    one block, first success within the summed caps), so its pass@k is unbiased at every k up
+    to the pooled cap and c > 0 is "a success within all the draws", as with full draws."""
     if len(draws) == 1:
         return draws[0]
     ids = [set(d["prompt_id"]) for d in draws]
     if any(i != ids[0] for i in ids[1:]):
         raise BoundaryError("base draws: they do not evaluate the same prompts")
-    x = pd.concat([d.assign(draw=i) for i, d in enumerate(draws)], ignore_index=True)
+    # the readouts of every sample (entropy, modal share) are a sequential draw's block's: weigh by it
+    x = pd.concat([d.assign(draw=i, _w=sequential_view(d)[0]) for i, d in enumerate(draws)], ignore_index=True)
     g = x.groupby("prompt_id", sort=False)
     out = g[["n", "c"]].sum().reset_index()
+    weight = g["_w"].sum().reindex(out["prompt_id"]).to_numpy()
+    if any(is_sequential(d) for d in draws):
+        out = out.merge(pool_sequential(draws, out["prompt_id"]), on="prompt_id")
     if "entropy" in x:
-        w = x.assign(_e=x["entropy"] * x["n"]).groupby("prompt_id", sort=False)["_e"].sum()
-        out["entropy"] = (w / out.set_index("prompt_id")["n"]).to_numpy()
+        w = x.assign(_e=x["entropy"] * x["_w"]).groupby("prompt_id", sort=False)["_e"].sum()
+        out["entropy"] = w.reindex(out["prompt_id"]).to_numpy() / weight
     if "answers" in x:
         union = g["answers"].agg(lambda s: sorted({a for v in s if v is not None for a in v}))
         out["answers"] = union.to_numpy()
         out["unique_positives"] = [len(a) for a in out["answers"]]
     if {"modal_answer", "modal_share"} <= set(x.columns):
-        y = x.assign(_k=x["modal_share"] * x["n"]).groupby(["prompt_id", "modal_answer"], sort=False)["_k"].sum()
+        y = x.assign(_k=x["modal_share"] * x["_w"]).groupby(["prompt_id", "modal_answer"], sort=False)["_k"].sum()
         top = y.reset_index().sort_values(["prompt_id", "_k", "modal_answer"], ascending=[True, False, True])
         top = top.drop_duplicates("prompt_id").set_index("prompt_id")
         out["modal_answer"] = top["modal_answer"].reindex(out["prompt_id"]).to_numpy()
-        out["modal_share"] = (top["_k"].reindex(out["prompt_id"]).to_numpy() / out["n"].to_numpy())
+        out["modal_share"] = top["_k"].reindex(out["prompt_id"]).to_numpy() / weight
     return out
 
 

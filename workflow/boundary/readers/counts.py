@@ -8,6 +8,12 @@
     modal_answer, modal_share  (optional) the most common non-empty extracted answer over the n
                 samples and the share of the n that give it (0 when none answered); a file
                 without them (written before they were measured) reads as not measured (NaN)
+    block_n, block_c, first_success, cap  (optional, together) a sequential evaluation's row
+                (evaluate.sequential): n and c are then the draws made and their successes,
+                block_n and block_c the first block's, first_success the 1-based index of the
+                first positive sample (blank: none within cap draws), cap the most draws a
+                prompt makes; entropy, answers and modal_* are the block's. pass@k is defined
+                for k <= cap (core/passk.py `estimate`; docs/explanation/sequential_evaluation.md)
 
 The pipeline's eval/*/counts.parquet, and what `boundary diagnose` reads by default.
 """
@@ -21,6 +27,8 @@ import pandas as pd
 
 from boundary.core.artifacts import read_table
 from boundary.core.errors import BoundaryError
+from boundary.core.passk import SEQUENTIAL_COLUMNS
+from boundary.core.sequential import check_rows
 from boundary.readers.common import warn_biased
 from boundary.readers.problems import named
 
@@ -89,6 +97,27 @@ def counts_frame(df: pd.DataFrame, path) -> pd.DataFrame:
     if bad.any():
         raise BoundaryError(f"{path}: column modal_share must lie in [0, 1] "
                             f"(prompt_id {name(bad)})")
+    return _sequential(df, out, path)
+
+
+def _sequential(df: pd.DataFrame, out: pd.DataFrame, path) -> pd.DataFrame:
+    """A sequential evaluation's columns (all of SEQUENTIAL_COLUMNS, or none), checked."""
+    given = [col for col in SEQUENTIAL_COLUMNS if col in df]
+    if not given:
+        return out
+    if len(given) < len(SEQUENTIAL_COLUMNS):
+        missing = next(col for col in SEQUENTIAL_COLUMNS if col not in df)
+        raise BoundaryError(f"{path}: column {missing} missing (a sequential counts file has "
+                            f"{', '.join(SEQUENTIAL_COLUMNS)})")
+    for col in SEQUENTIAL_COLUMNS:
+        v = pd.to_numeric(df[col], errors="coerce")
+        text = v.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")
+        if text.any() or (v.dropna() != np.round(v.dropna())).any():
+            raise BoundaryError(f"{path}: column {col} must hold whole numbers")
+        out[col] = pd.array(v.to_numpy(), dtype="Int64")
+    problem = check_rows(out)
+    if problem:
+        raise BoundaryError(f"{path}: sequential counts: {problem}")
     return out
 
 

@@ -25,6 +25,7 @@ import pandas as pd
 
 from boundary.core.artifacts import blank_row
 from boundary.core.errors import BoundaryError
+from boundary.core.sequential import SEQUENTIAL_MARK
 from boundary.readers.common import SAMPLE_COLUMNS, columns_of, read_any, verdicts
 from boundary.readers.problems import completion_text, is_messages, message_text
 
@@ -59,6 +60,9 @@ def _first_value(column: pd.Series):
 
 def read(path: Path, threshold: float = 0.5) -> pd.DataFrame:
     names = columns_of(path)
+    if SEQUENTIAL_MARK in names:  # its prompts stop at a first success: their n and c are no full counts
+        raise BoundaryError(f"{path}: samples of a sequential evaluation (column {SEQUENTIAL_MARK}): give its "
+                            "counts file, which carries the block, first_success and cap")
     pick = {"prompt_id": _first(names, IDS), "prompt": _first(names, TEXTS),
             "completion": _first(names, COMPLETIONS), "bool": _first(names, BOOLS),
             "reward": _first(names, REWARDS), "answer": _first(names, ANSWERS),

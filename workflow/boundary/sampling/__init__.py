@@ -29,8 +29,8 @@ from boundary.core import schema, settings
 
 BACKENDS = schema.allowed("sampling", "backend")
 SAMPLING = settings.defaults("sampling")
-ADAPTIVE_BACKEND = ("calibration.adaptive: true needs sampling.backend: hf (vllm would start its engine "
-                    "once per round, about 80-90 s each on a GPU)")
+ADAPTIVE_BACKEND = ("draws in rounds (calibration.adaptive, evaluate.sequential): each needs sampling.backend: "
+                    "hf (vllm would start its engine once per round, about 80-90 s each on a GPU)")
 COMPLETION_COLUMNS = ["prompt_id", "sample_idx", "completion", "n_tokens", "finish_reason", "entropy"]
 
 

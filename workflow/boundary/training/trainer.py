@@ -55,7 +55,14 @@ line). Overridden hooks, and why:
 - `_compute_loss`: the surrogate with advantages scaled by 1 - w, plus the anchor and the
   global KL on the same forward pass.
 Not a hook: the colocated vLLM engine's `sync_weights` is replaced after TRL builds it
-(rollout_engine.install: bucketed, with the log-prob check).
+(rollout_engine.install: bucketed, with the log-prob check), and `vllm_generation.LLM` is
+swapped while TRL builds the engine (rollout_engine.engine_overrides: TRL takes no engine
+arguments).
+Per-row values ride in the batch dict TRL passes from `_generate_and_score_completions` to
+`_compute_loss` (anchor_weight, from_base, base_per_token_logps, reward, ...), and a row's reward
+in its input row. Three stay on self within one TRL call, whose inner hook gets no batch:
+`_from_base` and `_drawn_logps` into and out of `_generate_single_turn` (token ids only), and
+`_surrogate_logps` out of `_get_per_token_logps_and_entropies` inside TRL's `_compute_loss`.
 The config is trainer_config.PBAConfig; the `boundary train` stage is stages/train.py.
 """
 
@@ -265,6 +272,8 @@ class PBATrainer(GRPOTrainer):
             out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
             out["base_scored"] = need
         rewards = torch.tensor([x.pop(REWARD) for x in inputs]) if inputs and REWARD in inputs[0] else None
+        if rewards is not None:  # this process's rows' rewards, beside their advantages
+            out["reward"] = rewards.to(device)
         if self.args.regrouped and self.model.training:
             self._method_advantages(out, rewards)
         mode = "train" if self.model.training else "eval"
