@@ -3,7 +3,7 @@
     PYTHONPATH=workflow HF_HUB_OFFLINE=1 python benchmarks/gpu_step_time.py [--steps 10]
     # a real model at a study's settings: the imported base folder, the config's train
     # section and methods, the pipeline's train prompts
-    python benchmarks/gpu_step_time.py --model results/smollm2_h200/models/base \
+    python benchmarks/gpu_step_time.py --model results/smollm2/models/base \
         --config config/smollm2.yaml --split results/smollm2/splits/train.parquet
 
 Without --model: a Qwen2 built from a Qwen2Config (default hidden 1024, 8 layers, vocab 32k)

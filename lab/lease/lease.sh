@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU lease's share of a study: run the pipeline's own Snakemake on a machine that keeps
 # nothing after the lease, from the artifacts earlier leases brought back, and pack what must
-# come back (lab/lease/run_a_study_across_gpu_leases.md). Run from the repository root:
+# come back (lab/lease/README.md). Run from the repository root:
 #
 #   OUT=<folder> bash lab/lease/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
 #       [--wheels DIR]... [--seed S [--methods M,...]] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lease cycle of lab/lease/run_a_study_across_gpu_leases.md on this CPU with the smoke
+# The lease cycle of lab/lease/README.md on this CPU with the smoke
 # config: fresh checkouts (git worktrees of HEAD) stand for the local one and two leases' machines.
 #   lease 1 runs until the masks and packs; the local checkout merges what came back and makes the
 #   carry folder; lease 2, in another fresh checkout, restores it, re-makes the base, and

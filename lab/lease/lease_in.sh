@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The local side of a study run across GPU leases (lab/lease/run_a_study_across_gpu_leases.md):
+# The local side of a study run across GPU leases (lab/lease/README.md):
 # what goes to a lease's machine (in ignored folders under .lease/, named in the device call's
 # `carry`) and what comes back. Run from the repository root with the project's Python on PATH.
 #

@@ -1,4 +1,4 @@
-"""Pack and restore a run's small artifacts across GPU leases (lab/lease/run_a_study_across_gpu_leases.md).
+"""Pack and restore a run's small artifacts across GPU leases (lab/lease/README.md).
 
 A lease's machine keeps nothing, and files travel in and out in small, few pieces, so a study
 runs as several Snakemake runs on several machines. Each carries the run's small artifacts

@@ -225,7 +225,7 @@ def test_a_gguf_goes_in_slices_a_call_each_that_join_to_the_file(tmp_path):
 
 
 def test_the_pilot_s_first_lease_command_makes_what_later_leases_carry(tmp_path):
-    """The how-to's call 14 for the pilot's first lease (lab/lease/run_a_study_across_gpu_leases.md):
+    """The how-to's call 14 for the pilot's first lease (lab/lease/README.md):
     a dry run of its targets plans the calibration's shards and join, the regimes, the gate draws
     and both masks. (Its first draft named the masks alone, which read only the gate draws: the
     calibration would not have been made.)"""
@@ -235,7 +235,7 @@ def test_the_pilot_s_first_lease_command_makes_what_later_leases_carry(tmp_path)
 
     from boundary.core.config import load_config
 
-    how_to = (ROOT / "lab" / "lease" / "run_a_study_across_gpu_leases.md").read_text()
+    how_to = (ROOT / "lab" / "lease" / "README.md").read_text()
     call = next(line for line in how_to.splitlines() if line.startswith("| 14 |"))
     targets = re.findall(r"results/qwen05b_pilot/\S+?\.parquet", call)
     dry_run_inputs(tmp_path, load_config(PILOT))
