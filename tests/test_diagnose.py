@@ -1,5 +1,7 @@
 """diagnose: metrics against direct per-prompt computations, and the CLI's contract."""
 
+import json
+import re
 from dataclasses import replace
 from math import comb
 
@@ -183,7 +185,7 @@ def test_cli_end_to_end(data, tmp_path, capsys):
     assert "No skill labels" in (out / "tables" / "skills.md").read_text()  # no --skills
     assert "GRPO+PBA mean" in (out / "tables" / "boundary_seeds.md").read_text()
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
-    assert len(warnings) == 1 and "one base draw" in warnings[0]  # independent calibration given
+    assert len(warnings) == 1 and "one --base draw" in warnings[0]  # independent calibration given
 
 
 @pytest.mark.parametrize("breakage, message", [
@@ -225,7 +227,8 @@ def test_cli_other_errors(data, tmp_path, capsys):
 def test_cli_via_dispatcher(tmp_path, capsys):
     from boundary.cli import main
     (tmp_path / "b.csv").write_text("prompt_id,n,c\na,4,5\n")
-    assert main(["diagnose", "--base", str(tmp_path / "b.csv"), "--trained", f"g:0={tmp_path / 'b.csv'}",
+    (tmp_path / "g.csv").write_text("prompt_id,n,c\na,4,1\n")
+    assert main(["diagnose", "--base", str(tmp_path / "b.csv"), "--trained", f"g:0={tmp_path / 'g.csv'}",
                  "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "b.csv: c > n for prompt_id a" in err
@@ -270,14 +273,15 @@ def test_diagnose_with_an_empty_boundary_says_so(data, tmp_path, capsys):
         args += ["--trained", f"{m}:{s}=" + write(r, tmp_path / f"{m}{s}.parquet")]
     dg.main(args)
     err = capsys.readouterr().err
-    assert err.count("warning:") - err.count("warning: one base draw") == 1
+    assert err.count("warning:") - err.count("warning: one --base draw") == 1
     assert f"warning: {tmp_path / 'cal8.csv'}: Boundary cannot hold any prompt at n=8 (" in err and "needs n >= 11" in err
     tables = tmp_path / "o" / "tables"
     assert "Boundary cannot hold any prompt at n=8" in (tables / "regime_counts.md").read_text()
     headline = (tables / "headline_intervals.md").read_text()
     assert "| grpo boundary lost prompts | no Boundary prompts | no Boundary prompts |" in headline
     assert "not run" not in headline.lower()
-    assert "no Boundary prompts" in (tables / "boundary_seeds.md").read_text()
+    seeds_table = (tables / "boundary_seeds.md").read_text()
+    assert "no Boundary prompts" in seeds_table and "not run" not in seeds_table.lower()  # counts too
 
 
 def test_per_prompt_outputs_and_error_lines_carry_the_problem(tmp_path):
@@ -287,7 +291,8 @@ def test_per_prompt_outputs_and_error_lines_carry_the_problem(tmp_path):
     texts = ["What is 2 + 3?", long]
     rows = lambda ts: pd.DataFrame([{"prompt": t, "completion": "x", "correct": j < 2} for t in ts for j in range(4)])
     base = write(rows(texts), tmp_path / "base.jsonl")
-    dg.main(["--base", base, "--trained", f"g:0={base}", "--ks", "1,4", "--coverage-k", "4", "--resamples", "20",
+    trained = write(rows(texts), tmp_path / "trained.jsonl")
+    dg.main(["--base", base, "--trained", f"g:0={trained}", "--ks", "1,4", "--coverage-k", "4", "--resamples", "20",
              "--no-figures", "--out", str(tmp_path / "o")])
     for name in ("prompts", "regimes"):
         table = pd.read_csv(tmp_path / "o" / f"{name}.csv")
@@ -308,3 +313,97 @@ def test_regimes_from_the_base_itself_are_not_captioned_a_calibration(data, tmp_
     assert caption == ("**Regimes of the diagnostic split (base evaluation base.parquet, not independent "
                        "(no --calibration))**")
     assert (tmp_path / "o" / "figures" / "transitions.png").exists()
+
+
+def test_the_terminal_gets_a_results_table_then_the_page_and_each_short_warning_once(data, tmp_path, capsys):
+    """diagnose prints a compact table (Δp@1, Δp@K with intervals, lost and significant per
+    method, the finding), then the report's path; its warnings are one short line each, each
+    once, and name no pipeline config key."""
+    from boundary.cli import main
+
+    base, runs, _ = data
+    args = ["diagnose", "--base", write(base, tmp_path / "base.parquet"), "--ks", "1,4,32", "--resamples", "100",
+            "--pair", "pba", "grpo", "--labels", "pba=GRPO+PBA", "--labels", "grpo=GRPO", "--out", str(tmp_path / "o")]
+    for (m, s), r in runs.items():
+        args += ["--trained", f"{m}:{s}=" + write(r.assign(n=r["n"].where(r.index > 0, 16)), tmp_path / f"{m}{s}.csv")]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "diagnose: 6 run(s) against the base on 80 prompts"
+    assert lines[1].split() == ["method", "seeds", "Δp@1", "(pts)", "Δp@4", "(pts)", "lost", "significant", "finding"]
+    assert [line.split()[:2] for line in lines[3:5]] == [["GRPO", "3"], ["GRPO+PBA", "3"]]
+    assert re.search(r"^GRPO +3 +[+−]\d+\.\d \[[+−]\d+\.\d, [+−]\d+\.\d\] +[+−]\d+\.\d \[", lines[3])
+    assert lines[-1] == f"report: {tmp_path / 'o' / 'report.html'}" and len(lines) == 6
+    warnings = err.splitlines()
+    assert all(w.startswith("warning: ") for w in warnings) and len(warnings) == len(set(warnings))
+    assert all(len(w.replace(str(tmp_path), "")) <= 130 for w in warnings), warnings
+    assert not any(key in w for w in warnings for key in ("evaluate.", "base_seeds", "calibration.", "config"))
+    assert sum("n per prompt ranges" in w for w in warnings) == 6  # one a file, each naming its file
+    assert sum("exceed the smallest n" in w for w in warnings) == 1
+
+
+def test_a_trained_run_that_is_the_bases_own_dump_is_refused_naming_the_step_meant(tmp_path):
+    """verl dump folders: the trained run reading the base's file at the base's step is refused
+    before anything is read, naming the @step= meant; the same plain file given twice too."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    for step in (0, 100, 200):
+        (dumps / f"{step}.jsonl").write_text(json.dumps({"input": "q", "output": "a", "score": 1.0, "step": step}) + "\n")
+    out = ["--out", str(tmp_path / "o")]
+    cases = [
+        ([f"{dumps}@step=0"], f"grpo:0={dumps}@step=0", f"did you mean --trained grpo:0={dumps}@step=200?"),
+        ([str(dumps)], f"grpo:0={dumps}@step=200", f"did you mean --base {dumps}@step=0?"),
+        ([str(dumps)], f"grpo:0={dumps}", f"did you mean --trained grpo:0={dumps}@step=100?"),
+    ]
+    for base, trained, meant in cases:
+        with pytest.raises(BoundaryError) as err:
+            dg.main(sum((["--base", b] for b in base), []) + ["--trained", trained] + out)
+        line = str(err.value)
+        assert line.startswith(f"--trained {trained}: reads {dumps}/") and "the same file as --base" in line
+        assert meant in line and line.endswith("(dumps has steps 0, 100, 200)".replace("dumps", str(dumps)))
+    with pytest.raises(BoundaryError, match="the same file as --base .*another file$"):
+        dg.main(["--base", str(dumps / "0.jsonl"), "--trained", f"g:0={dumps / '0.jsonl'}"] + out)
+    assert not (tmp_path / "o").exists()
+
+
+def test_chat_templated_prompts_are_quoted_by_their_question(tmp_path):
+    """Prompts that are a chat template's rendering (ChatML with special tokens; decoded without
+    them, as verl dumps hold it) are quoted by their question in prompts.csv, not by the
+    template's first words."""
+    chatml = "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    plain = "system\nPlease reason step by step.\nuser\n{}\nassistant\n"
+    questions = ["What is 2 + 3?", "Compute 7 times 6."]
+    for i, template in enumerate((chatml, plain)):
+        rows = pd.DataFrame([{"prompt": template.format(q), "completion": "x", "correct": j < 2}
+                             for q in questions for j in range(4)])
+        base, trained = write(rows, tmp_path / f"b{i}.jsonl"), write(rows, tmp_path / f"t{i}.jsonl")
+        dg.main(["--base", base, "--trained", f"g:0={trained}", "--ks", "1,4", "--coverage-k", "4", "--resamples",
+                 "20", "--no-figures", "--out", str(tmp_path / f"o{i}")])
+        assert set(pd.read_csv(tmp_path / f"o{i}" / "prompts.csv")["problem"]) == set(questions)
+
+
+def test_figures_keep_their_legend_and_panels_when_a_regime_or_a_quantity_is_empty(data, monkeypatch, tmp_path):
+    """The regime figure's legend names base and every method also when its first regime
+    (SolvedEasy) has no prompt; training.png keeps its KL panel, saying why it is empty; the
+    pass@k figure of diagnose is not titled by its input format."""
+    from boundary.analysis import figures, tables
+
+    base, runs, regimes = data
+    hard = regimes.assign(regime=regimes["regime"].replace("SolvedEasy", "Reachable"))
+    d = dg.analyse(base, runs, hard, ks=[1, 4, 32], resamples=50)
+    view = tables.View.for_diagnose(["grpo", "pba"], pair=("pba", "grpo"))
+    drawn = {}
+    monkeypatch.setattr(figures, "save", lambda fig, folder, name: drawn.update({name: fig}) or [])
+    figures.regime_passk(d, view, tmp_path)
+    fig = drawn["regime_passk"]
+    assert fig.axes[0].get_title() == "SolvedEasy (n=0)" and "no SolvedEasy prompts" in fig.axes[0].texts[0].get_text()
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["Base", "grpo", "pba"]
+    logs = pd.DataFrame({"method": "grpo", "seed": 0, "step": range(4), "reward": 0.5, "entropy": 1.0,
+                         "kl": np.nan, "protected_fraction": 0.0})
+    figures.training_curves(logs, view, tmp_path)
+    axes = drawn["training"].axes
+    assert [ax.get_title() for ax in axes] == ["reward", "entropy", "KL(π ‖ π_base)", "protected fraction"]
+    assert axes[2].texts[0].get_text().startswith("not logged") and drawn["training"].legends
+    figures.write_diagnose_figures(d, view, tmp_path)
+    assert drawn["passk_curves"].axes[0].get_title() == "pass@k over every prompt"

@@ -26,19 +26,21 @@ def fake_machine(monkeypatch, tmp_path):
     monkeypatch.setenv(gpus.LOCK_DIR_ENV, str(tmp_path / "locks"))
 
 
-def job(n, has, release, devices):
+def job(n, has, release, devices, own=False):
     """A GPU job (forked, so it sees the fake machine): claim n GPUs, report them, hold them
     until told to finish."""
-    with gpus.claim(n, poll_seconds=0.05) as chosen:
+    with gpus.claim(n, poll_seconds=0.05, own=own) as chosen:
         assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(chosen)
+        if own:  # whatever sizes itself by its share of a device sees the whole device
+            assert gpus.jobs_per_gpu() == 1
         devices.extend(chosen)
         has.set()
         release.wait(60)
 
 
-def start(n, manager):
+def start(n, manager, own=False):
     has, release, devices = manager.Event(), manager.Event(), manager.list()
-    proc = mp.get_context("fork").Process(target=job, args=(n, has, release, devices))
+    proc = mp.get_context("fork").Process(target=job, args=(n, has, release, devices, own))
     proc.start()
     return proc, has, release, devices
 
@@ -135,6 +137,49 @@ def test_jobs_started_together_spread_evenly(monkeypatch):
         finish(*jobs)
 
 
+def test_an_owning_job_waits_for_the_jobs_on_its_device_and_keeps_new_ones_off(monkeypatch):
+    """One GPU of 4 slots: a job that owns its device (a training job's vLLM engine) waits while
+    a shared job runs there; meanwhile a new shared job waits too, though slots are free (the
+    owner reserved the device, so the jobs there drain); the owner then holds every slot, and
+    the waiting shared job starts only when the owner ends."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv(gpus.SLOTS_ENV, "4")
+    with mp.Manager() as manager:
+        a = start(1, manager)
+        assert a[1].wait(60)
+        owner = start(1, manager, own=True)
+        assert not owner[1].wait(0.5)  # A is on the device
+        b = start(1, manager)
+        assert not b[1].wait(0.5)  # 3 slots free, but the owner has reserved the device
+        finish(a)
+        assert owner[1].wait(60) and list(owner[3]) == ["0"]
+        assert not b[1].wait(0.5)  # every slot is the owner's
+        finish(owner)
+        assert b[1].wait(60) and list(b[3]) == ["0"]
+        finish(b)
+    assert gpus.jobs_per_gpu() == 4  # the owner's view ends with its block
+
+
+def test_owning_jobs_take_whole_idle_devices_and_shared_jobs_go_around_them(monkeypatch):
+    """4 devices x 2 slots: shared jobs on GPUs 0 and 1; an owner of 2 devices takes the idle
+    2 and 3 at once; a new shared job goes to 0 or 1, never under the owner; a second owner of
+    2 waits (no two devices idle) without taking the devices of the first."""
+    monkeypatch.setenv(gpus.SLOTS_ENV, "2")
+    with mp.Manager() as manager:
+        shared = [start(1, manager), start(1, manager)]
+        assert all(job[1].wait(60) for job in shared)
+        assert sorted(d for job in shared for d in job[3]) == ["0", "1"]
+        owner = start(2, manager, own=True)
+        assert owner[1].wait(60) and sorted(owner[3]) == ["2", "3"]
+        c = start(1, manager)
+        assert c[1].wait(60) and list(c[3]) in (["0"], ["1"])
+        second = start(2, manager, own=True)
+        assert not second[1].wait(0.5)
+        finish(*shared, c)  # GPUs 0 and 1 drain: the second owner takes them
+        assert second[1].wait(60) and sorted(second[3]) == ["0", "1"]
+        finish(owner, second)
+
+
 def test_a_killed_job_gives_its_gpus_back():
     with mp.Manager() as manager:
         everything, has, _, held = start(FAKE_DEVICES, manager)
@@ -184,6 +229,14 @@ def test_cli_claims_before_the_stage_runs(monkeypatch, capsys):
     monkeypatch.setattr("test_gpus.main", lambda argv: seen.update(env=os.environ["CUDA_VISIBLE_DEVICES"]),
                         raising=False)
     assert cli.main(["--gpus", "3", "probe"]) == 0 and seen["env"] == "0,1,2"
+    monkeypatch.setattr("test_gpus.main", lambda argv: seen.update(env=os.environ["CUDA_VISIBLE_DEVICES"], argv=argv,
+                                                                  slots=os.environ.get(gpus.SLOTS_ENV)),
+                        raising=False)
+    monkeypatch.setenv(gpus.SLOTS_ENV, "4")
+    assert cli.main(["--gpus", "2", "--own", "probe", "--x"]) == 0
+    assert seen == {"env": "0,1", "argv": ["--x"], "slots": "1"}
+    assert cli.main(["--own", "probe"]) == 2
+    assert "boundary --gpus N --own <command>" in capsys.readouterr().err
     assert cli.main(["--gpus", "5", "probe"]) == 1
     assert "boundary probe: error: --gpus 5: this job sees 4 GPU(s)" in capsys.readouterr().err
     assert cli.main(["--gpus", "x", "probe"]) == 2

@@ -101,11 +101,27 @@ def test_weights_that_do_not_fit_the_config_are_one_line(tiny_model_dir, tmp_pat
     assert not (tmp_path / "base").exists()
 
 
-def test_a_base_model_path_that_does_not_exist_says_so(tmp_path):
+def test_a_base_model_path_that_does_not_exist_says_so(tmp_path, monkeypatch):
+    """Read as a hub id too: offline mode (the user's choice) is named with what to unset, not
+    the network."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     with pytest.raises(BoundaryError) as err:
         import_base("models/Qwen2.5-7B", tmp_path / "base")
-    assert str(err.value) == ("models/Qwen2.5-7B: no such model folder or file (as a hub id it could not be "
-                              "fetched: hub ids need network access)")
+    assert str(err.value) == ("models/Qwen2.5-7B: no such model folder or file, and as a hub id it was not "
+                              "fetched: offline mode is on (HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1): unset "
+                              "HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE to download from the hub")
+
+
+def test_without_offline_mode_a_failed_download_names_the_network_and_the_name(monkeypatch):
+    from boundary.core import hub
+
+    for name in hub.OFFLINE_SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    assert hub.offline_switches() == []
+    assert hub.why_not_fetched().startswith("the hub did not answer or has no such repository")
 
 
 def test_a_gguf_is_parsed_once_for_the_eos_lookup_and_every_transformers_load(monkeypatch, tmp_path):

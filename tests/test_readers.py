@@ -3,6 +3,7 @@ tests/fixtures/readers/make_fixtures.py) counted into n and c per prompt, with t
 verdicts and re-graded against a gold file; the biased-metric warnings; the CLI on them."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -493,7 +494,8 @@ def test_diagnose_refuses_answers_the_extractor_cannot_read(tmp_path, capsys):
     from boundary.analysis import diagnose as dg
 
     run, gold = last_number_run(tmp_path)
-    args = ["--base", run, "--trained", f"grpo:0={run}", "--gold", gold, "--verify-workers", "1", "--ks", "1,8",
+    trained = shutil.copy(run, tmp_path / "trained.jsonl")  # the base's own file is refused as a trained run
+    args = ["--base", run, "--trained", f"grpo:0={trained}", "--gold", gold, "--verify-workers", "1", "--ks", "1,8",
             "--resamples", "20", "--no-figures"]
     with pytest.raises(BoundaryError) as err:
         dg.main(args + ["--out", str(tmp_path / "o")])
@@ -529,8 +531,8 @@ def test_mixed_n_per_prompt_is_one_line_per_file(tmp_path, capsys):
     counts = readers.read(tmp_path / "mixed.jsonl").counts
     assert sorted(counts["n"]) == [4, 6, 6]
     err = capsys.readouterr().err
-    assert err.count("warning:") == 1 and (f"{tmp_path / 'mixed.jsonl'}: n per prompt ranges from 4 to 6 (2 values "
-                                           "over 3 prompts)") in err
+    assert err.count("warning:") == 1 and (f"{tmp_path / 'mixed.jsonl'}: n per prompt ranges from 4 to 6: pass@k uses "
+                                           "each prompt's own n, and ks above 4 are dropped") in err
     readers.read(FIX / "samples.jsonl")  # one n: no line
     assert "n per prompt" not in capsys.readouterr().err
 

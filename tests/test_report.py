@@ -35,6 +35,13 @@ def modal(ids, method, seed):
     return {"modal_answer": [str(i % 5) for i in range(len(ids))], "modal_share": 0.25}
 
 
+def samples_of(table, method, seed):
+    """Sample rows with exactly each prompt's c correct of n, their texts naming the run."""
+    rows = [(pid, j, j < c, f"{method} s{seed} {pid}: {'right' if j < c else 'wrong'} {j % 2}")
+            for pid, n, c in table[["prompt_id", "n", "c"]].itertuples(index=False) for j in range(n)]
+    return pd.DataFrame(rows, columns=["prompt_id", "sample_idx", "correct", "completion"])
+
+
 def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1), benches=("testbed",)):
     rng = np.random.default_rng(0)
     P = 120
@@ -65,8 +72,10 @@ def make_tree(root, methods=("grpo", "pba", "global_kl", "pba_g4"), seeds=(0, 1)
                                                                      "entropy"])
                 counts_from_samples(samples, KS).to_parquet(d / "counts.parquet")
                 continue
-            counts(rng, sids, p, entropy=1.0 if method == "base" else 0.5).assign(**modal(sids, method, seed)).to_parquet(
-                d / "counts.parquet")
+            table = counts(rng, sids, p, entropy=1.0 if method == "base" else 0.5).assign(**modal(sids, method, seed))
+            table.to_parquet(d / "counts.parquet")
+            if split == "diagnostic":  # the samples behind the counts: the page quotes lost prompts' answers
+                samples_of(table, method, seed).to_parquet(d / "samples.parquet")
     (root / "masks").mkdir()
     for name, G0 in (("pba", 8), ("g4", 4)):
         m = pd.DataFrame([(pid, e, int(rng.integers(0, 3)), G0) for pid in ids[:50] for e in range(2)],
@@ -342,3 +351,34 @@ def test_tables_the_config_cannot_fill_say_why_in_one_line(built, tmp_path):
     assert "No masks in this config" in masks
     html = (tmp_path / "report.html").read_text()
     assert "No gate in this config" in html and "No controls in this config" in html
+
+
+def test_the_landing_page_answers_which_prompts(built, capsys):
+    """report.html leads with one verdict line per method, gives the headline's Δs with their
+    intervals, and lists the worst lost prompts with the base's correct answers beside the
+    policy's (read from the diagnostic split's samples, only those prompts' rows)."""
+    import re
+
+    html = (built / "report.html").read_text()
+    verdicts = re.findall(r"<li>((?:GRPO|GRPO\+PBA): [^<]*)</li>", html)
+    assert [v.split(":")[0] for v in verdicts] == ["GRPO", "GRPO+PBA"]
+    assert all(re.search(r"Δpass@1 [+−]\d+\.\d \[[+−]\d+\.\d, [+−]\d+\.\d\] pts", v) for v in verdicts)
+    assert all("prompt(s) lost" in v for v in verdicts)
+    headline = html.split("<h2>Headline (diagnostic split)</h2>")[1].split("</table>")[0]
+    assert "Δp@1 (pts) [95%]" in headline and headline.count("<span class='note'>[") >= 4
+    lost = html.split("<h2>Worst lost prompts (diagnostic split)</h2>")[1].split("<h2>")[0]
+    sides = re.findall(r"<div class='sides'><div>(.*?)</div><div>(.*?)</div></div>", lost)
+    assert sides, lost[:500]
+    for base_side, run_side in sides:
+        assert "Base, verified correct" in base_side and "right" in base_side and "wrong" not in base_side
+        assert "none correct" in run_side and "wrong" in run_side and "right" not in run_side
+    assert "Problem:</p><pre>12+34=</pre>" in lost
+
+
+def test_the_report_stage_prints_its_verdicts_and_page(tmp_path, capsys):
+    make_tree(tmp_path / "run", methods=("grpo", "pba"), seeds=(0,))
+    report.main(["--results", str(tmp_path / "run"), "--settings", json.dumps(SETTINGS), "--out", str(tmp_path / "o")])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["method", "seeds", "Δp@1"] and out[2].startswith("GRPO ")
+    assert [line.split(":")[0] for line in out[4:6]] == ["GRPO", "GRPO+PBA"]
+    assert out[-1] == f"report: {tmp_path / 'o' / 'report.html'} (tables, figures and eval_counts.parquet beside it)"

@@ -4,6 +4,7 @@ that a config change reruns exactly the stages it invalidates."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -15,11 +16,13 @@ import yaml
 from conftest import ROOT
 
 
-def snakemake(*args, cwd=ROOT, check=True):
-    """Snakemake on the workflow in `cwd` where it holds a copy (the smoke run's), else ROOT's."""
+def snakemake(*args, cwd=ROOT, check=True, env=None):
+    """Snakemake on the workflow in `cwd` where it holds a copy (the smoke run's), else ROOT's
+    (`env`: variables set on top of this process's)."""
     snakefile = Path(cwd) / "Snakefile" if (Path(cwd) / "Snakefile").is_file() else ROOT / "Snakefile"
     run = subprocess.run(["snakemake", "--snakefile", str(snakefile), *args],
-                         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=None if env is None else {**os.environ, **env})
     if check and run.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{run.stdout[-5000:]}")
     return run
@@ -87,6 +90,40 @@ def test_calibration_shards_scatter_and_join_and_the_target_asks_for_each(tmp_pa
     made = set(re.findall(r"^\s+output: (\S+/base_calibration_shards/\d\.parquet)$", out, re.M))
     wanted = re.search(r"^(?:local)?rule all:\n\s+input: (.*)$", out, re.M)[1].split(", ")
     assert made == shards and shards <= set(wanted)
+
+
+def job_lines(out: str) -> dict[str, list[str]]:
+    """A dry run's (-p) jobs: rule name -> each job's block of lines (resources, shell)."""
+    jobs: dict[str, list[str]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+        if m := re.match(r"(?:local)?rule (\w+):", block):
+            jobs.setdefault(m.group(1), []).append(block)
+    return jobs
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_training_job_with_the_engine_owns_its_gpus(tmp_path, gpus):
+    """train.rollout_engine: vllm with $BOUNDARY_JOBS_PER_GPU=4: a training job's `gpu` resource
+    is every slot of its devices (4 a GPU), so Snakemake under `--resources gpu=<devices x 4>`
+    starts no other job beside it, and it claims them with `--own` (core/gpus.py); sampling
+    jobs keep one slot. With `generate` the training job takes one slot a GPU, as before."""
+    config = yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())
+    config["train"].update(gpus=gpus, rollout_engine="vllm")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake("-n", "-p", "--cores", "1", "--configfile", str(tmp_path / "c.yaml"), cwd=tmp_path,
+                    env={"BOUNDARY_JOBS_PER_GPU": "4"}).stdout
+    jobs = job_lines(out)
+    trains = [block for rule, blocks in jobs.items() if rule.startswith("train_") for block in blocks]
+    assert trains and all(re.search(rf"\bgpu={4 * gpus}\b", b) for b in trains)
+    assert all(f"boundary --gpus {gpus} --own train " in b for b in trains)
+    for block in jobs["evaluate"] + jobs["calibrate_base"]:
+        assert re.search(r"\bgpu=1\b", block) and "--own" not in block
+    config["train"]["rollout_engine"] = "generate"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake("-n", "-p", "--cores", "1", "--configfile", str(tmp_path / "c.yaml"), cwd=tmp_path,
+                    env={"BOUNDARY_JOBS_PER_GPU": "4"}).stdout
+    trains = [b for rule, blocks in job_lines(out).items() if rule.startswith("train_") for b in blocks]
+    assert all(re.search(rf"\bgpu={gpus}\b", b) and f"boundary --gpus {gpus} train " in b for b in trains)
 
 
 @pytest.fixture(scope="module")

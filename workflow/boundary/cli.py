@@ -5,7 +5,8 @@ Each subcommand lives in the module that does the work, as a `main(argv)` with i
 argparse built by `make_parser()`; this file only dispatches, so importing one stage never
 pulls in torch for another. `parsers()` yields every command's parser (the CLI reference,
 docs/reference/cli.md, is generated from it). `boundary --gpus N <command>` first claims N GPUs
-no other job holds (see gpus.py); the rules of GPU stages call it with their `resources: gpu`.
+no other job holds (see gpus.py); `--gpus N --own` claims every slot of them, so no other job
+shares them (a training job's colocated vLLM engine). The rules of GPU stages call it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Iterator
 
 from boundary import __version__
-from boundary.core.errors import BoundaryError
+from boundary.core.errors import BoundaryError, once
 from boundary.core.gpus import claim
 
 # What a researcher runs by hand, on any run's files or before one.
@@ -26,6 +27,7 @@ USER_COMMANDS = {
     "power": ("boundary.analysis.power", "diagnostic prompts and seeds that resolve a Boundary change"),
     "stage-times": ("boundary.analysis.stage_times", "every job's wall time and peak memory from a run's benchmarks"),
     "arithmetic": ("boundary.tasks.arithmetic", "seeded arithmetic word problems as JSONL splits"),
+    "get-data": ("boundary.tasks.benchmarks", "GSM8K, MATH500, Omni-MATH-Rule into data/ (hub or local copy)"),
     "check-config": ("boundary.core.config", "check config files as the workflow would (--configfile)"),
     "cluster-check": ("boundary.core.cluster", "name the rules a SLURM cluster can never schedule"),
     "export": ("boundary.sampling.export", "a LoRA policy merged into its base as a plain model folder"),
@@ -47,7 +49,7 @@ STAGES = {
 }
 COMMANDS = {**USER_COMMANDS, **STAGES}
 
-USAGE = "usage: boundary [--version] [--gpus N] <command> [options]   (boundary <command> --help)"
+USAGE = "usage: boundary [--version] [--gpus N [--own]] <command> [options]   (boundary <command> --help)"
 
 
 def _entry(module, name: str, kind: str):
@@ -69,6 +71,7 @@ def usage() -> str:
     lines += [f"  {name:<14} {text}" for name, (_, text) in STAGES.items()]
     lines += ["", "options:", "  --version      the package's version",
               "  --gpus N       claim N GPUs no other job holds before the command starts",
+              "  --own          with --gpus: every slot of them ($BOUNDARY_JOBS_PER_GPU), no job beside it",
               "", "example:", "  boundary diagnose --base base.parquet --trained grpo:0=grpo.parquet --out diag"]
     return "\n".join(lines)
 
@@ -81,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
             print("boundary: --gpus takes a GPU count: boundary --gpus N <command> ...", file=sys.stderr)
             return 2
         gpus, argv = int(argv[1]), argv[2:]
+    own = bool(argv and argv[0] == "--own")
+    if own and gpus is None:
+        print("boundary: --own claims GPUs whole: boundary --gpus N --own <command> ...", file=sys.stderr)
+        return 2
+    if own:
+        argv = argv[1:]
     if argv and argv[0] == "--version":
         print(f"boundary {__version__}")
         return 0
@@ -93,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         # Devices are claimed before the stage imports torch, so CUDA only ever sees them.
-        with contextlib.nullcontext() if gpus is None else claim(gpus):
+        with contextlib.nullcontext() if gpus is None else claim(gpus, own=own), once():  # each warning once
             _entry(importlib.import_module(COMMANDS[name][0]), name, "main")(rest)
     except BoundaryError as err:  # user-caused: one clear line, no traceback
         _say(f"boundary {name}: error: {err}")

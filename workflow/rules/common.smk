@@ -15,6 +15,7 @@ from boundary.analysis.report_settings import figure_names, table_names
 from boundary.cli import COMMANDS
 from boundary.tasks.arithmetic import levels_text
 from boundary.core import digests, sources
+from boundary.core.gpus import jobs_per_gpu
 
 
 def stop(line):
@@ -44,6 +45,14 @@ TESTBED = config["testbed"] is not None
 BENCHMARKS = settings.benchmarks(config)
 TRAINED = {m: s for m, s in config["methods"].items() if not s["checkpoint_of"]}
 SAMPLE_GPUS = 1 if config["train"]["gpus"] else 0  # a sampling job's GPUs
+# A training job with a colocated vLLM engine owns its GPUs (`boundary --gpus N --own`); its
+# `gpu` resource counts every slot of them (job_resources).
+TRAIN_OWNS = settings.train_owns_gpus(config)
+TRAIN_GPUS = f"{config['train']['gpus']}{' --own' if TRAIN_OWNS else ''}"  # the train rule's --gpus
+try:
+    JOBS_PER_GPU = jobs_per_gpu()
+except BoundaryError as err:
+    stop(str(err))
 # Methods whose anchored prompts train on frozen-base rollouts, drawn ahead by base_rollouts.
 PRE_DRAWN = [
     m
@@ -52,15 +61,18 @@ PRE_DRAWN = [
 ]
 
 
-def job_resources(kind, gpus=None):
+def job_resources(kind, gpus=None, own=False):
     """What a job of this kind asks for (config `resources:`), on the SLURM partition for
     CPU or GPU jobs (config `slurm:`, set by the SLURM profile). `gpu` is set for the stages
-    that claim GPUs (`boundary --gpus {resources.gpu}`). CPUs are asked for explicitly:
-    Snakemake caps `threads` at the controller's --cores, even for SLURM jobs."""
+    that claim GPUs (`boundary --gpus N`): it counts device slots, $BOUNDARY_JOBS_PER_GPU a
+    device, and a job that owns its devices (`own`) counts all of theirs, so Snakemake starts
+    nothing beside it that `--resources gpu=<devices x slots>` cannot hold (a SLURM job gets
+    its devices from the scheduler: there `gpu` is the device count). CPUs are asked for
+    explicitly: Snakemake caps `threads` at the controller's --cores, even for SLURM jobs."""
     spec, slurm = config["resources"][kind], config["slurm"]
     res = {"mem_mb": spec["mem_mb"], "runtime": spec["runtime"], "cpus_per_task": spec["cpus"]}
     if gpus is not None:
-        res["gpu"] = gpus
+        res["gpu"] = gpus * JOBS_PER_GPU if own and workflow.local_exec else gpus
     partition = slurm["gpu_partition"] if gpus else slurm["cpu_partition"]
     if partition:
         res["slurm_partition"] = partition
@@ -156,6 +168,11 @@ def eval_targets(bench):
     for method in config["methods"]:
         for seed in seeds_of(method):
             yield f"{OUT}/eval/{bench}/{method}/seed{seed}/counts.parquet"
+
+
+def eval_samples(bench):
+    """The samples files beside eval_targets' counts files (the report quotes lost prompts' answers)."""
+    return [str(Path(t).with_name("samples.parquet")) for t in eval_targets(bench)]
 
 
 def eval_split(wc):

@@ -7,6 +7,7 @@ rule report:
         counts=[t for b in [DIAGNOSTIC] + BENCHMARKS for t in eval_targets(b)],
         regimes=f"{OUT}/regimes/regimes.parquet",
         split=f"{OUT}/splits/diagnostic.parquet",
+        samples=eval_samples(DIAGNOSTIC),
         masks=mask_files(),
         logs=[f"{OUT}/train/{m}/seed{s}/log.parquet" for m in TRAINED for s in seeds_of(m)],
         code=code("report"),
@@ -26,4 +27,10 @@ rule report:
         results=lambda wc, input: Path(input.regimes).parent.parent,
     shell:
         "boundary report --results {params.results} --settings {params.settings:q} "
-        "--counts {input.counts} --masks {input.masks} --logs {input.logs} > {log} 2>&1"
+        "--counts {input.counts} --samples {input.samples} --masks {input.masks} --logs {input.logs} > {log} 2>&1"
+
+
+# A run that made the report ends by naming its page.
+onsuccess:
+    if Path(f"{OUT}/report.html").is_file():
+        print(f"report: {OUT}/report.html", flush=True)

@@ -62,15 +62,16 @@ for _method in TRAINED:
             "../../envs/boundary.yaml"
         threads: job_threads("train")
         resources:
-            **job_resources("train", config["train"]["gpus"]),
+            **job_resources("train", config["train"]["gpus"], own=TRAIN_OWNS),
         params:
             settings=as_param(settings.train_key(config, _method)),
             mask_arg=lambda wc, input: f"--mask {input.mask}" if input.mask else "",
             rollouts_arg=lambda wc, input: (f"--base-rollouts {input.base_rollouts}" if input.base_rollouts else ""),
             checkpoint_dir=lambda wc, _m=_method: f"checkpoints/{RUN}/{_m}/seed{wc.seed}",
             out_dir=lambda wc, _m=_method: f"{OUT}/train/{_m}/seed{wc.seed}",
+            gpus=TRAIN_GPUS,
         shell:
-            "OMP_NUM_THREADS={threads} exec boundary --gpus {resources.gpu} train --model {input.model} "
+            "OMP_NUM_THREADS={threads} exec boundary --gpus {params.gpus} train --model {input.model} "
             "--train-split {input.split} "
             "{params.mask_arg} {params.rollouts_arg} --settings {params.settings:q} --seed {wildcards.seed} "
             "--out {params.out_dir} --checkpoint-dir {params.checkpoint_dir} > {log} 2>&1"

@@ -25,10 +25,11 @@ HEADER = """# CLI reference
 <!-- Generated from the parsers of workflow/boundary/ by
 `PYTHONPATH=workflow python workflow/scripts/cli_reference.py`; do not edit by hand. -->
 
-    boundary [--gpus N] <command> [options]        boundary <command> --help
+    boundary [--gpus N [--own]] <command> [options]        boundary <command> --help
 
 `boundary --gpus N <command>` first claims N GPUs that no other job holds (the workflow's GPU
-rules do). A bad option or input stops a command with one line naming it. Walk-throughs:
+rules do); with `--own` it takes every slot of them (`$BOUNDARY_JOBS_PER_GPU`), so no other job
+runs there while it does (a training job with a colocated vLLM engine). A bad option or input stops a command with one line naming it. Walk-throughs:
 [the testbed](../tutorials/testbed_cpu.md), [diagnosing another tool's
 run](../tutorials/diagnose_other_runs.md).
 """

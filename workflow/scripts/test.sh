@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Run the test suite (units, stage contracts, the Snakemake smoke run). Extra args go to pytest.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+# The tests fetch nothing: the hub stays out whatever the user's shell allows.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 # The diagnosis page is checked in a real headless browser: Debian's chromium, installed here
 # when missing and we may (root with apt-get; BOUNDARY_NO_APT=1 opts out). Otherwise that one
 # test skips and says why.

@@ -59,6 +59,7 @@ import pandas as pd
 from boundary import readers
 from boundary.analysis import label_reliability as rl
 from boundary.analysis import regimes as rg
+from boundary.analysis import verdict
 from boundary.analysis.attribution import Attribution, cells
 from boundary.analysis.stats import (
     bootstrap_blocks,
@@ -93,6 +94,56 @@ CALIBRATION = ("calibration", 0)  # the calibration's place among the inputs whi
 
 
 # ----------------------------------------------------------------------------- inputs
+
+def dump_steps(folder: Path) -> list[int]:
+    """The steps of a folder of verl dumps ({step}.jsonl)."""
+    return sorted(int(p.stem) for p in folder.glob("*.jsonl") if p.stem.isdigit())
+
+
+def resolved(spec: str, step: int | None) -> tuple[Path, int | None, bool]:
+    """The file an input reads, its dump step (folders of verl dumps) and whether the spec
+    named the step itself (DIR@step=N), before anything is read."""
+    from boundary.readers.verl import dump_file
+
+    path, own = readers.input_path(spec)
+    if not path.is_dir():
+        return path, None, False
+    file = dump_file(path, own if own is not None else step)
+    return file, int(file.stem), own is not None
+
+
+def check_not_base(bases: list[str], trained: list[str], step: int | None) -> None:
+    """A trained input that reads the base's own file (and step) is refused, naming the
+    `@step=` (or file) the user probably meant: a folder of verl dumps read twice at its latest
+    step, or the same file given twice."""
+    base_files = {}
+    for spec in bases:
+        if readers.input_path(spec)[0].exists():
+            file, base_step, named = resolved(spec, step)
+            base_files[file.resolve()] = (spec, base_step, named)
+    for spec in trained:
+        path = readers.input_path(spec.partition("=")[2])[0]
+        if not path.exists():
+            continue
+        file, run_step, named = resolved(spec.partition("=")[2], step)
+        if file.resolve() not in base_files:
+            continue
+        base_spec, base_step, base_named = base_files[file.resolve()]
+        head = f"--trained {spec}: reads {file}, the same file as --base {base_spec}"
+        if run_step is None:
+            raise BoundaryError(f"{head}; a trained run is its policy's own evaluation, another file")
+        folder, steps = file.parent, dump_steps(file.parent)
+        others = [s for s in steps if s != run_step]
+        if not others:
+            raise BoundaryError(f"{head} (step {run_step}, the only dump in {folder}); the trained policy's "
+                                "evaluations are other steps' dumps")
+        if named and not base_named:  # the base went to the latest step: it is the run's first
+            meant = f"--base {folder}@step={min(steps)}"
+        else:
+            meant = f"--trained {spec.partition('=')[0]}={folder}@step={max(others)}"
+        raise BoundaryError(f"{head} (step {run_step}); did you mean {meant}? ({folder} has steps "
+                            f"{', '.join(map(str, steps))})")
+
 
 def parse_run(spec: str) -> tuple[str, int, str]:
     """NAME:SEED=PATH -> (name, seed, path)."""
@@ -498,8 +549,8 @@ def _with_base_noise(summary: pd.DataFrame, reference: pd.DataFrame | None, grou
     return pd.concat([widened.set_index(summary.index[delta]), rest]).sort_index()
 
 
-ONE_BASE_DRAW = ("one base draw: the Δ intervals over seeds leave out the base's own sampling noise "
-                 "(evaluate it at several seeds: evaluate.base_seeds, or --base given more than once)")
+ONE_BASE_DRAW = ("one --base draw: the Δ intervals leave out the base's own sampling noise "
+                 "(give --base twice: two independent evaluations)")
 
 
 def prompt_labels(path, column: str) -> pd.Series:
@@ -692,6 +743,9 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     out = output_folder(args.out, OWNER)  # before the analysis: a bad --out fails at once
+    for spec in args.trained:
+        parse_run(spec)
+    check_not_base(args.base, args.trained, args.step)
     ks = args.ks
     bins = args.bins
     th = rg.Thresholds(args.easy, args.boundary, args.coverage_k, args.coverage_min)
@@ -729,8 +783,8 @@ def main(argv=None) -> None:
         cal = cal[cal["prompt_id"].isin(set(base["prompt_id"]))]
         source = f"calibration {Path(args.calibration).name}"
     else:
-        warn(f"no --calibration: regimes are labelled from {', '.join(args.base)}, the same samples that measure "
-             "base pass@k, so they are not independent (boundary prompts get base pass@256 = 1)")
+        warn("no --calibration: regimes are labelled from the --base samples that also measure base pass@k, "
+             "so they are not independent")
         cal = base
         source = (f"base evaluation {', '.join(Path(readers.input_path(b)[0]).name for b in args.base)}, "
                   "not independent (no --calibration)")
@@ -773,4 +827,6 @@ def main(argv=None) -> None:
             figures.write_diagnose_figures(diag, view, tmp / "figures")
             page.write_page(diag, view, tmp / "figures", tmp / "report.html",
                             {key: d.samples for key, d in data.items() if d.samples is not None}, problems)
-    print(f"diagnose: {len(runs)} run(s), {len(base)} prompts -> {out}")
+    print(f"diagnose: {len(runs)} run(s) against the base on {len(base)} prompts")
+    print(verdict.results_table(verdict.outcomes(diag, view)))
+    print(f"report: {out / 'report.html'}" if not args.no_figures else f"tables: {out / 'tables'} (no page: --no-figures)")

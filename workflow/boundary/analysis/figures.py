@@ -61,6 +61,11 @@ def _not_run(ax, text="not run"):
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color=GRAY)
 
 
+def _style(m, view) -> dict:
+    """A method's pass@k curve: its colour, and a circle for the base, squares for the rest."""
+    return {"marker": "o" if m == BASE else "s", "ms": 3, "lw": 1.3, "color": colour(m, view), "label": view.label(m)}
+
+
 def _passk_axes(ax, diag, view, regime="all", legend=True, base_line=True):
     ks = diag.ks
     drawn = 0
@@ -69,7 +74,7 @@ def _passk_axes(ax, diag, view, regime="all", legend=True, base_line=True):
         if len(k) == 0:
             continue
         c = colour(m, view)
-        ax.plot(k, mean, marker="o" if m == BASE else "s", ms=3, lw=1.3, color=c, label=view.label(m))
+        ax.plot(k, mean, **_style(m, view))
         if m != BASE and np.isfinite(sd).any():
             ax.fill_between(k, mean - np.nan_to_num(sd), mean + np.nan_to_num(sd), color=c, alpha=0.15, lw=0)
         drawn += 1
@@ -89,11 +94,12 @@ def _passk_axes(ax, diag, view, regime="all", legend=True, base_line=True):
 
 
 def passk_curves(diag, view, title: str, folder: Path, name: str) -> list[Path]:
-    """Mean pass@k over seeds, one-SD bands, dashed base pass@K (fig:passk_curves, left)."""
+    """Mean pass@k over seeds, one-SD bands, dashed base pass@K (fig:passk_curves, left), under
+    `title`."""
     fig, ax = plt.subplots(figsize=(4.2, 2.8))
     _passk_axes(ax, diag, view)
     ax.set_ylabel("pass@k (%)")
-    ax.set_title(f"{title} pass@k")
+    ax.set_title(title)
     missing = [view.label(m) for m in view.main if m not in set(diag.summary["method"])]
     if missing:
         ax.text(0.02, 0.97, "not run: " + ", ".join(missing), transform=ax.transAxes, va="top", color=GRAY)
@@ -136,9 +142,19 @@ def _legend_below(fig, ax, height: float) -> None:
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
 
 
+def _method_legend(fig, diag, view, height: float) -> None:
+    """The methods' legend below the panels, from every method the summary holds (not from one
+    panel's curves: a first panel without prompts had dropped it)."""
+    present = set(diag.summary["method"])
+    handles = [plt.Line2D([], [], **_style(m, view)) for m in [BASE] + view.main if m in present]
+    fig.tight_layout(rect=(0, height if handles else 0, 1, 1))
+    if handles:
+        fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
+
+
 def regime_passk(diag, view, folder: Path, name: str = "regime_passk") -> list[Path]:
     """pass@k curves per regime, base vs trained methods; a regime without prompts keeps its
-    panel, which says so."""
+    panel, which says so; the legend names every method whichever panels are empty."""
     regimes = list(REGIMES) if diag.regimes is not None else []
     fig, axes = plt.subplots(1, max(len(regimes), 1), figsize=(2.3 * max(len(regimes), 1), 2.4), sharey=True)
     axes = np.atleast_1d(axes)
@@ -155,7 +171,7 @@ def regime_passk(diag, view, folder: Path, name: str = "regime_passk") -> list[P
     axes[0].set_ylabel("pass@k (%)")
     if not regimes:
         _not_run(axes[0], "no regime labels")
-    _legend_below(fig, axes[0], 0.08)
+    _method_legend(fig, diag, view, 0.08)
     return save(fig, folder, name)
 
 
@@ -265,24 +281,35 @@ def strata_delta(diag, view, order, folder: Path, name: str = "strata_delta") ->
     return save(fig, folder, name)
 
 
+TRAINING_PANELS = {"reward": "reward", "entropy": "entropy", "kl": "KL(π ‖ π_base)",
+                   "protected_fraction": "protected fraction"}
+NOT_LOGGED = {"kl": "not logged:\nno method scored\nthe frozen base\n(a KL term or the\npolicy anchor does)"}
+
+
 def training_curves(logs, view, folder: Path, name: str = "training") -> list[Path]:
-    """Reward, entropy and protected fraction over steps (seed mean) from train logs."""
-    # A quantity no method logged (kl without a KL term) gets no empty panel.
-    cols = [c for c in ("reward", "entropy", "kl", "protected_fraction")
-            if c in logs.columns and logs[c].notna().any()]
+    """Reward, entropy, KL to the base and protected fraction over steps (seed mean) from train
+    logs; every panel is drawn, and one whose quantity no run logged says why (KL is logged
+    where training scores the frozen base)."""
+    cols = list(TRAINING_PANELS) if len(logs) else []
     fig, axes = plt.subplots(1, max(len(cols), 1), figsize=(2.3 * max(len(cols), 1), 2.2), squeeze=False)
     for ax, col in zip(axes[0], cols):
+        ax.set_title(TRAINING_PANELS[col])
+        ax.set_xlabel("step")
+        if col not in logs.columns or not logs[col].notna().any():
+            _not_run(ax, NOT_LOGGED.get(col, "not logged"))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         for m, g in logs.groupby("method", sort=False):
             s = g.groupby("step")[col].agg(["mean", "std"]).reset_index()
             c = colour(m, view)
             ax.plot(s["step"], s["mean"], color=c, lw=1, label=view.label(m))
             ax.fill_between(s["step"], s["mean"] - s["std"].fillna(0), s["mean"] + s["std"].fillna(0),
                             color=c, alpha=0.15, lw=0)
-        ax.set_title(col.replace("_", " "))
-        ax.set_xlabel("step")
     if not cols:
         _not_run(axes[0, 0], "no training logs")
-    _legend_below(fig, axes[0, 0], 0.1)  # inside a panel, it covered that panel's curves
+    drawn = next((ax for ax in axes[0] if ax.get_legend_handles_labels()[1]), axes[0, 0])
+    _legend_below(fig, drawn, 0.1)  # inside a panel, it covered that panel's curves
     return save(fig, folder, name)
 
 
@@ -394,7 +421,7 @@ def attribution_bars(diag, view, folder: Path, name: str = "attribution") -> lis
 
 
 def write_diagnose_figures(diag, view, folder: Path) -> list[Path]:
-    paths = passk_curves(diag, view, "counts", folder, "passk_curves")
+    paths = passk_curves(diag, view, "pass@k over every prompt", folder, "passk_curves")
     if view.baseline and view.method:
         paths += paired_gain(diag, view, folder, "paired_gain")
     if diag.attribution is not None:

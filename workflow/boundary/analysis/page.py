@@ -1,15 +1,17 @@
 """One self-contained HTML page per diagnosis: every figure embedded as a base64 PNG, tables
 inline, no scripts or styles from elsewhere, so it opens from disk in any browser.
 
-Sections: the headline per method (pass@k, Δpass@k, crossover k*, area over log k, lost with
-its detection floor), the figures `figures.write_diagnose_figures` drew, the attribution of
-Δpass@k at the largest k by regime and transition cell, and the worst lost prompts with their
-problem text and a few sampled answers where the inputs were samples.
+Sections: the verdict per method (one line, verdict.py), the headline per method (Δpass@k with
+its interval, crossover k*, area over log k, lost with its detection floor), the figures
+`figures.write_diagnose_figures` drew, the attribution of Δpass@k at the largest k by regime and
+transition cell, and the worst lost prompts with their problem text and, where the inputs were
+samples, the base's correct answers beside the policy's.
 
 `write_run_page` is a pipeline run's landing page (results/{run}/report.html, written by the
-report): the same headline and the regime pass@k figure inline, then every table of the run
-(each with its files, and why where the config could not fill it) and links to every figure
-and audit file, relative to the page, so the run's folder can be moved or shared whole.
+report): the same verdicts and headline, the regime pass@k figure inline, the worst lost prompts
+of the diagnostic split (answers side by side, from the evaluations' samples), then every table
+of the run (each with its files, and why where the config could not fill it) and links to every
+figure and audit file, relative to the page, so the run's folder can be moved or shared whole.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import pandas as pd
 
 from boundary.analysis.label_reliability import summary_lines as reliability_lines
 from boundary.analysis.tables import count_cell
+from boundary.analysis.verdict import outcomes
 from boundary.core.artifacts import write_text
+from boundary.readers.problems import question
 
 FIGURES = [("passk_curves", "pass@k curves (seed mean, one-SD band; dashed: base pass@K)"),
            ("delta_curves", "Δpass@k at every k, with the crossover k*"),
@@ -48,6 +52,8 @@ th{background:#f4f4f4}td.l,th.l{text-align:left}
 figure{margin:1em 0}figure img{max-width:100%;height:auto}figcaption{font-size:.85em;color:#555}
 pre{white-space:pre-wrap;background:#f8f8f8;padding:.5em;font-size:.8em;margin:.2em 0;max-height:20em;overflow:auto}
 .ok{color:#009E73}.bad{color:#D55E00}.note{color:#555;font-size:.85em}
+.sides{display:flex;gap:1em}.sides>div{flex:1;min-width:0}
+ul.verdicts li{margin:.3em 0}
 """
 
 
@@ -63,7 +69,7 @@ def clip(text, limit: int = CLIP) -> str:
 def pts(x, digits: int = 1, sign: bool = True) -> str:
     if x is None or not np.isfinite(x):
         return "n/a"
-    x = 0.0 if round(100 * x, digits) == 0 else 100 * x  # no "-0.0"
+    x = 100 * x + 0.0  # exactly 0 reads "+0.0"; a tiny negative keeps its sign ("-0.0": it excludes 0)
     return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
 
 
@@ -99,14 +105,13 @@ def _summary(diag, method, metric, regime="all", k=None):
 
 def headline(diag, view, methods) -> str:
     k_hi, k_lo = max(diag.ks), min(diag.ks)
+    deltas = {o.method: o for o in outcomes(diag, view, methods)}
     rows = []
     for m in methods:
         a = diag.attribution
         area = a[(a["method"] == m) & a["seed"].isna() & (a["quantity"] == "area_log_k")
                  & (a["regime"] == "all") & (a["cell"] == "all")]
         x = diag.crossover[(diag.crossover["method"] == m) & diag.crossover["seed"].isna()]
-        lo1 = _summary(diag, m, "delta_passk", k=k_lo)
-        hi1 = _summary(diag, m, "delta_passk", k=k_hi)
         lost, sig = _summary(diag, m, "lost"), _summary(diag, m, "lost_significant")
         null, floor = _summary(diag, m, "lost_null"), _summary(diag, m, "lost_floor")
         K = int(x["K"].iloc[0]) if len(x) else k_hi
@@ -117,7 +122,7 @@ def headline(diag, view, methods) -> str:
             area_cell = (f"{pts(ar['value'], 2)} {interval(ar['boot_low'], ar['boot_high'], 2)}"
                          f"<br><span class='note'>÷ ln K: {pts(ar['value'] / math.log(K), 2) if K > 1 else 'n/a'}</span>")
         rows.append([esc(view.label(m)), str(int(x["n_seeds"].iloc[0])) if len(x) else "?",
-                     pts(lo1["mean"]) if lo1 is not None else "n/a", pts(hi1["mean"]) if hi1 is not None else "n/a",
+                     *(_delta_cell(getattr(deltas.get(m), side, None)) for side in ("first", "last")),
                      f"{kfmt(r['kstar'])} [{kfmt(r['kstar_low'])}, {kfmt(r['kstar_high'])}]" if r is not None else "n/a",
                      area_cell,
                      count_cell(diag.metrics, m, "lost") if lost is not None else "n/a",
@@ -125,9 +130,24 @@ def headline(diag, view, methods) -> str:
                      f"{null['mean'] * null['n_seeds']:.1f}" if null is not None else "n/a",
                      f"{floor['mean']:.3g}" if floor is not None else "n/a"])
     lvl = f"{100 * diag.level:g}%"
-    return table(["Method", "Seeds", f"Δp@{k_lo} (pts)", f"Δp@{k_hi} (pts)", f"k* [{lvl}]",
+    return table(["Method", "Seeds", f"Δp@{k_lo} (pts) [{lvl}]", f"Δp@{k_hi} (pts) [{lvl}]", f"k* [{lvl}]",
                   f"Area over ln k (pts·ln k) [{lvl}]", "Lost: total (per seed)", "Lost, significant",
                   "Lost if unchanged (total expected)", "0/n floor on p"], rows)
+
+
+def _delta_cell(d) -> str:
+    """A Δ in points with its interval below it (verdict.Delta)."""
+    if d is None or not np.isfinite(d.value):
+        return "n/a"
+    if not (np.isfinite(d.low) and np.isfinite(d.high)):
+        return pts(d.value / 100)
+    return f"{pts(d.value / 100)}<br><span class='note'>{interval(d.low / 100, d.high / 100)}</span>"
+
+
+def verdicts(diag, view, methods) -> str:
+    """One line per method: what the run shows (verdict.py)."""
+    lines = [o.verdict() for o in outcomes(diag, view, methods)]
+    return "<ul class='verdicts'>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"
 
 
 def attribution_table(diag, view, methods) -> str:
@@ -157,15 +177,36 @@ def shown(completions: pd.Series) -> list[str]:
             for t, c in counts.head(SHOWN).items()]
 
 
-def worst_lost(diag, view, samples: dict, problems: dict) -> str:
-    """Lost prompts ranked by how many runs lost them significantly, then by the Fisher p."""
+def _lost_ranked(diag):
+    """(every lost row, the lost prompts ranked by how many runs lost them significantly, then
+    by how many lost them, then by the smallest Fisher p)."""
     p = diag.prompts
     lost = p[(p["method"] != "base") & p["lost_p"].notna()]
-    if lost.empty:
-        return "<p>No prompt was lost (solved by the base, unsolved after training) in any run.</p>"
     rank = lost.groupby("prompt_id").agg(runs=("lost_p", "size"), significant=("lost_significant", "sum"),
                                          best_p=("lost_p", "min")).sort_values(["significant", "runs", "best_p"],
                                                                                ascending=[False, False, True])
+    return lost, rank
+
+
+def worst_lost_keys(diag) -> dict:
+    """{(method, seed): prompt ids} whose samples `worst_lost` shows: the base's first draw for
+    every listed prompt, and for each the run with the smallest Fisher p."""
+    lost, rank = _lost_ranked(diag)
+    keys: dict = {}
+    for pid in rank.index[:WORST]:
+        keys.setdefault(("base", 0), set()).add(pid)
+        m, s = lost[lost["prompt_id"] == pid].sort_values("lost_p")[["method", "seed"]].iloc[0]
+        keys.setdefault((m, int(s)), set()).add(pid)
+    return keys
+
+
+def worst_lost(diag, view, samples: dict, problems: dict) -> str:
+    """Lost prompts ranked by how many runs lost them significantly, then by the Fisher p; the
+    base's correct answers beside the policy's where `samples` has them."""
+    p = diag.prompts
+    lost, rank = _lost_ranked(diag)
+    if lost.empty:
+        return "<p>No prompt was lost (solved by the base, unsolved after training) in any run.</p>"
     base = p[p["method"] == "base"].set_index("prompt_id")
     p_base = diag.regimes.set_index("prompt_id")["p_base"] if diag.regimes is not None else pd.Series(dtype=float)
     parts = []
@@ -179,19 +220,22 @@ def worst_lost(diag, view, samples: dict, problems: dict) -> str:
                 f"{int(r['significant'])} significant (best p = {r['best_p']:.2g})")
         body = [f"<p class='note'>{per_run}</p>"]
         if pid in problems:
-            body.append(f"<p>Problem:</p><pre>{esc(clip(problems[pid]))}</pre>")
+            body.append(f"<p>Problem:</p><pre>{esc(clip(question(problems[pid])))}</pre>")
+        sides = []
         base_s = samples.get(("base", 0))
         if base_s is not None:
             pos = base_s[(base_s["prompt_id"] == pid) & base_s["correct"].astype(bool)]
-            body += [f"<p class='ok'>Base, verified correct ({len(pos)} of "
-                     f"{int((base_s['prompt_id'] == pid).sum())}):</p>"] + shown(pos["completion"])
+            sides.append([f"<p class='ok'>Base, verified correct ({len(pos)} of "
+                          f"{int((base_s['prompt_id'] == pid).sum())}):</p>"] + shown(pos["completion"]))
         lost_runs = lost[lost["prompt_id"] == pid].sort_values("lost_p")
         for m, s in lost_runs[["method", "seed"]].head(1).itertuples(index=False):
             run_s = samples.get((m, int(s)))
             if run_s is not None:
                 mine = run_s[run_s["prompt_id"] == pid]
-                body += [f"<p class='bad'>{esc(view.label(m))} seed {s}, none correct ({len(mine)} samples):</p>"
-                         ] + shown(mine["completion"])
+                sides.append([f"<p class='bad'>{esc(view.label(m))} seed {s}, none correct ({len(mine)} samples):</p>"
+                              ] + shown(mine["completion"]))
+        if sides:
+            body.append("<div class='sides'>" + "".join(f"<div>{''.join(side)}</div>" for side in sides) + "</div>")
         parts.append(f"<details{' open' if len(parts) < 3 else ''}><summary>{head}</summary>{''.join(body)}</details>")
     note = (f"<p class='note'>Lost = solved by the base (c &gt; 0) and unsolved after training (0 of n). "
             f"Significant: one-sided Fisher exact test against the base's counts at level {diag.level:g}. "
@@ -225,7 +269,7 @@ def write_page(diag, view, figures_dir: Path, path: Path, samples: dict | None =
     figs = "".join(figure(Path(figures_dir) / f"{name}.png", caption) for name, caption in FIGURES
                    if (Path(figures_dir) / f"{name}.png").exists())
     sections = [
-        "<h1>pass@k diagnosis</h1>" + _intro(diag, methods),
+        "<h1>pass@k diagnosis</h1>" + _intro(diag, methods) + verdicts(diag, view, methods),
         "<h2>Headline</h2>" + (headline(diag, view, methods) if diag.attribution is not None else "<p>n/a</p>"),
         HEADLINE_NOTE,
         "<h2>Figures</h2>" + figs,
@@ -265,18 +309,20 @@ def _files(page_dir: Path, stem: Path, exts) -> str:
 
 
 def write_run_page(diag, view, run_tables: list, figures: list[tuple[str, str]], out: Path,
-                   run: str, headline_table=None) -> Path:
+                   run: str, headline_table=None, samples: dict | None = None) -> Path:
     """results/{run}/report.html: the landing page of a pipeline run, written into `out` (the
     folder holding tables/, figures/, diagnostics/). `run_tables` are the report's tables (as
     written under tables/); `figures` (name, caption) those written under figures/, the first
     of which (the regime pass@k figure) is shown inline; `headline_table`, shown under the
-    headline, is the run's seed-level intervals."""
+    headline, is the run's seed-level intervals; `samples` ({(method, seed): rows}) the answers
+    shown for the worst lost prompts (`worst_lost_keys`)."""
     out = Path(out)
     methods = [m for m in view.main if m in set(diag.summary["method"])]
     fdir, tdir = out / "figures", out / "tables"
     lead = [(n, c) for n, c in figures if (fdir / f"{n}.png").exists()][:1]
     sections = [f"<h1>Run {esc(run)}: pass@k report</h1>" + _intro(diag, methods)
-                + "<p class='note'>Regimes and the headline are on the diagnostic split; every table below "
+                + verdicts(diag, view, methods)
+                + "<p class='note'>Regimes, verdicts and the headline are on the diagnostic split; every table below "
                   "links its Markdown, CSV and LaTeX files.</p>",
                 "<h2>Headline (diagnostic split)</h2>"
                 + (headline(diag, view, methods) if diag.attribution is not None else "<p>n/a</p>"), HEADLINE_NOTE]
@@ -284,6 +330,8 @@ def write_run_page(diag, view, run_tables: list, figures: list[tuple[str, str]],
         sections.append(f"<h3>{esc(headline_table.caption)}</h3>" + _table_body(headline_table))
     sections.append("<h2>pass@k per regime</h2>"
                     + "".join(figure(fdir / f"{n}.png", c) for n, c in lead))
+    sections.append("<h2>Worst lost prompts (diagnostic split)</h2>"
+                    + worst_lost(diag, view, samples or {}, diag.problems or {}))
     items = []
     for t in run_tables:
         files = _files(out, tdir / t.name, ("md", "csv", "tex"))

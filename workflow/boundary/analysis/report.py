@@ -24,7 +24,8 @@ SETTINGS is a JSON file or string (see docs/reference/report_settings.md for eve
     level                 interval level                               (0.95)
 
 Reads (under --results): regimes/regimes.parquet, splits/{diagnostic}.parquet,
-eval/*/*/seed*/counts.parquet, masks/*.parquet (optional), train/*/seed*/log.parquet (optional).
+eval/*/*/seed*/counts.parquet, masks/*.parquet (optional), train/*/seed*/log.parquet (optional),
+eval/{diagnostic}/*/seed*/samples.parquet (optional: the worst lost prompts' answers on the page).
 Writes (under --out): report.html (the run's landing page: page.write_run_page); eval_counts.parquet (every counts row with benchmark, method, seed,
 and p_base/regime on the diagnostic split); release/{diagnostic}_split.jsonl (the split with
 its regime labels, as in the paper's release manifest); tables/{name}.{tex,md,csv} for names in
@@ -42,8 +43,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from boundary.analysis import page, tables
-from boundary.analysis.diagnose import ONE_BASE_DRAW, analyse, check_regimes, load_mask, mask_metrics
+from boundary.analysis import page, tables, verdict
+from boundary.analysis.diagnose import analyse, check_regimes, load_mask, mask_metrics
 from boundary.analysis.regimes import strata_order
 from boundary.analysis.report_settings import figure_names
 from boundary.core.artifacts import read_table, write_table
@@ -53,6 +54,8 @@ from boundary.readers.counts import load_counts
 from boundary.readers.problems import snippet
 
 SEED_DIR = re.compile(r"seed(-?\d+)$")
+ONE_BASE_DRAW = ("one base draw: the Δ intervals over seeds leave out the base's own sampling noise "
+                 "(evaluate.base_seeds: 2 or more evaluates the base again)")
 
 
 def expected(paths, results: Path, pattern: str) -> list[Path]:
@@ -124,6 +127,25 @@ def split_problems(results: Path, split: str) -> dict:
     return dict(zip(table["prompt_id"].astype(str), table[column])) if column else {}
 
 
+def lost_samples(diag, counts: dict, paths=None) -> dict:
+    """{(method, seed): sample rows} of the runs whose answers the page shows for the worst lost
+    prompts (page.worst_lost_keys), only those prompts' rows: from `paths` (the samples files
+    given), else samples.parquet beside each counts file; a run without one shows no answers."""
+    import pyarrow.parquet as pq
+
+    given = {Path(p).parent: Path(p) for p in paths} if paths is not None else None
+    out = {}
+    for key, ids in page.worst_lost_keys(diag).items():
+        folder = Path(counts[key]).parent if key in counts else None
+        path = (given or {}).get(folder) if given is not None else (folder / "samples.parquet" if folder else None)
+        if path is None or not path.is_file():
+            continue
+        table = pq.read_table(path, columns=["prompt_id", "completion", "correct"],
+                              filters=[("prompt_id", "in", sorted(ids))])
+        out[key] = table.to_pandas().assign(prompt_id=lambda f: f["prompt_id"].astype(str))
+    return out
+
+
 def figure_captions(settings: dict) -> list[tuple[str, str]]:
     """(name, caption) of every figure the report draws; the regime pass@k figure first (the
     landing page shows it)."""
@@ -140,9 +162,11 @@ def figure_captions(settings: dict) -> list[tuple[str, str]]:
     return [(n, fixed[n]) for n in ["regime_passk"] + [n for n in names if n != "regime_passk"]]
 
 
-def build(results: Path, settings: dict, out: Path, inputs: dict | None = None, *, tables_only: bool = False) -> None:
-    """Write the whole report into `out` (a fresh folder). `inputs` ({counts, masks, logs}:
-    lists of paths) names exactly the files to summarise; otherwise every one under results.
+def build(results: Path, settings: dict, out: Path, inputs: dict | None = None, *,
+          tables_only: bool = False) -> list[str]:
+    """Write the whole report into `out` (a fresh folder). `inputs` ({counts, masks, logs,
+    samples}: lists of paths) names exactly the files to summarise; otherwise every one under
+    results. Returns the diagnostic split's results table and verdict lines (for the log).
     tables_only stops after the tables (no figures, no landing page): drawing is about half the
     time, and a check of the tables against a published copy needs none of it."""
     inputs = inputs or {}
@@ -221,7 +245,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None, 
     for t in ts:
         t.write(tdir)
     if tables_only:
-        return
+        return []
 
     # Figures.
     from boundary.analysis import figures  # matplotlib only when drawing: the Snakefile imports the names above
@@ -232,7 +256,7 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None, 
             figures.placeholder(fdir, f"passk_{b}", f"{label}: not run")
             figures.placeholder(fdir, f"paired_gain_{b}", f"{label}: not run")
             continue
-        figures.passk_curves(d, view, label, fdir, f"passk_{b}")
+        figures.passk_curves(d, view, f"{label} pass@k", fdir, f"passk_{b}")
         figures.paired_gain(d, view, fdir, f"paired_gain_{b}")
     figures.regime_passk(diag, view, fdir)
     figures.transition_heatmaps(diag, view, fdir)
@@ -252,4 +276,8 @@ def build(results: Path, settings: dict, out: Path, inputs: dict | None = None, 
 
     # The landing page: headline, regime pass@k, every table and figure above.
     headline_table = next(t for t in ts if t.name == "headline_intervals")
-    page.write_run_page(diag, view, ts, figure_captions(settings), out, results.resolve().name, headline_table)
+    samples = lost_samples(diag, found[diag_split], inputs.get("samples"))
+    page.write_run_page(diag, view, ts, figure_captions(settings), out, results.resolve().name, headline_table,
+                        samples)
+    rows = verdict.outcomes(diag, view)
+    return [verdict.results_table(rows), *(o.verdict() for o in rows)]

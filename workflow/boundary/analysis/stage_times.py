@@ -1,7 +1,7 @@
 """Stage times of a run: every job's wall time and peak memory, read from the benchmark file
 Snakemake writes for it (results/RUN/benchmarks/**.tsv, one per job), in the pipeline's order,
-and each stage's jobs and job-seconds. A report's stage-time table, made from the files
-themselves (also those copied back from another machine), not copied by hand.
+and each stage's jobs and job-seconds: where a run spent its time, from the run's own files
+(also those copied back from another machine), never copied by hand.
 
 Job-seconds add the jobs' wall times: jobs that ran at once overlap, so their sum is the
 machine time the stage took, not the run's wall time.

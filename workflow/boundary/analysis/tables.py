@@ -453,7 +453,8 @@ def _seed_matrix(name, caption, diag, view, items) -> Table:
             vals = per_seed(diag.metrics, m, metric, regime, k)
             row += [Stat(vals.get(s, np.nan) * scale, **fmt) for s in seeds[m]]
             if metric in COUNT_METRICS:  # a count's summary is its total, never a rounded mean
-                row.append(f"total {sum(int(round(v)) for v in vals)}" if len(vals) else NOT_RUN)
+                row.append(f"total {sum(int(round(v)) for v in vals)}" if len(vals)
+                           else absent(diag.metrics, m, regime))
             else:
                 row.append(stat(diag.summary, m, metric, regime, k, scale, **fmt))
         rows.append(row)

@@ -204,6 +204,14 @@ def train_key(config: dict, method: str) -> dict:
     return key("train", {**train, **derived, **method_keys})
 
 
+def train_owns_gpus(config: dict) -> bool:
+    """Whether a training job owns its GPUs (no other job beside it, core/gpus.py): a colocated
+    vLLM engine sizes its memory from what it finds free while it starts, and stops when a
+    neighbour frees memory meanwhile."""
+    train = {**defaults("train"), **config["train"]}
+    return train["rollout_engine"] == "vllm" and train["vllm_mode"] == "colocate"
+
+
 def base_seeds(config: dict) -> int:
     """The base's evaluations of each benchmark (evaluate.base_seeds: it plans jobs, and no
     evaluation reads it)."""

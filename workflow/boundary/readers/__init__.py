@@ -170,5 +170,5 @@ def warn_mixed_n(counts: pd.DataFrame, path) -> None:
     sequential file's n is its draws made; its cap is the n pass@k reaches (`passk.horizon`)."""
     n = pd.Series(horizon(counts))
     if len(n) and n.nunique() > 1:
-        warn(f"{path}: n per prompt ranges from {int(n.min())} to {int(n.max())} ({n.nunique()} values over "
-             f"{len(n)} prompts): pass@k uses each prompt's own n, and only ks up to {int(n.min())} are reported")
+        warn(f"{path}: n per prompt ranges from {int(n.min())} to {int(n.max())}: pass@k uses each prompt's own n, "
+             f"and ks above {int(n.min())} are dropped")

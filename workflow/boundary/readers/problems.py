@@ -32,13 +32,38 @@ def normalise(text) -> str:
 
 SNIPPET = 60  # characters of a problem shown beside its id in tables and error lines
 
+# The last user turn of a prompt rendered through a chat template (the templates of the models
+# RLVR trains: ChatML (Qwen, SmolLM2), Llama 3, Gemma, Phi-3, Mistral / Llama 2), and of ChatML
+# decoded without its special tokens, as verl's dumps hold it ("system\n...\nuser\n...\nassistant").
+USER_TURNS = [re.compile(p, re.S) for p in (
+    r"<\|im_start\|>user\s*\n(.*?)(?:<\|im_end\|>|$)",
+    r"<\|start_header_id\|>user<\|end_header_id\|>\s*(.*?)(?:<\|eot_id\|>|$)",
+    r"<start_of_turn>user\s*\n(.*?)(?:<end_of_turn>|$)",
+    r"<\|user\|>\s*(.*?)(?:<\|end\|>|$)",
+    r"\[INST\](?:\s*<<SYS>>.*?<</SYS>>)?\s*(.*?)\s*\[/INST\]",
+    r"(?:^|\n)user\n(.*?)\nassistant\s*$",
+)]
+
+
+def question(text) -> str:
+    """The problem a prompt asks: the last user turn where the prompt is a chat template's
+    rendering (its system turn and markers are not the problem), else the text as it is."""
+    if not isinstance(text, str):
+        return text
+    for pattern in USER_TURNS:
+        turns = [t.strip() for t in pattern.findall(text) if t.strip()]
+        if turns:
+            return turns[-1]
+    return text
+
 
 def snippet(text, width: int = SNIPPET) -> str:
     """A problem's text on one line, cut to `width` characters ("" for none): what a reader
-    sees beside an opaque id such as h0b9cbf737395."""
+    sees beside an opaque id such as h0b9cbf737395. A chat-templated prompt is quoted by its
+    question, not the template's first words."""
     if text is None or (isinstance(text, float) and np.isnan(text)):
         return ""
-    t = normalise(text)
+    t = normalise(question(text))
     return t if len(t) <= width else t[:width - 1].rstrip() + "…"
 
 

@@ -1,6 +1,7 @@
 """Base models as researchers hold them, made into one plain folder that every stage loads.
 
-A source is a save_pretrained folder, a hub id (needs network; untested here) or a GGUF file.
+A source is a save_pretrained folder, a hub id (downloaded unless offline mode is on: core/hub.py;
+untested here) or a GGUF file.
 `import_base` writes weights (safetensors), tokenizer with its chat template, and a generation
 config whose `eos_token_id` lists every stop id; `load_model` reads that folder the one way
 every stage does. GGUF weights are dequantised into a plain state dict: transformers keeps
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from boundary.core.artifacts import atomic_dir, output_folder
 from boundary.core.errors import BoundaryError, warn
+from boundary.core.hub import why_not_fetched
 
 OWNER = "boundary import-base"  # the marker of the folders it writes (core.artifacts.output_folder)
 DDP_PREFIX = "module."  # what torch's DistributedDataParallel puts before every weight name
@@ -93,8 +95,8 @@ def _load_source(source: str):
         raise
     except Exception as err:
         if not path.exists():  # a mistyped path looks like a hub id: say both
-            raise BoundaryError(f"{source}: no such model folder or file (as a hub id it could not be fetched: "
-                                "hub ids need network access)") from None
+            raise BoundaryError(f"{source}: no such model folder or file, and as a hub id it was not fetched: "
+                                f"{why_not_fetched()}") from None
         raise BoundaryError(f"{source}: cannot load the model ({_short(err)})") from None
     return model, tokenizer, []
 

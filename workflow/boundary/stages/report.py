@@ -20,6 +20,9 @@ def make_parser() -> ArgumentParser:
     for name in ("counts", "masks", "logs"):
         ap.add_argument(f"--{name}", nargs="*", metavar="FILE",
                         help=f"exactly the {name} files to summarise (default: every one under --results)")
+    ap.add_argument("--samples", nargs="*", metavar="FILE",
+                    help="the diagnostic split's samples files, whose answers the page shows for the worst lost "
+                         "prompts (default: samples.parquet beside each of its counts files, where present)")
     return ap
 
 
@@ -29,6 +32,8 @@ def main(argv=None) -> None:
     out = Path(args.out or args.results)
     settings = stage_settings.load("report", args.settings)
     with scratch_dir(out / "report") as tmp:  # a killed report leaves nothing the next one keeps
-        build(results, settings, tmp, {"counts": args.counts, "masks": args.masks, "logs": args.logs})
+        lines = build(results, settings, tmp, {"counts": args.counts, "masks": args.masks, "logs": args.logs,
+                                               "samples": args.samples})
         publish(tmp, out, "boundary report")  # tables/, figures/, ...: replaced only where it wrote them
-    print(f"report: tables, figures and eval_counts.parquet -> {out}")
+    print("\n".join(lines))
+    print(f"report: {out / 'report.html'} (tables, figures and eval_counts.parquet beside it)")
