@@ -27,5 +27,6 @@ if [ "$(cat "$VENV/.boundary-installed" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$VENV/.boundary-installed"
 fi
 export PATH="$VENV/bin:$PATH"
-# Nothing is fetched from a model hub; TRL's telemetry ping is skipped offline.
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# Offline is the user's choice: `export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# HF_DATASETS_OFFLINE=1` before run.sh keeps every download out (hub ids load from the cache).
+export TOKENIZERS_PARALLELISM=false
