@@ -99,7 +99,9 @@ def test_every_paper_training_job_starts_one_process_per_gpu_it_asks_for(paper_j
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(gpus))))  # sbatch --gpus
         argv = shlex.split(job["shell"].split(" > ")[0])
         # exec: the shell becomes boundary train, so the time limit's SIGTERM reaches it
-        assert argv[1:4] == ["exec", "boundary", "--gpus"] and argv[4] == str(gpus) and argv[5] == "train"
+        # --own: a job with the colocated engine owns its devices (the paper config's engine)
+        assert argv[1:4] == ["exec", "boundary", "--gpus"] and argv[4] == str(gpus)
+        assert argv[5:7] == ["--own", "train"] or argv[5] == "train"
         assert job["resources"]["slurm_extra"] == "--signal=TERM@600"  # the profile's train_stop_seconds
         started.clear()
         assert cli.main(argv[3:]) == 0  # argv: OMP_NUM_THREADS=.. exec boundary --gpus N train ...

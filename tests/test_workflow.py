@@ -287,7 +287,7 @@ def _rule_commands(workdir, configfile) -> dict[str, str]:
     for smk in (workdir / "workflow" / "rules").glob("*.smk"):
         for chunk in re.split(r"(?m)^(?=\s*rule[ :])", smk.read_text()):
             name = re.match(r"\s*rule (\w+):", chunk)
-            command = re.search(r"\"[^\"]*boundary (?:--gpus \{resources.gpu\} )?([a-z][a-z-]*)", chunk)
+            command = re.search(r"\"[^\"]*boundary (?:--gpus \{[a-z.]+\} )?([a-z][a-z-]*)", chunk)
             trains = 'f"train_{' in chunk  # the rules made per method in a loop
             if command:
                 for rule in rules:

@@ -117,8 +117,9 @@ def seeds_of(config: dict, method: str) -> list[int]:
 
 
 def method_settings(spec: dict) -> dict:
-    """A `methods:` entry as its training run gets it: without METHOD_ONLY's keys."""
-    return {k: v for k, v in spec.items() if k not in METHOD_ONLY}
+    """A `methods:` entry as its training run gets it: without METHOD_ONLY's keys, and without
+    a null `lora` (null: train.lora's, which the run keeps)."""
+    return {k: v for k, v in spec.items() if k not in METHOD_ONLY and not (k == "lora" and v is None)}
 
 
 def sampling_key(config: dict, split: str, *, sharded: bool = True) -> dict:
