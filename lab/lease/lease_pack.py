@@ -27,6 +27,17 @@ those stages as done instead of redoing them.
           methods (and the methods that evaluate their checkpoints), `base` for the base's draw,
           so that a seed too large for one lease is split across leases by method.
 
+  pack-checkpoints --checkpoints checkpoints/RUN --out DIR [--part-mib 15]
+          a LoRA run's resumable state, which lives outside results/ (train.lora: adapter,
+          optimizer, scheduler, random and trainer state; a few hundred MB at 1.5B): of every
+          run folder under checkpoints/RUN its newest complete checkpoint-N and its step
+          snapshots (the adapters of train.checkpoints, which reach results/ only when the run
+          ends), as DIR/ckpt_RUN.tgz.00, ... and DIR/ckpt_RUN.manifest. Nothing (and an old
+          pack removed) when no run has a resumable checkpoint.
+  unpack-checkpoints DIR
+          joins and checks those parts and extracts them into checkpoints/ (a run resumes only
+          under its own key: the same settings, base files and code).
+
 Model weights never travel (results/RUN/models/, train/<method>/seed<s>/final and step<n>/,
 *.safetensors, *.bin, *.pt, *.gguf). Snakemake does not remake a missing file whose
 consumers are up to date, so a run given those targets (or the report's) leaves them missing.
@@ -209,6 +220,79 @@ def touch(args) -> None:
     print(f"lease_pack: {len(paths)} restored files dated now, newer than what this machine made before them")
 
 
+def resumable(root: Path) -> list[Path]:
+    """What a LoRA run needs to go on elsewhere: under each run folder (a checkpoint-N's parent)
+    its newest complete checkpoint-N and its snapshots/ folder."""
+    members = []
+    for run_dir in sorted({p.parent for p in root.rglob("checkpoint-*")}):
+        done = [p for p in run_dir.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+        if done:
+            members.append(max(done, key=lambda p: int(p.name.split("-")[1])))
+            if (run_dir / "snapshots").is_dir():
+                members.append(run_dir / "snapshots")
+    return members
+
+
+def pack_checkpoints(args) -> None:
+    root, out = Path(args.checkpoints), Path(args.out)
+    run = root.name
+    out.mkdir(parents=True, exist_ok=True)
+    for old in [*out.glob(f"ckpt_{run}.tgz.*"), out / f"ckpt_{run}.manifest"]:
+        old.unlink(missing_ok=True)
+    members = resumable(root) if root.is_dir() else []
+    if not members:
+        print(f"lease_pack: {root}: no resumable checkpoint to pack")
+        return
+    archive = out / f"ckpt_{run}.tgz"
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:  # fp32 state hardly compresses
+        for path in members:
+            tar.add(str(path))
+    size, parts, part = archive.stat().st_size, [], int(args.part_mib * MiB)
+    with open(archive, "rb") as f:
+        while chunk := f.read(part):
+            name = out / f"{archive.name}.{len(parts):02d}"
+            name.write_bytes(chunk)
+            parts.append(name)
+    archive.unlink()
+    lines = [f"checkpoints {run}", f"archive {size} bytes in {len(parts)} parts"]
+    lines += [f"part {p.name} {file_sha256(p)}" for p in parts]
+    lines += [f"packed {p}" for p in members]
+    (out / f"ckpt_{run}.manifest").write_text("\n".join(lines) + "\n")
+    print(f"lease_pack: {' '.join(str(m) for m in members)}: {size / MiB:.1f} MiB in {len(parts)} parts "
+          f"of {args.part_mib:g} MiB, in {out}")
+
+
+def unpack_checkpoints(args) -> None:
+    folder = Path(args.folder)
+    found = sorted(folder.glob("ckpt_*.manifest"))
+    if len(found) != 1:
+        sys.exit(f"lease_pack: {folder}: {len(found)} ckpt_*.manifest files, expected one")
+    lines = found[0].read_text().splitlines()
+    parts = [line.split()[1:] for line in lines if line.startswith("part ")]
+    archive = folder / "joined_ckpt.tgz.partial"
+    try:
+        with open(archive, "wb") as joined:
+            for name, digest in parts:
+                part = folder / name
+                if not part.is_file() or file_sha256(part) != digest:
+                    sys.exit(f"lease_pack: {part}: missing or not the SHA-256 {found[0].name} names; "
+                             "no checkpoint restored")
+                with open(part, "rb") as f:
+                    while chunk := f.read(MiB * 16):
+                        joined.write(chunk)
+        with tarfile.open(archive, "r:gz") as tar:
+            names = [m.name for m in tar.getmembers()]
+            bad = [n for n in names if n.startswith("/") or ".." in Path(n).parts or not n.startswith("checkpoints/")]
+            if bad:
+                sys.exit(f"lease_pack: {found[0].name}: the archive holds {bad[0]}, outside checkpoints/; "
+                         "nothing restored")
+            tar.extractall(".", filter="data")
+    finally:
+        archive.unlink(missing_ok=True)
+    packed = [line.split(maxsplit=1)[1] for line in lines if line.startswith("packed ")]
+    print(f"lease_pack: restored {' '.join(packed)} from {found[0].name}")
+
+
 def data(args) -> None:
     """The config's data files (train, diagnostic, benchmarks) copied under --out: those under
     data/ at the same relative paths (a data/ link followed: what a lease carries as its data
@@ -286,6 +370,14 @@ def main(argv=None) -> None:
     p.add_argument("--configfile", required=True)
     p.add_argument("--out", default=".lease")
     p.set_defaults(func=data)
+    p = sub.add_parser("pack-checkpoints")
+    p.add_argument("--checkpoints", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--part-mib", type=float, default=15.0)
+    p.set_defaults(func=pack_checkpoints)
+    p = sub.add_parser("unpack-checkpoints")
+    p.add_argument("folder")
+    p.set_defaults(func=unpack_checkpoints)
     p = sub.add_parser("targets")
     p.add_argument("--configfile", required=True)
     p.add_argument("--seed", type=int, required=True)
