@@ -235,7 +235,7 @@ if [ -n "$ckpts" ]; then
 fi
 # train_pids: the detached run's training processes (its own session), by id.
 train_pids() { pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' 2>/dev/null || true; }
-stopped_train=""
+stopped_train="" fresh=""
 
 # 4. The run, stopped in time to pack (with --detach it outlives the call instead).
 if [ -f .snakemake/lease/pending ]; then
@@ -255,20 +255,23 @@ elif [ -n "$detach" ]; then
   shown=0
   while alive && [ "$(left)" -gt 60 ]; do
     sleep 5
-    if [ -n "$stop_train" ] && [ -z "$stopped_train" ] && [ "$(left)" -le "$stop_train" ]; then
-      stopped_train=$(train_pids | tr '\n' ' ')
-      stopped_train=${stopped_train:-none}
-      say "asking the training job(s) to stop at the next step boundary (SIGTERM to $stopped_train)"
-      [ "$stopped_train" = none ] || kill -TERM $stopped_train 2>/dev/null || true
+    if [ -n "$stop_train" ] && [ "$(left)" -le "$stop_train" ]; then
+      # every training process of the run, once each (a second SIGTERM would stop it at once),
+      # also one that starts after the stop time (a job that was waiting)
+      for pid in $(train_pids); do
+        case " $stopped_train " in *" $pid "*) continue ;; esac
+        kill -TERM "$pid" 2>/dev/null && stopped_train="$stopped_train $pid" &&
+          say "training process $pid asked to stop at the next step boundary (SIGTERM)"
+      done
     fi
     # A carried checkpoint that its job did not resume (another key: code, settings or base files
     # changed between leases) would train from step 0 in silence: said, and stopped.
-    if [ -n "$ckpts" ] && [ -z "$stopped_train" ] &&
+    if [ -n "$ckpts" ] && [ -z "$fresh" ] &&
        find "results/$run/logs/train" -name '*.log' -newer .snakemake/lease/ckpt-restored \
          -exec grep -l "^train: starting in" {} + 2>/dev/null | grep -q .; then
+      fresh=1
       say "WARNING: a training job started afresh although checkpoints were carried: its key differs (code, settings or base files changed since they were saved); stopping it"
-      stopped_train=$(train_pids | tr '\n' ' ')
-      [ -z "$stopped_train" ] || kill -TERM $stopped_train 2>/dev/null || true
+      for pid in $(train_pids); do kill -TERM "$pid" 2>/dev/null && stopped_train="$stopped_train $pid"; done
     fi
     if [ $(($(date +%s) - shown)) -ge 60 ]; then
       shown=$(date +%s)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Phase 1's holds (README.md, "The holds, call by call") on this CPU with the smoke twin
+# qwen15b_phase1_smoke.yaml and the real 1.5B GGUF: fresh `git worktree`s of HEAD stand for the
+# local checkout and three holds' machines.
+#   local:  the task's files, a calibration (standing in for the committed one), the carry, the
+#           data files and the GGUF's 45-MiB slices, as for the device
+#   hold 1: the slices joined and pinned, the base imported, the carry restored and dated; the
+#           base's 4 sequential draws; merged locally, `snakemake -n` for them lists nothing
+#   hold 2: a LoRA GRPO run started detached, stopped by `--stop-train` at a step boundary
+#           (exit 75), its resumable state packed in parts (the parts' size is the figure a
+#           1.5B rank-16 adapter with its optimizer state travels in)
+#   hold 3: the carry of holds 1-2 and the checkpoint parts restored, the run resumed (its log
+#           says "resuming from"), finished, and its checkpoints evaluated sequentially; merged
+#           locally, `snakemake -n` for every Phase 1 target lists nothing
+# Each step prints its wall time. Run from the repository root (about 25 minutes on 2 cores; the
+# 1.5B import peaks at 14 GB, and jobs run one at a time):
+#   bash lab/studies/2026-11-29-qwen15b-phase1/holds_cpu.sh [SCRATCH]   (default /tmp/phase1_holds)
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+S="${1:-/tmp/phase1_holds}"
+CFG=lab/studies/2026-11-29-qwen15b-phase1/qwen15b_phase1_smoke.yaml RUN=qwen15b_phase1_smoke
+GGUF=models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
+[ -f "$REPO/$GGUF" ] || { echo "holds_cpu: $GGUF: missing (bash lab/models/qwen15b.sh)" >&2; exit 1; }
+DATA="$REPO/../shared/data"
+[ -f "$DATA/math500/test.jsonl" ] || { echo "holds_cpu: $DATA: no MATH500 copy" >&2; exit 1; }
+for w in local dev1 dev2 dev3; do git -C "$REPO" worktree remove --force "$S/$w" 2>/dev/null || true; done
+rm -rf "$S" && mkdir -p "$S"
+for w in local dev1 dev2 dev3; do git -C "$REPO" worktree add -q --detach "$S/$w" HEAD; done
+export PYTHON="$(command -v python)" LEASE_SITE="$S/site" BOUNDARY_GPU_LOCKS="$S/locks"
+export LEASE_GGUF="$S/gguf"  # the device's /tmp/lease-gguf
+T0=$(date +%s)
+t() { echo "--- $* [$(date -u +%T), +$(($(date +%s) - T0)) s]"; }
+quiet() { grep -v "^\[\|^ \|^$\|^Select\|^Finished\|^Job\|^rule\|^localrule\|^host\|^Building\|^Provided\|^Using\|^Assuming\|^Complete\|^Falling" || true; }
+base_draws=$(for i in 0 1 2 3; do echo "results/$RUN/eval/diagnostic/base/seed$i/counts.parquet"; done)
+seed0="results/$RUN/train/grpo/seed0/log.parquet $(for m in grpo grpo_step1 grpo_step2; do
+  echo "results/$RUN/eval/diagnostic/$m/seed0/counts.parquet"; done)"
+
+t "local: the task's files, the calibration (the committed one's stand-in), the carry, data, slices"
+cd "$S/local"
+mkdir -p models && ln -s "$REPO/$GGUF" "$GGUF"
+python lab/studies/2026-11-28-qwen15b-task-selection/qwen15b_candidates.py --data "$DATA" > /dev/null
+python -m snakemake "results/$RUN/regimes/regimes.parquet" --cores 1 --configfile $CFG 2>&1 | quiet
+bash lab/lease/lease_in.sh carry $RUN
+bash lab/lease/lease_in.sh data $CFG | tail -n 1
+bash lab/lease/lease_in.sh gguf "$GGUF" 45 | tail -n 2
+
+t "hold 1 (dev1): GGUF slices joined, base imported, carry restored; the base's 4 sequential draws"
+mkdir -p "$LEASE_GGUF" && cp "$S"/local/.lease/gguf/*/* "$LEASE_GGUF/"  # the device's slice calls
+cp -r "$S/local/.lease" "$S/dev1/.lease"                                  # and its carry
+cd "$S/dev1"
+OUT="$S/out1" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
+  --detach $base_draws | quiet
+ls -l "$S/out1"
+t "local: merge hold 1; snakemake -n for the base draws"
+cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out1"
+python -m snakemake $base_draws -n --configfile $CFG 2>&1 | grep -E "^(rule|localrule) |Nothing"
+cmp -s "$S/local/results/$RUN/models/base/model.safetensors" "$S/dev1/results/$RUN/models/base/model.safetensors" &&
+  echo "import-base: the same model.safetensors in two checkouts (a run's key holds the base's files)" ||
+  echo "import-base: WARNING: two imports differ: a run's key would change between holds"
+bash lab/lease/lease_in.sh carry $RUN
+
+t "hold 2 (dev2): GRPO LoRA seed 0 started detached, then stopped at a step boundary"
+cp -r "$S/local/.lease" "$S/dev2/.lease"
+cd "$S/dev2"
+export LEASE_CKPT_OUT="$S/ckpt2"
+# --stop-train 589 of a 590-s call: the training job is asked to stop as soon as it runs, so it
+# stops after its first step (on the device, the hold's last training call: --stop-train 150).
+OUT="$S/out2" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
+  --detach --stop-train 589 $seed0 | quiet
+grep -E "^train: (starting|stopped|resuming)" "results/$RUN/logs/train/grpo/seed0.log"
+ls -l "$LEASE_CKPT_OUT"
+t "local: merge hold 2; the checkpoint parts come back (4 a call on the device)"
+cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out2" && bash lab/lease/lease_in.sh carry $RUN
+mkdir -p .lease/ckpt && cp "$S"/ckpt2/ckpt_* .lease/ckpt/
+
+t "hold 3 (dev3): carry and checkpoint restored; the run resumes, ends, and its checkpoints are evaluated"
+cp -r "$S/local/.lease" "$S/dev3/.lease"
+cd "$S/dev3"
+export LEASE_CKPT_OUT="$S/ckpt3"
+OUT="$S/out3" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
+  --checkpoints .lease/ckpt --detach $seed0 | quiet
+grep -E "^train: (starting|stopped|resuming)" "results/$RUN/logs/train/grpo/seed0.log"
+t "local: merge hold 3; snakemake -n for every Phase 1 target"
+cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out3"
+python -m snakemake $base_draws $seed0 -n --configfile $CFG 2>&1 | grep -E "^(rule|localrule) |Nothing"
+t "end"
