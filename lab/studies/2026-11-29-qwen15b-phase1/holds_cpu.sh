@@ -28,6 +28,7 @@ rm -rf "$S" && mkdir -p "$S"
 for w in local dev1 dev2 dev3; do git -C "$REPO" worktree add -q --detach "$S/$w" HEAD; done
 export PYTHON="$(command -v python)" LEASE_SITE="$S/site" BOUNDARY_GPU_LOCKS="$S/locks"
 export LEASE_GGUF="$S/gguf"  # the device's /tmp/lease-gguf
+export PYTHONPATH="$S/local/workflow"  # the local checkout's package (lease.sh puts each hold's first)
 T0=$(date +%s)
 t() { echo "--- $* [$(date -u +%T), +$(($(date +%s) - T0)) s]"; }
 quiet() { grep -v "^\[\|^ \|^$\|^Select\|^Finished\|^Job\|^rule\|^localrule\|^host\|^Building\|^Provided\|^Using\|^Assuming\|^Complete\|^Falling" || true; }
