@@ -40,12 +40,15 @@
 #                 1700 s (a hold ends at 30 minutes anyway)
 #   --checkpoints a folder of `lease_pack.py pack-checkpoints` parts (ckpt_RUN.manifest and its
 #                 parts): a LoRA run's resumable state, restored into checkpoints/ once per lease
-#                 (before Snakemake), so that the training job resumes where an earlier lease stopped
+#                 (before Snakemake), so that the training job resumes where an earlier lease stopped,
+#                 and a finished LoRA run's adapters (train/M/seedS/final, step*), dated after the
+#                 base, so that a later lease evaluates them without training again
 #   --stop-train  with --detach: when this call has SECONDS left, the detached run's training jobs
 #                 get a SIGTERM (they stop at the next step boundary with a checkpoint, exit 75),
 #                 and the call waits for the run to end; SECONDS: 60 for the pack, a training step
 #                 and the checkpoint's save (150 at a 30-s step). Whenever the run has ended and a
-#                 run under checkpoints/RUN holds a resumable checkpoint, it is packed into
+#                 run under checkpoints/RUN holds a resumable checkpoint (or results/RUN a LoRA
+#                 run's adapters), they are packed into
 #                 $LEASE_CKPT_OUT (default /tmp/lease-ckpt-out, 15-MiB parts: too large for one
 #                 call's return, so later calls copy them to $OUT, 4 parts a call)
 #   TARGET        more Snakemake targets (with neither: its default target, the whole run, whose
@@ -211,34 +214,38 @@ if [ -n "$carry" ]; then
     echo "$key" > .snakemake/lease/pending
   fi
 fi
-if [ -f .snakemake/lease/pending ]; then
+# A LoRA run's resumable state and adapters from an earlier lease (once a lease), dated after
+# the base like the restored artifacts.
+ckpt_out="${LEASE_CKPT_OUT:-/tmp/lease-ckpt-out}"
+if [ -n "$ckpts" ]; then
+  key=$(sha256sum "$ckpts"/ckpt_*.manifest 2>/dev/null | cut -c1-64)
+  [ -n "$key" ] || { say "--checkpoints $ckpts: no ckpt_*.manifest"; exit 1; }
+  if [ "$(cat .snakemake/lease/ckpt-restored 2>/dev/null)" != "$key" ]; then
+    $PY lab/lease/lease_pack.py unpack-checkpoints "$ckpts" --list .snakemake/lease/ckpt-restored.txt || exit 1
+    echo "$key" > .snakemake/lease/ckpt-restored
+    touch .snakemake/lease/ckpt-pending
+  fi
+fi
+if [ -f .snakemake/lease/pending ] || [ -f .snakemake/lease/ckpt-pending ]; then
   base="results/$run/models/base"
   if [ ! -d "$base" ] && [ "$(left)" -gt 120 ]; then
     say "making $base before the restored stages are dated"
     run_smk $(($(left) - 60)) "$base"
   fi
   if [ -d "$base" ]; then
-    $PY lab/lease/lease_pack.py touch .snakemake/lease/restored.txt &&
-      mv .snakemake/lease/pending .snakemake/lease/restored
+    [ ! -f .snakemake/lease/pending ] || { $PY lab/lease/lease_pack.py touch .snakemake/lease/restored.txt &&
+      mv .snakemake/lease/pending .snakemake/lease/restored; }
+    [ ! -f .snakemake/lease/ckpt-pending ] || { $PY lab/lease/lease_pack.py touch .snakemake/lease/ckpt-restored.txt &&
+      rm .snakemake/lease/ckpt-pending; }
   fi
 fi
 
-# A LoRA run's resumable state from an earlier lease (once a lease).
-ckpt_out="${LEASE_CKPT_OUT:-/tmp/lease-ckpt-out}"
-if [ -n "$ckpts" ]; then
-  key=$(sha256sum "$ckpts"/ckpt_*.manifest 2>/dev/null | cut -c1-64)
-  [ -n "$key" ] || { say "--checkpoints $ckpts: no ckpt_*.manifest"; exit 1; }
-  if [ "$(cat .snakemake/lease/ckpt-restored 2>/dev/null)" != "$key" ]; then
-    $PY lab/lease/lease_pack.py unpack-checkpoints "$ckpts" || exit 1
-    echo "$key" > .snakemake/lease/ckpt-restored
-  fi
-fi
 # train_pids: the detached run's training processes (its own session), by id.
 train_pids() { pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' 2>/dev/null || true; }
 stopped_train="" fresh=""
 
 # 4. The run, stopped in time to pack (with --detach it outlives the call instead).
-if [ -f .snakemake/lease/pending ]; then
+if [ -f .snakemake/lease/pending ] || [ -f .snakemake/lease/ckpt-pending ]; then
   say "the base model is not made yet: the run waits for the next call"
 elif [ -n "$detach" ]; then
   if alive; then
@@ -299,8 +306,9 @@ fi
 
 # 5. What comes back: the small artifacts in $OUT; a LoRA run's resumable state, once the run has
 # ended, beside it in $ckpt_out (later calls bring its parts back).
-if ! alive && [ -d "checkpoints/$run" ]; then
-  $PY lab/lease/lease_pack.py pack-checkpoints --checkpoints "checkpoints/$run" --out "$ckpt_out" &&
+if ! alive && { [ -d "checkpoints/$run" ] || ls "results/$run"/train/*/seed*/*/adapter_config.json >/dev/null 2>&1; }; then
+  $PY lab/lease/lease_pack.py pack-checkpoints --checkpoints "checkpoints/$run" --results "results/$run" \
+    --out "$ckpt_out" &&
     ls "$ckpt_out"/ckpt_"$run".tgz.* >/dev/null 2>&1 &&
     say "the checkpoint parts to bring back, 4 a call: $(cd "$ckpt_out" && ls ckpt_"$run".tgz.* | tr '\n' ' ')(each call: cp $ckpt_out/ckpt_$run.manifest and its next parts to \$OUT)"
 fi

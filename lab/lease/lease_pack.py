@@ -27,16 +27,19 @@ those stages as done instead of redoing them.
           methods (and the methods that evaluate their checkpoints), `base` for the base's draw,
           so that a seed too large for one lease is split across leases by method.
 
-  pack-checkpoints --checkpoints checkpoints/RUN --out DIR [--part-mib 15]
+  pack-checkpoints --checkpoints checkpoints/RUN [--results results/RUN] --out DIR [--part-mib 15]
           a LoRA run's resumable state, which lives outside results/ (train.lora: adapter,
           optimizer, scheduler, random and trainer state; a few hundred MB at 1.5B): of every
           run folder under checkpoints/RUN its newest complete checkpoint-N and its step
           snapshots (the adapters of train.checkpoints, which reach results/ only when the run
-          ends), as DIR/ckpt_RUN.tgz.00, ... and DIR/ckpt_RUN.manifest. Nothing (and an old
-          pack removed) when no run has a resumable checkpoint.
-  unpack-checkpoints DIR
-          joins and checks those parts and extracts them into checkpoints/ (a run resumes only
-          under its own key: the same settings, base files and code).
+          ends); with --results, also every finished LoRA run's adapter folders
+          (train/M/seedS/final and step*, those holding adapter_config.json: a later lease
+          evaluates them without training again). As DIR/ckpt_RUN.tgz.00, ... and
+          DIR/ckpt_RUN.manifest; nothing (and an old pack removed) when there is neither.
+  unpack-checkpoints DIR [--list FILE]
+          joins and checks those parts and extracts them (a run resumes only under its own key:
+          the same settings, base files and code); FILE (default
+          .snakemake/lease/ckpt-restored.txt) lists the restored results/ files, for `touch`.
 
 Model weights never travel (results/RUN/models/, train/<method>/seed<s>/final and step<n>/,
 *.safetensors, *.bin, *.pt, *.gguf). Snakemake does not remake a missing file whose
@@ -233,6 +236,11 @@ def resumable(root: Path) -> list[Path]:
     return members
 
 
+def adapters(results: Path) -> list[Path]:
+    """A finished LoRA run's policy folders (peft adapters, small; full weights never travel)."""
+    return sorted(p.parent for p in results.glob("train/*/seed*/*/adapter_config.json"))
+
+
 def pack_checkpoints(args) -> None:
     root, out = Path(args.checkpoints), Path(args.out)
     run = root.name
@@ -240,8 +248,9 @@ def pack_checkpoints(args) -> None:
     for old in [*out.glob(f"ckpt_{run}.tgz.*"), out / f"ckpt_{run}.manifest"]:
         old.unlink(missing_ok=True)
     members = resumable(root) if root.is_dir() else []
+    members += adapters(Path(args.results)) if args.results else []
     if not members:
-        print(f"lease_pack: {root}: no resumable checkpoint to pack")
+        print(f"lease_pack: {root}: no resumable checkpoint or LoRA adapter to pack")
         return
     archive = out / f"ckpt_{run}.tgz"
     with tarfile.open(archive, "w:gz", compresslevel=1) as tar:  # fp32 state hardly compresses
@@ -282,13 +291,18 @@ def unpack_checkpoints(args) -> None:
                         joined.write(chunk)
         with tarfile.open(archive, "r:gz") as tar:
             names = [m.name for m in tar.getmembers()]
-            bad = [n for n in names if n.startswith("/") or ".." in Path(n).parts or not n.startswith("checkpoints/")]
+            bad = [n for n in names if n.startswith("/") or ".." in Path(n).parts
+                   or not n.startswith(("checkpoints/", "results/"))]
             if bad:
-                sys.exit(f"lease_pack: {found[0].name}: the archive holds {bad[0]}, outside checkpoints/; "
-                         "nothing restored")
+                sys.exit(f"lease_pack: {found[0].name}: the archive holds {bad[0]}, outside checkpoints/ and "
+                         "results/; nothing restored")
+            files = [m.name for m in tar.getmembers() if m.isfile() and m.name.startswith("results/")]
             tar.extractall(".", filter="data")
     finally:
         archive.unlink(missing_ok=True)
+    listing = Path(args.list)
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.write_text("".join(f"{n}\n" for n in files))
     packed = [line.split(maxsplit=1)[1] for line in lines if line.startswith("packed ")]
     print(f"lease_pack: restored {' '.join(packed)} from {found[0].name}")
 
@@ -372,11 +386,13 @@ def main(argv=None) -> None:
     p.set_defaults(func=data)
     p = sub.add_parser("pack-checkpoints")
     p.add_argument("--checkpoints", required=True)
+    p.add_argument("--results")
     p.add_argument("--out", required=True)
     p.add_argument("--part-mib", type=float, default=15.0)
     p.set_defaults(func=pack_checkpoints)
     p = sub.add_parser("unpack-checkpoints")
     p.add_argument("folder")
+    p.add_argument("--list", default=".snakemake/lease/ckpt-restored.txt")
     p.set_defaults(func=unpack_checkpoints)
     p = sub.add_parser("targets")
     p.add_argument("--configfile", required=True)

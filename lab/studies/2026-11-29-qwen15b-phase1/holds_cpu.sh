@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Phase 1's holds (README.md, "The holds, call by call") on this CPU with the smoke twin
 # qwen15b_phase1_smoke.yaml and the real 1.5B GGUF: fresh `git worktree`s of HEAD stand for the
-# local checkout and three holds' machines.
+# local checkout and four holds' machines.
 #   local:  the task's files, a calibration (standing in for the committed one), the carry, the
 #           data files and the GGUF's 45-MiB slices, as for the device
 #   hold 1: the slices joined and pinned, the base imported, the carry restored and dated; the
@@ -10,8 +10,10 @@
 #           (exit 75), its resumable state packed in parts (the parts' size is the figure a
 #           1.5B rank-16 adapter with its optimizer state travels in)
 #   hold 3: the carry of holds 1-2 and the checkpoint parts restored, the run resumed (its log
-#           says "resuming from"), finished, and its checkpoints evaluated sequentially; merged
-#           locally, `snakemake -n` for every Phase 1 target lists nothing
+#           says "resuming from") and finished; its adapters packed like a checkpoint
+#   hold 4: the adapters restored and dated after the base: the checkpoints evaluated
+#           sequentially, nothing trained; merged locally, `snakemake -n` for every Phase 1
+#           target lists nothing
 # Each step prints its wall time. Run from the repository root (about 25 minutes on 2 cores; the
 # 1.5B import peaks at 14 GB, and jobs run one at a time):
 #   bash lab/studies/2026-11-29-qwen15b-phase1/holds_cpu.sh [SCRATCH]   (default /tmp/phase1_holds)
@@ -23,9 +25,9 @@ GGUF=models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
 [ -f "$REPO/$GGUF" ] || { echo "holds_cpu: $GGUF: missing (bash lab/models/qwen15b.sh)" >&2; exit 1; }
 DATA="$REPO/../shared/data"
 [ -f "$DATA/math500/test.jsonl" ] || { echo "holds_cpu: $DATA: no MATH500 copy" >&2; exit 1; }
-for w in local dev1 dev2 dev3; do git -C "$REPO" worktree remove --force "$S/$w" 2>/dev/null || true; done
+for w in local dev1 dev2 dev3 dev4; do git -C "$REPO" worktree remove --force "$S/$w" 2>/dev/null || true; done
 rm -rf "$S" && mkdir -p "$S"
-for w in local dev1 dev2 dev3; do git -C "$REPO" worktree add -q --detach "$S/$w" HEAD; done
+for w in local dev1 dev2 dev3 dev4; do git -C "$REPO" worktree add -q --detach "$S/$w" HEAD; done
 export PYTHON="$(command -v python)" LEASE_SITE="$S/site" BOUNDARY_GPU_LOCKS="$S/locks"
 export LEASE_GGUF="$S/gguf"  # the device's /tmp/lease-gguf
 export PYTHONPATH="$S/local/workflow"  # the local checkout's package (lease.sh puts each hold's first)
@@ -63,25 +65,39 @@ bash lab/lease/lease_in.sh carry $RUN
 t "hold 2 (dev2): GRPO LoRA seed 0 started detached, then stopped at a step boundary"
 cp -r "$S/local/.lease" "$S/dev2/.lease"
 cd "$S/dev2"
-export LEASE_CKPT_OUT="$S/ckpt2"
+export LEASE_CKPT_OUT="$S/ckpt2"  # the device's /tmp/lease-ckpt-out
 # --stop-train 589 of a 590-s call: the training job is asked to stop as soon as it runs, so it
 # stops after its first step (on the device, the hold's last training call: --stop-train 150).
 OUT="$S/out2" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
   --detach --stop-train 589 $seed0 | quiet
 grep -E "^train: (starting|stopped|resuming)" "results/$RUN/logs/train/grpo/seed0.log"
 ls -l "$LEASE_CKPT_OUT"
-t "local: merge hold 2; the checkpoint parts come back (4 a call on the device)"
+t "local: merge hold 2; the checkpoint parts (brought back 4 a call on the device) regrouped for hold 3"
 cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out2" && bash lab/lease/lease_in.sh carry $RUN
-mkdir -p .lease/ckpt && cp "$S"/ckpt2/ckpt_* .lease/ckpt/
+bash lab/lease/lease_in.sh ckpt "$LEASE_CKPT_OUT"
 
-t "hold 3 (dev3): carry and checkpoint restored; the run resumes, ends, and its checkpoints are evaluated"
+t "hold 3 (dev3): carry and checkpoint restored; the run resumes and ends (no evaluation in this hold)"
 cp -r "$S/local/.lease" "$S/dev3/.lease"
 cd "$S/dev3"
+mkdir -p "$S/ckpt-in3" && cp .lease/ckpt/*/* "$S/ckpt-in3/"  # the device's calls, one a folder
 export LEASE_CKPT_OUT="$S/ckpt3"
 OUT="$S/out3" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
-  --checkpoints .lease/ckpt --detach $seed0 | quiet
+  --checkpoints "$S/ckpt-in3" --detach "results/$RUN/train/grpo/seed0/log.parquet" | quiet
 grep -E "^train: (starting|stopped|resuming)" "results/$RUN/logs/train/grpo/seed0.log"
-t "local: merge hold 3; snakemake -n for every Phase 1 target"
-cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out3"
+ls -l "$LEASE_CKPT_OUT"
+t "local: merge hold 3; its adapters regrouped for hold 4"
+cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out3" && bash lab/lease/lease_in.sh carry $RUN
+bash lab/lease/lease_in.sh ckpt "$LEASE_CKPT_OUT"
+
+t "hold 4 (dev4): the adapters restored and dated; the checkpoints evaluated, nothing trained"
+cp -r "$S/local/.lease" "$S/dev4/.lease"
+cd "$S/dev4"
+mkdir -p "$S/ckpt-in4" && cp .lease/ckpt/*/* "$S/ckpt-in4/"
+export LEASE_CKPT_OUT="$S/ckpt4"
+OUT="$S/out4" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
+  --checkpoints "$S/ckpt-in4" --detach $seed0 | quiet
+grep -c "rule train_grpo" .snakemake/lease/detached.log | sed 's/^/train jobs run in hold 4: /'
+t "local: merge hold 4; snakemake -n for every Phase 1 target"
+cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out4"
 python -m snakemake $base_draws $seed0 -n --configfile $CFG 2>&1 | grep -E "^(rule|localrule) |Nothing"
 t "end"
