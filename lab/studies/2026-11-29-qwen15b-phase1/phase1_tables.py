@@ -35,6 +35,8 @@ Tables (OUT/NAME.md and .csv; every statistic is a package function):
 
     python lab/studies/2026-11-29-qwen15b-phase1/phase1_tables.py [--inputs DIR] [--regimes FILE]
         [--out DIR] [--resamples 10000] [--sims 1000]
+    python lab/studies/2026-11-29-qwen15b-phase1/phase1_tables.py --collect results/qwen15b
+        [--collect-bridge results/qwen15b_bridge]     # the merged holds' files -> INPUTS (commit them)
 """
 
 from __future__ import annotations
@@ -313,6 +315,21 @@ def write(tables: list[Table], out: Path) -> None:
         write_table(t.data, out / f"{t.name}.csv")
 
 
+def collect(results: Path, inputs: Path, prefix: str = "") -> list[Path]:
+    """The committed inputs from a merged results folder: the diagnostic split's counts, the
+    training logs and every job's benchmark file (stage times); nothing with problem text."""
+    import shutil
+
+    copied = []
+    for pattern in ("eval/diagnostic/*/seed*/counts.parquet", "train/*/seed*/log.parquet", "benchmarks/**/*.tsv"):
+        for path in sorted(results.glob(pattern)):
+            target = inputs / prefix / path.relative_to(results)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied.append(target)
+    return copied
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--inputs", type=Path, default=INPUTS)
@@ -320,7 +337,12 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--resamples", type=int, default=10_000)
     ap.add_argument("--sims", type=int, default=1000)
+    ap.add_argument("--collect", type=Path, help="copy a merged results/qwen15b's inputs into --inputs, then build")
+    ap.add_argument("--collect-bridge", type=Path, help="the same for the bridge's results folder (into bridge/)")
     args = ap.parse_args(argv)
+    for folder, prefix in ((args.collect, ""), (args.collect_bridge, "bridge")):
+        if folder is not None:
+            print(f"phase1_tables: {len(collect(folder, args.inputs, prefix))} files of {folder} into {args.inputs / prefix}")
     tables = build(args.inputs, args.regimes, args.resamples, args.sims)
     write(tables, args.out)
     for t in tables:
