@@ -32,6 +32,9 @@ Tables (OUT/NAME.md and .csv; every statistic is a package function):
   trajectories      reward, entropy and KL to the base a logged step, per seed
   bridge            the full fine-tuning run against LoRA seed 0 at the bridge's last step:
                     reward (last 10 logged steps), entropy, KL, Δpass@1 (the block's estimate)
+  stage_times       every job's wall time and peak memory (analysis.stage_times, from the
+                    benchmark files; a training job stopped at a hold's end writes none: the
+                    holds' consoles give those)
 
     python lab/studies/2026-11-29-qwen15b-phase1/phase1_tables.py [--inputs DIR] [--regimes FILE]
         [--out DIR] [--resamples 10000] [--sims 1000]
@@ -54,6 +57,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 from boundary.analysis.diagnose import analyse, run_metrics  # noqa: E402
 from boundary.analysis.label_reliability import ROBUST_SUCCESSES, robust  # noqa: E402
 from boundary.analysis.power import drop_studies  # noqa: E402
+from boundary.analysis.stage_times import read_benchmarks, stage_times_table  # noqa: E402
 from boundary.analysis.tables import Table  # noqa: E402
 from boundary.core.artifacts import read_table  # noqa: E402
 from boundary.core.names import BASE  # noqa: E402
@@ -294,6 +298,12 @@ def bridge_table(loaded: dict) -> Table:
     return Table(name, caption, ["Run", "Step", "Reward", "Entropy", "KL", "Δpass@1"], rows, data, notes)
 
 
+def stage_times(inputs: Path) -> Table:
+    if not (inputs / "benchmarks").is_dir():
+        return Table("stage_times", "Stage times", ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
+    return stage_times_table(read_benchmarks(inputs), "Phase 1 (qwen15b)")
+
+
 def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 10_000, sims: int = 1000) -> list[Table]:
     loaded = load(Path(inputs))
     regimes = read_table(regimes_path)
@@ -303,7 +313,7 @@ def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 
     lost, boundary = lost_gained_table(loaded["base"], loaded["runs"], step, regimes, sims)
     return [rule, primary, lost, phase2_table(primary, boundary),
             passk_table(loaded["base"], loaded["runs"], regimes, resamples), trajectories_table(loaded["logs"]),
-            bridge_table(loaded)]
+            bridge_table(loaded), stage_times(Path(inputs))]
 
 
 def write(tables: list[Table], out: Path) -> None:

@@ -106,7 +106,7 @@ def test_the_tables_say_what_the_synthetic_study_holds(tmp_path):
     curves = tables["passk_curves"].data
     assert set(curves["k"]) == set(phase1.KS) and (curves["boot_low"] <= curves["boot_high"]).all()
     assert "KL is logged only" in tables["trajectories"].notes[0]
-    assert tables["bridge"].rows == [[phase1.NOT_RUN]]
+    assert tables["bridge"].rows == [[phase1.NOT_RUN]] and tables["stage_times"].rows == [[phase1.NOT_RUN]]
     for t in tables.values():
         assert t.md().startswith("**")
 
@@ -125,3 +125,19 @@ def test_the_committed_tables_rebuild_from_the_committed_inputs(tmp_path):
     for t in tables:
         committed = read_table(phase1.OUT / f"{t.name}.csv")
         pd.testing.assert_frame_equal(t.data.reset_index(drop=True), committed, check_dtype=False, rtol=1e-6)
+
+
+def test_collect_copies_counts_logs_and_stage_times_never_text(tmp_path):
+    """--collect: the diagnostic counts, the training logs and the benchmark files of a merged
+    results folder, at their relative paths; never samples or splits (they hold the data's text)."""
+    results = tmp_path / "results" / "qwen15b"
+    keep = ["eval/diagnostic/base/seed0/counts.parquet", "train/grpo/seed0/log.parquet",
+            "benchmarks/evaluate/diagnostic/base/seed0.tsv"]
+    for rel in keep + ["eval/diagnostic/base/seed0/samples.parquet", "splits/diagnostic.parquet",
+                       "eval/gsm8k/base/seed0/counts.parquet"]:
+        (results / rel).parent.mkdir(parents=True, exist_ok=True)
+        (results / rel).write_text("s\th:m:s\tmax_rss\n12.5\t0:00:12\t900\n" if rel.endswith(".tsv") else "x")
+    copied = phase1.collect(results, tmp_path / "inputs")
+    assert sorted(p.relative_to(tmp_path / "inputs").as_posix() for p in copied) == sorted(keep)
+    times = phase1.stage_times(tmp_path / "inputs")
+    assert times.data["seconds"].tolist() == [12.5] and times.data["stage"].tolist() == ["evaluate"]
