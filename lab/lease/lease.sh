@@ -240,8 +240,16 @@ if [ -f .snakemake/lease/pending ] || [ -f .snakemake/lease/ckpt-pending ]; then
   fi
 fi
 
-# train_pids: the detached run's training processes (its own session), by id.
-train_pids() { pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' 2>/dev/null || true; }
+# train_pids: the detached run's training processes (its own session), by id, once they have run
+# 20 s: a SIGTERM in a process's first moments, before it installs its stop handler, would end it
+# without a checkpoint.
+train_pids() {
+  local pid
+  for pid in $(pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' 2>/dev/null); do
+    [ "$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')" -ge 20 ] 2>/dev/null && echo "$pid"
+  done
+  return 0
+}
 stopped_train="" fresh=""
 
 # 4. The run, stopped in time to pack (with --detach it outlives the call instead).
