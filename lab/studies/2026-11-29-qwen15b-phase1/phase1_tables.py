@@ -316,6 +316,53 @@ def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 
             bridge_table(loaded), stage_times(Path(inputs))]
 
 
+def figures(tables: list[Table], out: Path) -> list[Path]:
+    """passk.png (each checkpoint's pooled Δpass@k against the base, with its nested interval,
+    overall and on Boundary) and trajectories.png (reward and entropy a step, per seed), where
+    their tables hold numbers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = {t.name: t.data for t in tables}
+    written = []
+    curves = by.get("passk_curves")
+    if curves is not None and "what" in curves:
+        d = curves[curves["what"].str.startswith("Δ")]
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
+        for ax, regime in zip(axes, ("all", "Boundary")):
+            for method in CHECKPOINTS.values():
+                x = d[(d["regime"] == regime) & (d["method"] == method)].sort_values("k")
+                if len(x):
+                    ax.plot(x["k"], 100 * x["mean"], marker="o", label=method)
+                    ax.fill_between(x["k"], 100 * x["boot_low"], 100 * x["boot_high"], alpha=0.2)
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{regime} prompts")
+            ax.set_xlabel("k")
+        axes[0].set_ylabel("Δpass@k vs pooled base (points)")
+        axes[0].legend(fontsize=8)
+        fig.tight_layout()
+        written.append(out / "passk.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    traj = by.get("trajectories")
+    if traj is not None and "step" in traj:
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+        for ax, col in zip(axes, ("reward", "entropy")):
+            for seed, x in traj.groupby("seed"):
+                ax.plot(x["step"], x[col], label=f"seed {seed}")
+            ax.set_xlabel("step")
+            ax.set_title(col)
+        axes[0].legend(fontsize=8)
+        fig.tight_layout()
+        written.append(out / "trajectories.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written
+
+
 def write(tables: list[Table], out: Path) -> None:
     from boundary.core.artifacts import write_table, write_text
 
@@ -323,6 +370,7 @@ def write(tables: list[Table], out: Path) -> None:
     for t in tables:
         write_text(t.md(), out / f"{t.name}.md")
         write_table(t.data, out / f"{t.name}.csv")
+    figures(tables, out)
 
 
 def collect(results: Path, inputs: Path, prefix: str = "") -> list[Path]:

@@ -109,6 +109,9 @@ def test_the_tables_say_what_the_synthetic_study_holds(tmp_path):
     assert tables["bridge"].rows == [[phase1.NOT_RUN]] and tables["stage_times"].rows == [[phase1.NOT_RUN]]
     for t in tables.values():
         assert t.md().startswith("**")
+    phase1.write(list(tables.values()), tmp_path / "out")
+    assert {p.name for p in (tmp_path / "out").glob("*.png")} == {"passk.png", "trajectories.png"}
+    assert {p.name for p in (tmp_path / "out").glob("*.csv")} == {f"{name}.csv" for name in tables}
 
 
 def test_nothing_is_invented_before_the_holds(tmp_path):
