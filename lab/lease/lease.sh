@@ -280,9 +280,11 @@ elif [ -n "$detach" ]; then
       done
     fi
     # A carried checkpoint that its job did not resume (another key: code, settings or base files
-    # changed between leases) would train from step 0 in silence: said, and stopped.
+    # changed between leases) would train from step 0 in silence: said, and stopped. Only logs
+    # written since the run started count (a restored log, dated at the restore, says what an
+    # earlier lease's job did).
     if [ -n "$ckpts" ] && [ -z "$fresh" ] &&
-       find "results/$run/logs/train" -name '*.log' -newer .snakemake/lease/ckpt-restored \
+       find "results/$run/logs/train" -name '*.log' -newer "$detached.pid" \
          -exec grep -l "^train: starting in" {} + 2>/dev/null | grep -q .; then
       fresh=1
       say "WARNING: a training job started afresh although checkpoints were carried: its key differs (code, settings or base files changed since they were saved); stopping it"
