@@ -96,8 +96,10 @@ mkdir -p "$S/ckpt-in4" && cp .lease/ckpt/*/* "$S/ckpt-in4/"
 export LEASE_CKPT_OUT="$S/ckpt4"
 OUT="$S/out4" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
   --checkpoints "$S/ckpt-in4" --detach $seed0 | quiet
-grep -c "rule train_grpo" .snakemake/lease/detached.log | sed 's/^/train jobs run in hold 4: /'
-t "local: merge hold 4; snakemake -n for every Phase 1 target"
+{ grep -c "rule train_grpo" .snakemake/lease/detached.log || true; } | sed 's/^/train jobs run in hold 4: /'
+t "local: merge hold 4; snakemake -n for every evaluation of Phase 1"
 cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out4"
-python -m snakemake $base_draws $seed0 -n --configfile $CFG 2>&1 | grep -E "^(rule|localrule) |Nothing"
+# The evaluations, not the training log: the training job's other outputs (the adapters) never
+# come back through the carry, so naming its log as a target would ask for it again here.
+python -m snakemake $base_draws ${seed0#* } -n --configfile $CFG 2>&1 | grep -E "^(rule|localrule) |Nothing"
 t "end"
