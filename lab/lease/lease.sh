@@ -314,9 +314,11 @@ else
   say "too little time left to run anything"
 fi
 
-# 5. What comes back: the small artifacts in $OUT; a LoRA run's resumable state, once the run has
-# ended, beside it in $ckpt_out (later calls bring its parts back).
-if ! alive && { [ -d "checkpoints/$run" ] || ls "results/$run"/train/*/seed*/*/adapter_config.json >/dev/null 2>&1; }; then
+# 5. What comes back: the small artifacts in $OUT; a LoRA run's resumable state and finished
+# adapters beside it in $ckpt_out (later calls bring its parts back), whenever no training process
+# is running (one could be writing its checkpoint); evaluations that go on read the adapters only.
+training_now() { alive && pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' >/dev/null 2>&1; }
+if ! training_now && { [ -d "checkpoints/$run" ] || ls "results/$run"/train/*/seed*/*/adapter_config.json >/dev/null 2>&1; }; then
   $PY lab/lease/lease_pack.py pack-checkpoints --checkpoints "checkpoints/$run" --results "results/$run" \
     --out "$ckpt_out" &&
     ls "$ckpt_out"/ckpt_"$run".tgz.* >/dev/null 2>&1 &&
