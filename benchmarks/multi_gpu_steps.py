@@ -163,8 +163,9 @@ def engine_phases(phases: Phases, trainer, logprobs: str):
     """Inside `generate`: the engine's own generate call for the rollouts (`engine`; the check's
     scoring call stays the check's), its sleep and wake-ups (`sleep_wake`), and TRL's reading of
     the per-token log-probs it returned (`logprobs`); the rest of `generate` is TRL's own work
-    around them. `logprobs` "off": the engine returns none, and TRL is handed zeros in their
-    place (it reads them only for its importance correction, off in these runs)."""
+    around them. `logprobs` "trl": the engine returns each sampled token's log-prob, as TRL
+    1.16.0 asks, where the trainer asks for none (rollout_engine.unscored: nothing reads them
+    without TRL's importance correction); "off": the trainer's own choice."""
     from trl.generation import vllm_generation
 
     gen = trainer.vllm_generation
@@ -179,16 +180,8 @@ def engine_phases(phases: Phases, trainer, logprobs: str):
     llm.wake_up = timed(phases, "sleep_wake", llm.wake_up)
     llm.sleep = timed(phases, "sleep_wake", llm.sleep)
     vllm_generation.extract_logprobs = timed(phases, "logprobs", vllm_generation.extract_logprobs)
-    if logprobs == "off":
-        if trainer.vllm_importance_sampling_correction:
-            raise SystemExit("--engine-logprobs off: TRL's importance correction reads them (--vllm-is)")
-        gen.logprobs = None
-        draw = gen.generate
-
-        def without_logprobs(*a, **k):
-            prompt_ids, completion_ids, _, _ = draw(*a, **k)
-            return prompt_ids, completion_ids, [[[0.0]] * len(c) for c in completion_ids], None
-        gen.generate = without_logprobs
+    if logprobs == "trl" and gen.logprobs is None:  # TRL's own request: every sampled token's log-prob
+        gen.logprobs, gen.generate, trainer._engine_logprobs = 0, gen.generate.__wrapped__, True
 
 
 def build_random(shape: str, tok, max_len: int):
@@ -229,9 +222,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora", type=int, default=0, help="train.lora's rank (0: full fine-tuning)")
     p.add_argument("--temperature", type=float, default=1.0, help="train.temperature")
     p.add_argument("--top-p", type=float, default=1.0, help="train.top_p")
-    p.add_argument("--engine-logprobs", choices=("trl", "off"), default="trl",
+    p.add_argument("--engine-logprobs", choices=("trl", "off"), default="off",
                    help="vllm: trl = the engine returns each sampled token's log-prob, as TRL 1.16.0 asks; "
-                        "off = it returns none (TRL reads them only for its importance correction, off here)")
+                        "off = the trainer's choice (none unless TRL's importance correction reads them)")
     add_engine_options(p)
     p.add_argument("--out", required=True)
     return p

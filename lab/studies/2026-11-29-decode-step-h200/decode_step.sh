@@ -10,10 +10,13 @@
 # Rows, each one run of 3 steps (the first dropped), one after another:
 #   f  full fine-tuning, the engine's log-probs as TRL 1.16.0 asks for them (logprobs=0)
 #   l  LoRA rank 16 on every linear layer, log-probs as TRL asks
-#   o  row l with the engine's log-probs off (TRL reads them only for its importance correction)
+#   o  row l with the engine's log-probs off (TRL reads them only for its importance correction);
+#      since 2026-11-29 the trainer's own default (rollout_engine.unscored)
 #   s  row o with the engine's sleep mode off
 #   F  row f with the log-probs off
 #   c  row o with the engine's CUDA graphs captured to 256 rows (--vllm-capture 256)
+# (The first two calls ran rows f, l, o and s, c with the log-probs off emulated in the benchmark;
+# the trainer's own path since: --engine-logprobs off is its default, trl asks as TRL does.)
 # PYSPY=ROW: py-spy samples that row's trainer for 45 s once it trains ($OUT/pyspy_ROW.txt, raw
 # stacks; the wheel comes in .whl/deps). Before the first row the carried wheels ($WHEELS,
 # default .whl/deps) go into /tmp/site and vLLM from /tmp/vllm_part_*, unless importable.
@@ -35,8 +38,8 @@ nvidia-smi -L; git log -1 --format='commit %H' 2>/dev/null; git status --short -
 for (( i=0; i<${#ROWS}; i++ )); do
   row=${ROWS:$i:1}
   case $row in
-    f) extra=() ;;
-    l) extra=(--lora 16) ;;
+    f) extra=(--engine-logprobs trl) ;;
+    l) extra=(--lora 16 --engine-logprobs trl) ;;
     o) extra=(--lora 16 --engine-logprobs off) ;;
     s) extra=(--lora 16 --engine-logprobs off --sleep off) ;;
     F) extra=(--engine-logprobs off) ;;
