@@ -125,6 +125,37 @@ def records(results: Path) -> list[Path]:
     return sorted(found)
 
 
+def archive_in_parts(members, archive: Path, part_mib: float, compresslevel: int,
+                     recursive: bool = True) -> tuple[int, list[Path]]:
+    """`members` as one tar.gz (mtimes kept) cut into ARCHIVE.00, .01, ... of `part_mib` MiB; the
+    whole archive is removed. Returns its size and the parts."""
+    with tarfile.open(archive, "w:gz", compresslevel=compresslevel) as tar:
+        for path in members:
+            tar.add(str(path), recursive=recursive)
+    size, parts, part = archive.stat().st_size, [], int(part_mib * MiB)
+    with open(archive, "rb") as f:
+        while chunk := f.read(part):
+            name = archive.parent / f"{archive.name}.{len(parts):02d}"
+            name.write_bytes(chunk)
+            parts.append(name)
+    archive.unlink()
+    return size, parts
+
+
+def join_parts(folder: Path, manifest: Path, archive: Path, nothing: str) -> None:
+    """The parts `manifest` names, each checked against its SHA-256, joined into `archive`; a part
+    missing or changed exits in one line ending in `nothing` (what is then not restored)."""
+    parts = [line.split()[1:] for line in manifest.read_text().splitlines() if line.startswith("part ")]
+    with open(archive, "wb") as joined:
+        for name, digest in parts:
+            part = folder / name
+            if not part.is_file() or file_sha256(part) != digest:
+                sys.exit(f"lease_pack: {part}: missing or not the SHA-256 {manifest.name} names; {nothing}")
+            with open(part, "rb") as f:
+                while chunk := f.read(16 * MiB):
+                    joined.write(chunk)
+
+
 def pack(args) -> None:
     results, out = Path(args.results), Path(args.out)
     if not results.is_dir():
@@ -143,19 +174,9 @@ def pack(args) -> None:
             left.append(path)
             full = full or tier(path.relative_to(results)) > 0
     members = chosen + records(results)
-    archive = out / f"lease_{run}.tgz"
     for old in out.glob(f"lease_{run}.tgz.*"):
         old.unlink()
-    with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
-        for path in members:
-            tar.add(str(path), recursive=False)
-    size, parts, part = archive.stat().st_size, [], int(args.part_mib * MiB)
-    with open(archive, "rb") as f:
-        while chunk := f.read(part):
-            name = out / f"{archive.name}.{len(parts):02d}"
-            name.write_bytes(chunk)
-            parts.append(name)
-    archive.unlink()
+    size, parts = archive_in_parts(members, out / f"lease_{run}.tgz", args.part_mib, 6, recursive=False)
     lines = [f"run {run}", f"archive {size} bytes in {len(parts)} parts"]
     lines += [f"part {p.name} {file_sha256(p)}" for p in parts]
     lines += [f"packed {p}" for p in chosen]
@@ -182,15 +203,9 @@ def unpack(args) -> None:
     folder = Path(args.folder)
     manifest = manifest_of(folder)
     lines = manifest.read_text().splitlines()
-    parts = [line.split()[1:] for line in lines if line.startswith("part ")]
     archive = folder / "joined.tgz.partial"
     try:
-        with open(archive, "wb") as joined:
-            for name, digest in parts:
-                part = folder / name
-                if not part.is_file() or file_sha256(part) != digest:
-                    sys.exit(f"lease_pack: {part}: missing or not the SHA-256 {manifest.name} names; nothing restored")
-                joined.write(part.read_bytes())
+        join_parts(folder, manifest, archive, "nothing restored")
         with tarfile.open(archive, "r:gz") as tar:
             names = [m.name for m in tar.getmembers() if m.isfile()]
             bad = [n for n in names if n.startswith("/") or ".." in Path(n).parts
@@ -252,17 +267,8 @@ def pack_checkpoints(args) -> None:
     if not members:
         print(f"lease_pack: {root}: no resumable checkpoint or LoRA adapter to pack")
         return
-    archive = out / f"ckpt_{run}.tgz"
-    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:  # fp32 state hardly compresses
-        for path in members:
-            tar.add(str(path))
-    size, parts, part = archive.stat().st_size, [], int(args.part_mib * MiB)
-    with open(archive, "rb") as f:
-        while chunk := f.read(part):
-            name = out / f"{archive.name}.{len(parts):02d}"
-            name.write_bytes(chunk)
-            parts.append(name)
-    archive.unlink()
+    # level 1: a trained fp32 state hardly compresses
+    size, parts = archive_in_parts(members, out / f"ckpt_{run}.tgz", args.part_mib, 1)
     lines = [f"checkpoints {run}", f"archive {size} bytes in {len(parts)} parts"]
     lines += [f"part {p.name} {file_sha256(p)}" for p in parts]
     lines += [f"packed {p}" for p in members]
@@ -277,18 +283,9 @@ def unpack_checkpoints(args) -> None:
     if len(found) != 1:
         sys.exit(f"lease_pack: {folder}: {len(found)} ckpt_*.manifest files, expected one")
     lines = found[0].read_text().splitlines()
-    parts = [line.split()[1:] for line in lines if line.startswith("part ")]
     archive = folder / "joined_ckpt.tgz.partial"
     try:
-        with open(archive, "wb") as joined:
-            for name, digest in parts:
-                part = folder / name
-                if not part.is_file() or file_sha256(part) != digest:
-                    sys.exit(f"lease_pack: {part}: missing or not the SHA-256 {found[0].name} names; "
-                             "no checkpoint restored")
-                with open(part, "rb") as f:
-                    while chunk := f.read(MiB * 16):
-                        joined.write(chunk)
+        join_parts(folder, found[0], archive, "no checkpoint restored")
         with tarfile.open(archive, "r:gz") as tar:
             names = [m.name for m in tar.getmembers()]
             bad = [n for n in names if n.startswith("/") or ".." in Path(n).parts

@@ -14,8 +14,10 @@
 #   hold 4: the adapters restored and dated after the base: the checkpoints evaluated
 #           sequentially, nothing trained; merged locally, `snakemake -n` for every Phase 1
 #           target lists nothing
-# Each step prints its wall time. Run from the repository root (about 25 minutes on 2 cores; the
-# 1.5B import peaks at 14 GB, and jobs run one at a time):
+# Each step prints its wall time; a hold's run that outlives a call gets the device's next call
+# (the same command, which waits on it and packs). Run from the repository root (about 45 minutes
+# on 2 shared cores; the 1.5B import peaks at 14 GB, jobs run one at a time, and the scratch
+# folder needs about 50 GB: five imported bases; it is removed at the end):
 #   bash lab/studies/2026-11-29-qwen15b-phase1/holds_cpu.sh [SCRATCH]   (default /tmp/phase1_holds)
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -47,12 +49,30 @@ bash lab/lease/lease_in.sh carry $RUN
 bash lab/lease/lease_in.sh data $CFG | tail -n 1
 bash lab/lease/lease_in.sh gguf "$GGUF" 45 | tail -n 2
 
+# hold DEV OUT [ARG...]: the device's run calls of one hold: lease.sh in DEV's checkout, its files
+# into OUT, called again (as the device's next call, which waits and packs) while its detached
+# run outlives a call. Each hold's machine starts from the local checkout's .lease/ (carry, data,
+# slices, checkpoint parts), copied as the device's calls carry them.
+hold() {
+  local dev=$1 out=$2 call
+  shift 2
+  cp -r "$S/local/.lease" "$S/$dev/.lease"
+  for call in 1 2 3; do
+    (cd "$S/$dev" && OUT="$out" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 \
+      --carry .lease/carry --detach "$@") 2>&1 | quiet
+    grep -q "detached snakemake exit status" "$out/lease.log" && return 0
+    : > "$out/lease.log"  # the next call's console alone
+  done
+  echo "holds_cpu: $dev: the run did not end within 3 calls" >&2
+  return 1
+}
+# ckpt_in N: the checkpoint parts regrouped locally, as the device's calls copy them in.
+ckpt_in() { mkdir -p "$S/ckpt-in$1" && cp "$S"/local/.lease/ckpt/*/* "$S/ckpt-in$1/"; }
+train_log="results/$RUN/logs/train/grpo/seed0.log"
+
 t "hold 1 (dev1): GGUF slices joined, base imported, carry restored; the base's 4 sequential draws"
 mkdir -p "$LEASE_GGUF" && cp "$S"/local/.lease/gguf/*/* "$LEASE_GGUF/"  # the device's slice calls
-cp -r "$S/local/.lease" "$S/dev1/.lease"                                  # and its carry
-cd "$S/dev1"
-OUT="$S/out1" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
-  --detach $base_draws | quiet
+hold dev1 "$S/out1" $base_draws
 ls -l "$S/out1"
 t "local: merge hold 1; snakemake -n for the base draws"
 cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out1"
@@ -63,43 +83,31 @@ cmp -s "$S/local/results/$RUN/models/base/model.safetensors" "$S/dev1/results/$R
 bash lab/lease/lease_in.sh carry $RUN
 
 t "hold 2 (dev2): GRPO LoRA seed 0 started detached, then stopped at a step boundary"
-cp -r "$S/local/.lease" "$S/dev2/.lease"
-cd "$S/dev2"
-export LEASE_CKPT_OUT="$S/ckpt2"  # the device's /tmp/lease-ckpt-out
-# --stop-train 589 of a 590-s call: the training job is asked to stop as soon as it runs, so it
-# stops after its first step (on the device, the hold's last training call: --stop-train 150).
-OUT="$S/out2" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
-  --detach --stop-train 589 $seed0 | quiet
-grep -E "^train: (starting|stopped|resuming)" "results/$RUN/logs/train/grpo/seed0.log"
-ls -l "$LEASE_CKPT_OUT"
+# --stop-train 589 of a 590-s call: the training job is asked to stop once it has run 20 s, so
+# it stops after its first step (on the device, the hold's last training call: --stop-train 150).
+LEASE_CKPT_OUT="$S/ckpt2" hold dev2 "$S/out2" --stop-train 589 $seed0  # the device's /tmp/lease-ckpt-out
+grep -E "^train: (starting|stopped|resuming)" "$S/dev2/$train_log"
+ls -l "$S/ckpt2"
 t "local: merge hold 2; the checkpoint parts (brought back 4 a call on the device) regrouped for hold 3"
 cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out2" && bash lab/lease/lease_in.sh carry $RUN
-bash lab/lease/lease_in.sh ckpt "$LEASE_CKPT_OUT"
+bash lab/lease/lease_in.sh ckpt "$S/ckpt2" && ckpt_in 3
 
 t "hold 3 (dev3): carry and checkpoint restored; the run resumes and ends (no evaluation in this hold)"
-cp -r "$S/local/.lease" "$S/dev3/.lease"
-cd "$S/dev3"
-mkdir -p "$S/ckpt-in3" && cp .lease/ckpt/*/* "$S/ckpt-in3/"  # the device's calls, one a folder
-export LEASE_CKPT_OUT="$S/ckpt3"
-OUT="$S/out3" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
-  --checkpoints "$S/ckpt-in3" --detach "results/$RUN/train/grpo/seed0/log.parquet" | quiet
-grep -E "^train: (starting|stopped|resuming)" "results/$RUN/logs/train/grpo/seed0.log"
-ls -l "$LEASE_CKPT_OUT"
+LEASE_CKPT_OUT="$S/ckpt3" hold dev3 "$S/out3" --checkpoints "$S/ckpt-in3" "results/$RUN/train/grpo/seed0/log.parquet"
+grep -E "^train: (starting|stopped|resuming)" "$S/dev3/$train_log"
+ls -l "$S/ckpt3"
 t "local: merge hold 3; its adapters regrouped for hold 4"
 cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out3" && bash lab/lease/lease_in.sh carry $RUN
-bash lab/lease/lease_in.sh ckpt "$LEASE_CKPT_OUT"
+bash lab/lease/lease_in.sh ckpt "$S/ckpt3" && ckpt_in 4
 
 t "hold 4 (dev4): the adapters restored and dated; the checkpoints evaluated, nothing trained"
-cp -r "$S/local/.lease" "$S/dev4/.lease"
-cd "$S/dev4"
-mkdir -p "$S/ckpt-in4" && cp .lease/ckpt/*/* "$S/ckpt-in4/"
-export LEASE_CKPT_OUT="$S/ckpt4"
-OUT="$S/out4" bash lab/lease/lease.sh --configfile $CFG --cores 1 --budget 590 --carry .lease/carry \
-  --checkpoints "$S/ckpt-in4" --detach $seed0 | quiet
-{ grep -c "rule train_grpo" .snakemake/lease/detached.log || true; } | sed 's/^/train jobs run in hold 4: /'
+LEASE_CKPT_OUT="$S/ckpt4" hold dev4 "$S/out4" --checkpoints "$S/ckpt-in4" $seed0
+{ grep -c "rule train_grpo" "$S/dev4/.snakemake/lease/detached.log" || true; } | sed 's/^/train jobs run in hold 4: /'
 t "local: merge hold 4; snakemake -n for every evaluation of Phase 1"
 cd "$S/local" && bash lab/lease/lease_in.sh merge $RUN "$S/out4"
 # The evaluations, not the training log: the training job's other outputs (the adapters) never
 # come back through the carry, so naming its log as a target would ask for it again here.
 python -m snakemake $base_draws ${seed0#* } -n --configfile $CFG 2>&1 | grep -E "^(rule|localrule) |Nothing"
+for w in local dev1 dev2 dev3 dev4; do git -C "$REPO" worktree remove --force "$S/$w"; done
+rm -rf "$S"
 t "end"
