@@ -500,3 +500,65 @@ def test_another_trl_is_refused_in_one_line_at_import_of_the_trainer(monkeypatch
     importlib.reload(trl_pin)
     source = (ROOT / "workflow" / "boundary" / "training" / "trainer.py").read_text()
     assert source.index("import trl_pin") < source.index("from trl import")
+
+
+# --- the logged KL to the base (train.log_base_kl) ----------------------------------------------
+
+def hand_logps(model, out):
+    """Per-token log-probs of the completions, from the model's plain logits (temperature 1)."""
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    T = out["completion_ids"].size(1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, -T - 1:-1].float()
+    return logits.log_softmax(-1).gather(-1, out["completion_ids"][..., None])[..., 0]
+
+
+def test_log_base_kl_is_the_token_kl_of_every_policy_rollout(model_dir, split, tmp_path):
+    """GRPO with log_base_kl holds the frozen copy, scores every policy rollout with it, and
+    logs k1 and k3 (each rollout's token mean, averaged) from the training forward's log-probs;
+    no term reads them, so the `kl` metric (the terms' rows) stays unlogged."""
+    trainer = make_trainer(model_dir, split, tmp_path, log_base_kl=True)
+    assert trainer.base_model is not None
+    out = trainer._generate_and_score_completions(first_batch(trainer, split))
+    assert "base_per_token_logps" in out and not out["base_scored"].any()
+    perturb(trainer.model)
+    trainer._compute_loss(trainer.model, out)
+    r = hand_logps(trainer.base_model, out) - hand_logps(trainer.model, out)  # log pi_base - log pi
+    mask = out["completion_mask"].float()
+
+    def mean_of_token_means(per_token):
+        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean().item()
+
+    metrics = trainer._metrics["train"]
+    assert metrics["kl_base_k1"] == [pytest.approx(mean_of_token_means(-r), abs=1e-5)]
+    assert metrics["kl_base_k3"] == [pytest.approx(mean_of_token_means(r.exp() - 1 - r), abs=1e-5)]
+    assert metrics["kl_base_k3"][0] > 0.01 and "kl" not in metrics
+
+
+@pytest.mark.parametrize("adapter", [False, True])
+def test_a_grpo_run_with_log_base_kl_logs_the_kl_columns(model_dir, split, tmp_path, adapter):
+    """Every step's log row has kl_base_k1 and kl_base_k3; under LoRA the base is the policy with
+    its adapter off (no second model). Step 1 scores the policy before any update: KL 0."""
+    from boundary.stages.train import log_table
+
+    lora = {"lora": {"enabled": True, "rank": 4}} if adapter else {}
+    trainer = make_trainer(model_dir, split, tmp_path, log_base_kl=True, steps=2, checkpoints=[],
+                           save_steps=4, **lora)
+    assert (trainer.base_model is None) == adapter
+    trainer.train()
+    log = log_table(trainer.state.log_history)
+    assert list(log["step"]) == [1, 2] and log["kl"].isna().all()
+    for col in ("kl_base_k1", "kl_base_k3"):
+        assert np.isfinite(log[col]).all() and abs(log[col].iloc[0]) < 1e-5
+
+
+def test_log_base_kl_off_moves_no_key():
+    from boundary.core import settings as stage_settings
+
+    before = stage_settings.key("train", resolve("train", SETTINGS))
+    assert "log_base_kl" not in before
+    assert stage_settings.key("train", resolve("train", {**SETTINGS, "log_base_kl": False})) == before
+    on = stage_settings.key("train", resolve("train", {**SETTINGS, "log_base_kl": True}))
+    assert on == {**before, "log_base_kl": True}
+    assert not make_config(resolve("train", SETTINGS), 0, "ck").log_base_kl

@@ -46,14 +46,16 @@ line). Overridden hooks, and why:
 - `_get_train_sampler`: the run's schedule (schedule.ActionSampler): dropped prompts are never
   sampled, and every step's prompts are known ahead for the base rollouts;
 - `_generate_and_score_completions`: per-row anchor weights and rollout source, frozen-base
-  log-probs for the rows whose terms read them, the field's advantages;
+  log-probs for the rows whose terms read them (with `log_base_kl`, every policy rollout), the
+  field's advantages;
 - `_generate_single_turn`: anchored rows of a base-sampled anchor take frozen-base rollouts
   from the supply (base_rollouts.BaseRolloutSupply) instead of the policy's;
 - `_calculate_rewards`: each of this process's rows keeps its reward, in its own input row
   (REWARD), for the methods' advantages;
 - `_get_per_token_logps_and_entropies`: keeps the surrogate's log-probs for the anchor;
 - `_compute_loss`: the surrogate with advantages scaled by 1 - w, plus the anchor and the
-  global KL on the same forward pass.
+  global KL on the same forward pass; with `log_base_kl`, the logged KL to the base from the
+  same forward's log-probs (kl_base_k1, kl_base_k3).
 Not a hook: the colocated vLLM engine's `sync_weights` is replaced after TRL builds it
 (rollout_engine.install: bucketed, with the log-prob check), and `vllm_generation.LLM` is
 swapped while TRL builds the engine (rollout_engine.engine_overrides: TRL takes no engine
@@ -104,15 +106,19 @@ from boundary.training.trainer_config import PBAConfig
 GENERATION_METRICS = ("protected_fraction", "reward_policy", "base_rollouts_on_demand",
                       "base_draw_seconds", "generate_seconds")
 SUMMED = {"base_rollouts_on_demand"}
+# With log_base_kl: KL(pi || pi_base) on every policy rollout, logged as kl_base_<estimator>.
+BASE_KL_ESTIMATORS = ("k1", "k3")
 # A row's reward, carried in its input row from `_calculate_rewards` (TRL hands it the rows, and
 # returns only the gathered table) back to `_generate_and_score_completions`.
 REWARD = "boundary_reward"
 
 
 def needs_frozen_base(cfg: PBAConfig, anchoring: bool, pre_drawn: bool) -> bool:
-    """Whether training runs the frozen base: for the global KL, the policy anchor's scores,
-    and base-sampled anchors' rollouts unless they were drawn ahead (with their log-probs)."""
-    return cfg.beta_kl > 0 or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn))
+    """Whether training runs the frozen base: for the global KL, the logged KL to the base
+    (`log_base_kl`), the policy anchor's scores, and base-sampled anchors' rollouts unless they
+    were drawn ahead (with their log-probs)."""
+    return (cfg.beta_kl > 0 or cfg.log_base_kl
+            or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn)))
 
 
 class PBATrainer(GRPOTrainer):
@@ -278,8 +284,11 @@ class PBATrainer(GRPOTrainer):
             need |= out["anchor_weight"] > 0
         if self.args.beta_kl > 0:
             need |= ~from_base
-        if self._on_any_process(need.any()):
-            out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
+        # log_base_kl: every policy rollout too, for the log only (`base_scored`, and so the
+        # `kl` metric, stays the terms' rows).
+        scored = need | ~from_base if self.args.log_base_kl else need
+        if self._on_any_process(scored.any()):
+            out["base_per_token_logps"] = self._base_logps(out, scored, drawn_logps)
             out["base_scored"] = need
         rewards = torch.tensor([x.pop(REWARD) for x in inputs]) if inputs and REWARD in inputs[0] else None
         if rewards is not None:  # this process's rows' rewards, beside their advantages
@@ -452,6 +461,14 @@ class PBATrainer(GRPOTrainer):
             self._surrogate_logps = out[0]
         return out
 
+    @torch.no_grad()
+    def _base_kl(self, logps, base_logps, mask, rows) -> dict:
+        """log_base_kl's metrics: the paper's length-normalised KL(pi || pi_base) estimate (each
+        rollout's token mean), k1 and k3, as (sum, count) over this process's policy rollouts.
+        The policy's log-probs are the surrogate's, from the training forward."""
+        return {f"kl_base_{e}": [policy_kl(logps[rows], base_logps[rows], mask[rows], e).sum().item(),
+                                 int(rows.sum())] for e in BASE_KL_ESTIMATORS}
+
     def _compute_loss(self, model, inputs):
         w, from_base = inputs["anchor_weight"], inputs["from_base"]
         # (1 - w) L_GRPO: the surrogate is linear in the advantage; base rollouts carry none.
@@ -469,6 +486,8 @@ class PBATrainer(GRPOTrainer):
         extra = logps.new_zeros(())
         anchored = w > 0
         stats = {"anchor_loss": [0.0, 0.0], "kl": [0.0, 0.0]}  # (sum, count) on this process
+        if self.args.log_base_kl:  # every process gathers the same names (_log_means)
+            stats.update({f"kl_base_{e}": [0.0, 0.0] for e in BASE_KL_ESTIMATORS})
         if anchored.any():
             if self.args.anchor == "base":
                 a = base_cross_entropy(logps[anchored], mask[anchored])
@@ -489,6 +508,8 @@ class PBATrainer(GRPOTrainer):
             if rows.any():
                 log_ratio = (logps[rows] - inputs["base_per_token_logps"][rows]).detach()
                 stats["kl"] = [(log_ratio * mask[rows]).sum().item(), mask[rows].sum().item()]
+            if self.args.log_base_kl:
+                stats.update(self._base_kl(logps, inputs["base_per_token_logps"], mask, ~from_base))
             if self.args.beta_kl > 0:
                 kl = policy_kl(logps[~from_base], inputs["base_per_token_logps"][~from_base],
                                mask[~from_base], self.args.kl_estimator)
