@@ -562,3 +562,17 @@ def test_log_base_kl_off_moves_no_key():
     on = stage_settings.key("train", resolve("train", {**SETTINGS, "log_base_kl": True}))
     assert on == {**before, "log_base_kl": True}
     assert not make_config(resolve("train", SETTINGS), 0, "ck").log_base_kl
+
+
+def test_the_report_s_kl_panel_shows_the_logged_kl_to_the_base(tmp_path, monkeypatch):
+    """GRPO logs no `kl`; with log_base_kl its kl_base_k1 is the panel's curve for every method."""
+    from boundary.analysis import figures, tables
+
+    drawn = {}
+    monkeypatch.setattr(figures, "save", lambda fig, folder, name: drawn.update({name: fig}) or [])
+    logs = pd.DataFrame({"method": ["grpo"] * 2 + ["pba"] * 2, "seed": 0, "step": [1, 2] * 2, "reward": 0.5,
+                         "entropy": 1.0, "kl": [np.nan, np.nan, 0.5, 0.5], "kl_base_k1": [0.1, 0.2, 0.3, 0.4],
+                         "protected_fraction": 0.0})
+    figures.training_curves(logs, tables.View.for_diagnose(["grpo", "pba"]), tmp_path)
+    kl = drawn["training"].axes[2]
+    assert [list(line.get_ydata()) for line in kl.get_lines()] == [[0.1, 0.2], [0.3, 0.4]]
