@@ -306,7 +306,8 @@ def training_curves(logs, view, folder: Path, name: str = "training") -> list[Pa
             ax.set_yticks([])
             continue
         for m, g in logs.groupby("method", sort=False):
-            s = g.groupby("step")[col].agg(["mean", "std"]).reset_index()
+            # Steps a quantity is not logged on (log_base_kl_every) are left out, not gaps.
+            s = g[g[col].notna()].groupby("step")[col].agg(["mean", "std"]).reset_index()
             c = colour(m, view)
             ax.plot(s["step"], s["mean"], color=c, lw=1, label=view.label(m))
             ax.fill_between(s["step"], s["mean"] - s["std"].fillna(0), s["mean"] + s["std"].fillna(0),
