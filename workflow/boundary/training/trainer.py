@@ -65,6 +65,7 @@ Per-row values ride in the batch dict TRL passes from `_generate_and_score_compl
 in its input row. Three stay on self within one TRL call, whose inner hook gets no batch:
 `_from_base` and `_drawn_logps` into and out of `_generate_single_turn` (token ids only), and
 `_surrogate_logps` out of `_get_per_token_logps_and_entropies` inside TRL's `_compute_loss`.
+One spans a step's micro-batches: `_base_kl_sums`, log_base_kl's token sums, logged at the last.
 The config is trainer_config.PBAConfig; the `boundary train` stage is stages/train.py.
 """
 
