@@ -5,7 +5,7 @@ Inputs (INPUTS, the layout the pipeline writes under results/qwen15b, merged fro
   eval/diagnostic/base/seed{0..3}/counts.parquet     the base's 4 sequential first-success draws
   eval/diagnostic/{grpo_step50,grpo_step100,grpo}/seed{s}/counts.parquet
                                                      each seed's checkpoints at steps 50, 100, 150
-  train/grpo/seed{s}/log.parquet                     the training logs (reward, entropy, kl a step)
+  train/grpo/seed{s}/log.parquet                     the training logs (reward, entropy a step; kl_base_k1, kl_base_k3 every 10th)
   bridge/train/grpo/seed0/log.parquet, bridge/eval/diagnostic/grpo/seed0/counts.parquet
                                                      the full fine-tuning run of the bridge
 and the committed calibration's regimes (REGIMES: prompt_id, n, c, p_base, regime).
@@ -74,6 +74,8 @@ K = 256
 KS = (1, 4, 16, 64, 256)
 RISE, WINDOW = 0.10, 20  # the checkpoint rule: the reward 10 points above its first 20 steps
 BRIDGE_WINDOW = 10
+BRIDGE_STEP, BRIDGE_LORA = 30, "grpo_step30"  # Amendment 11: the bridge at N = 30, seed 0's LoRA snapshot
+KL = ("kl_base_k1", "kl_base_k3")  # train.log_base_kl's columns, every 10th step (Amendment 11)
 REGIME_ORDER = ("SolvedEasy", "Reachable", "Boundary", "OutOfReach")
 NOT_RUN = "not yet run"
 
@@ -90,9 +92,11 @@ def load(inputs: Path) -> dict:
     logs = {s: read_table(p) for s in SEEDS if (p := inputs / "train" / "grpo" / f"seed{s}" / "log.parquet").exists()}
     bridge_log = inputs / "bridge" / "train" / "grpo" / "seed0" / "log.parquet"
     bridge_counts = counts_path(inputs / "bridge", "grpo", 0)
+    bridge_lora = counts_path(inputs, BRIDGE_LORA, 0)
     return {"base": base, "runs": runs, "logs": logs,
             "bridge_log": read_table(bridge_log) if bridge_log.exists() else None,
-            "bridge_counts": read_table(bridge_counts) if bridge_counts.exists() else None}
+            "bridge_counts": read_table(bridge_counts) if bridge_counts.exists() else None,
+            "bridge_lora_counts": read_table(bridge_lora) if bridge_lora.exists() else None}
 
 
 def reward_rise(log: pd.DataFrame, step: int, window: int = WINDOW) -> float:
@@ -258,14 +262,14 @@ def trajectories_table(logs: dict) -> Table:
     name, caption = "trajectories", "Training reward, token entropy and KL to the base, each logged step"
     if not logs:
         return Table(name, caption, ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
-    data = pd.concat([log.assign(seed=s)[["seed", "step", "reward", "entropy", "kl"]] for s, log in logs.items()],
-                     ignore_index=True)
-    every = data[data["step"] % 10 == 0]  # the page shows every 10th step; the CSV holds each
+    data = pd.concat([log.assign(seed=s).reindex(columns=["seed", "step", "reward", "entropy", *KL])
+                      for s, log in logs.items()], ignore_index=True)
+    every = data[data["step"] % 10 == 0]  # the page shows every 10th step (the KL's); the CSV holds each
     fmt = lambda v: "not logged" if pd.isna(v) else f"{v:.3f}"
-    rows = [[str(int(r.seed)), str(int(r.step)), fmt(r.reward), fmt(r.entropy), fmt(r.kl)] for r in every.itertuples()]
-    notes = ["KL is logged only where the frozen base's log-probs are computed (an anchor or train.beta_kl > 0): "
-             "plain GRPO logs none."] if data["kl"].isna().all() else []
-    return Table(name, caption, ["Seed", "Step", "Reward", "Entropy", "KL"], rows, data, notes)
+    rows = [[str(int(r.seed)), str(int(r.step)), fmt(r.reward), fmt(r.entropy), fmt(r.kl_base_k1), fmt(r.kl_base_k3)]
+            for r in every.itertuples()]
+    notes = ["KL to the base (train.log_base_kl) is not in these logs."] if data[list(KL)].isna().all().all() else []
+    return Table(name, caption, ["Seed", "Step", "Reward", "Entropy", "KL k1", "KL k3"], rows, data, notes)
 
 
 def bridge_table(loaded: dict) -> Table:
@@ -283,19 +287,20 @@ def bridge_table(loaded: dict) -> Table:
         if counts is not None and len(loaded["base"]) == BASE_DRAWS:
             diag = diagnosis(loaded["base"], {("x", 0): counts}, None, resamples=200)
             d1 = float(diag.metrics.query("metric == 'delta_passk' and k == 1 and regime == 'all'")["value"].iloc[0])
-        return {"reward": tail["reward"].mean(), "entropy": tail["entropy"].mean(), "kl": tail["kl"].mean(),
-                "delta_pass1": d1}
+        at = r[r["step"] == step].reindex(columns=list(KL))
+        kl = {k: float(at[k].iloc[0]) if len(at) else np.nan for k in KL}
+        return {"reward": tail["reward"].mean(), "entropy": tail["entropy"].mean(), **kl, "delta_pass1": d1}
 
-    lora_counts = loaded["runs"].get((step, 0)) if step in CHECKPOINTS else None
+    lora_counts = loaded["bridge_lora_counts"] if step == BRIDGE_STEP else None
     values = {"full fine-tuning": readout(full, loaded["bridge_counts"]), "LoRA": readout(lora, lora_counts)}
     fmt = lambda v, s=1.0, sign="": "n/a" if pd.isna(v) else f"{s * v:{sign}.3f}"
-    rows = [[who, str(step), fmt(v["reward"]), fmt(v["entropy"]), fmt(v["kl"]), fmt(v["delta_pass1"], 100, "+")]
-            for who, v in values.items()]
-    notes = [f"Reward, entropy and KL: means over the last {BRIDGE_WINDOW} logged steps up to step {step}; Δpass@1 "
-             "(points) from the sequential block against the pooled base; n/a: not logged, or no LoRA evaluation "
-             "at that step (its checkpoints are steps " + ", ".join(map(str, CHECKPOINTS)) + ")."]
+    rows = [[who, str(step), fmt(v["reward"]), fmt(v["entropy"]), fmt(v["kl_base_k1"]), fmt(v["kl_base_k3"]),
+             fmt(v["delta_pass1"], 100, "+")] for who, v in values.items()]
+    notes = [f"Reward and entropy: means over the last {BRIDGE_WINDOW} logged steps up to step {step}; KL to the base "
+             f"(k1, k3): logged at step {step}; Δpass@1 (points) from the sequential block against the pooled base; "
+             f"n/a: not logged, or not step {BRIDGE_STEP} (Amendment 11's N, where seed 0's LoRA snapshot is evaluated)."]
     data = pd.DataFrame([{"run": who, "step": step, **v} for who, v in values.items()])
-    return Table(name, caption, ["Run", "Step", "Reward", "Entropy", "KL", "Δpass@1"], rows, data, notes)
+    return Table(name, caption, ["Run", "Step", "Reward", "Entropy", "KL k1", "KL k3", "Δpass@1"], rows, data, notes)
 
 
 def stage_times(inputs: Path) -> Table:

@@ -58,7 +58,9 @@ def synthetic_study(folder: Path, rise_per_step: float = 0.001) -> dict:
     steps = np.arange(1, 151)
     for s in phase1.SEEDS:
         log = pd.DataFrame({"step": steps, "reward": 0.32 + rise_per_step * steps + rng.normal(0, 0.01, len(steps)),
-                            "entropy": 0.5 - 0.001 * steps, "kl": np.nan, "loss": 0.0})
+                            "entropy": 0.5 - 0.001 * steps, "loss": 0.0,
+                            "kl_base_k1": np.where(steps % 10 == 0, 0.001 * steps, np.nan),
+                            "kl_base_k3": np.where(steps % 10 == 0, 0.0009 * steps, np.nan)})
         write_table(log, inputs / "train" / "grpo" / f"seed{s}" / "log.parquet")
     return {"inputs": inputs, "regimes": folder / "regimes.parquet", "p": p}
 
@@ -105,7 +107,8 @@ def test_the_tables_say_what_the_synthetic_study_holds(tmp_path):
     # Curves, trajectories, the bridge (not run here), and every table renders.
     curves = tables["passk_curves"].data
     assert set(curves["k"]) == set(phase1.KS) and (curves["boot_low"] <= curves["boot_high"]).all()
-    assert "KL is logged only" in tables["trajectories"].notes[0]
+    traj = tables["trajectories"]
+    assert not traj.notes and [r[4] for r in traj.rows[:2]] == ["0.010", "0.020"]  # seed 0's k1 at steps 10, 20
     assert tables["bridge"].rows == [[phase1.NOT_RUN]] and tables["stage_times"].rows == [[phase1.NOT_RUN]]
     for t in tables.values():
         assert t.md().startswith("**")
