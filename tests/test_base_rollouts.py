@@ -149,11 +149,13 @@ def test_vllm_settings_reach_trl_and_base_anchors_then_need_pre_drawn_rollouts(m
         make_trainer(model_dir, split, tmp_path, alternate(split), rollout_engine="vllm", **SUPPORT)
 
 
+@pytest.mark.parametrize("corrected", [True, False])
 def test_with_vllm_rollouts_every_row_goes_to_trl_and_base_rows_keep_their_draws(
-        model_dir, split, stage_inputs, tmp_path, monkeypatch):
+        corrected, model_dir, split, stage_inputs, tmp_path, monkeypatch):
     """TRL's vLLM path is collective (weight sync, gathers): every process passes it every row;
     anchored rows then take their base rollouts, with the base log-probs as their sampling
-    log-probs (what TRL's importance correction reads)."""
+    log-probs where TRL's importance correction reads them; without it no sampling log-probs go
+    on to TRL (rollout_engine.unscored)."""
     from trl import GRPOTrainer
 
     table = run_stage(model_dir, stage_inputs, stage_inputs / "all.parquet")
@@ -165,7 +167,7 @@ def test_with_vllm_rollouts_every_row_goes_to_trl_and_base_rows_keep_their_draws
         return [[7, 7, 7] for _ in prompt_ids], [[-0.5] * 3 for _ in prompt_ids]
 
     monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", fake_vllm)
-    trainer.use_vllm = True
+    trainer.use_vllm, trainer._engine_logprobs = True, corrected
     trainer.state.global_step = 1
     from_base = [bool(r % 2) for r in trainer._batches[1] for _ in range(G)]  # odd rows are anchored
     trainer._from_base, trainer._drawn_logps = from_base, [None] * len(from_base)
@@ -175,12 +177,14 @@ def test_with_vllm_rollouts_every_row_goes_to_trl_and_base_rows_keep_their_draws
     ids, logprobs = trainer._generate_single_turn(prompts, None, {}, G)
     assert seen == [P * G]
     drawn = table[table["step"] == 1].set_index("position")
+    assert (logprobs is not None) is corrected
     for i, anchored in enumerate(from_base):
         if not anchored:
-            assert ids[i] == [7, 7, 7] and logprobs[i] == [-0.5] * 3
+            assert ids[i] == [7, 7, 7] and (not corrected or logprobs[i] == [-0.5] * 3)
         else:
             assert ids[i] == drawn.loc[i, "completion_ids"].tolist()
-            np.testing.assert_allclose(logprobs[i], drawn.loc[i, "base_logps"])
+            if corrected:
+                np.testing.assert_allclose(logprobs[i], drawn.loc[i, "base_logps"])
 
 
 def test_a_trainer_without_files_draws_the_stage_blocks_in_place(model_dir, split, stage_inputs, tmp_path):
