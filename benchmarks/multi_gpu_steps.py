@@ -14,7 +14,9 @@ generate), `score`
 engine's importance correction when --vllm-is sets one, frozen-base log-probs, the metric
 gathers), `optimizer` (clipping, the AdamW step; under FSDP the gradient reduce-scatter
 finishes inside backward, so it is in `fwd_bwd`), and `fwd_bwd` (what remains: the loss's
-forward and backward, DDP's gradient all-reduce). Rank 0 writes one JSON line to --out with
+forward and backward, DDP's gradient all-reduce). With the vllm engine, `generate` is split
+further (`engine_phases`): the engine's own call, its sleep and wake-ups, TRL's reading of the
+log-probs it returned, and the rest (TRL's work around the engine). Rank 0 writes one JSON line to --out with
 every process's peak memory.
 `--lora R` trains a rank-R adapter (train.lora) instead of every weight.
 A CUDA out-of-memory error is a result here (the DDP check at 7B): it is reported, not raised.
@@ -157,6 +159,31 @@ def timed(phases: Phases, name: str, fn, wait_for_all: bool = False):
     return wrapper
 
 
+def engine_phases(phases: Phases, trainer, logprobs: str):
+    """Inside `generate`: the engine's own generate call for the rollouts (`engine`; the check's
+    scoring call stays the check's), its sleep and wake-ups (`sleep_wake`), and TRL's reading of
+    the per-token log-probs it returned (`logprobs`); the rest of `generate` is TRL's own work
+    around them. `logprobs` "trl": the engine returns each sampled token's log-prob, as TRL
+    1.16.0 asks, where the trainer asks for none (rollout_engine.unscored: nothing reads them
+    without TRL's importance correction); "off": the trainer's own choice."""
+    from trl.generation import vllm_generation
+
+    gen = trainer.vllm_generation
+    llm = gen.llm
+    run = llm.generate
+
+    def generate(prompts, sampling_params=None, **kwargs):
+        if getattr(sampling_params, "prompt_logprobs", None) is not None:
+            return run(prompts, sampling_params, **kwargs)
+        return timed(phases, "engine", run)(prompts, sampling_params, **kwargs)
+    llm.generate = generate
+    llm.wake_up = timed(phases, "sleep_wake", llm.wake_up)
+    llm.sleep = timed(phases, "sleep_wake", llm.sleep)
+    vllm_generation.extract_logprobs = timed(phases, "logprobs", vllm_generation.extract_logprobs)
+    if logprobs == "trl" and gen.logprobs is None:  # TRL's own request: every sampled token's log-prob
+        gen.logprobs, gen.generate, trainer._engine_logprobs = 0, gen.generate.__wrapped__, True
+
+
 def build_random(shape: str, tok, max_len: int):
     import transformers
 
@@ -193,6 +220,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--accum", type=int, default=1, help="gradient_accumulation_steps (micro-batches a step)")
     p.add_argument("--eos", action="store_true", help="leave eos on (default: suppressed, full-length rollouts)")
     p.add_argument("--lora", type=int, default=0, help="train.lora's rank (0: full fine-tuning)")
+    p.add_argument("--temperature", type=float, default=1.0, help="train.temperature")
+    p.add_argument("--top-p", type=float, default=1.0, help="train.top_p")
+    p.add_argument("--engine-logprobs", choices=("trl", "off"), default="off",
+                   help="vllm: trl = the engine returns each sampled token's log-prob, as TRL 1.16.0 asks; "
+                        "off = the trainer's choice (none unless TRL's importance correction reads them)")
     add_engine_options(p)
     p.add_argument("--out", required=True)
     return p
@@ -201,7 +233,7 @@ def make_parser() -> argparse.ArgumentParser:
 def train_settings(args, world: int) -> dict:
     """The train settings of the run the options describe, on `world` processes."""
     settings = {"lr": 1e-6, "num_generations": args.G, "prompts_per_step": args.prompts,
-                "max_completion_length": args.completion_len, "temperature": 1.0, "top_p": 1.0,
+                "max_completion_length": args.completion_len, "temperature": args.temperature, "top_p": args.top_p,
                 "bf16": "auto", "steps": args.steps, "checkpoints": [], "refresh_steps": args.steps,
                 "save_steps": 10 ** 6, "gpus": world, "sharding": args.sharding,
                 "gradient_accumulation_steps": args.accum, **METHODS[args.method]}
@@ -281,6 +313,7 @@ def main():
                 gen.sync_weights = timed(phases, "sync", gen.sync_weights)
                 engine_sync.policy_logps = timed(phases, "check", engine_sync.policy_logps)
                 engine_sync.compare = timed(phases, "check", engine_sync.compare)
+                engine_phases(phases, trainer, args.engine_logprobs)
                 record = trainer.engine_sync.record
                 trainer.engine_sync.record = lambda k, v: (checks.append((k, v)), record(k, v))
             trainer._generate_and_score_completions = timed(phases, "batch",
@@ -305,8 +338,8 @@ def main():
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else 0.0
     device_use.done.set()
     rows = phases.rows[args.warmup:]
-    mine = torch.tensor([peak, *[np.mean([r.get(k, 0.0) for r in rows]) if rows else np.nan
-                                 for k in ("step", "generate", "sync", "check", "score", "fwd_bwd", "optimizer")]],
+    names = ("step", "generate", "sync", "check", "score", "fwd_bwd", "optimizer", "engine", "sleep_wake", "logprobs")
+    mine = torch.tensor([peak, *[np.mean([r.get(k, 0.0) for r in rows]) if rows else np.nan for k in names]],
                         dtype=torch.float64, device="cuda" if torch.cuda.is_available() else "cpu")
     if world > 1 and torch.distributed.is_initialized():
         every = [torch.zeros_like(mine) for _ in range(world)]
@@ -317,9 +350,10 @@ def main():
         table = torch.stack(every).cpu().numpy()
         result["peak_alloc_gib_per_gpu"] = [round(float(x), 2) for x in table[:, 0]]
         # The slowest process sets the pace: phases are the max over processes.
-        for i, k in enumerate(("step_s", "generate_s", "sync_s", "check_s", "score_s", "fwd_bwd_s", "optimizer_s"),
-                              start=1):
-            result[k] = round(float(np.nanmax(table[:, i])), 3) if rows else None
+        for i, k in enumerate(names, start=1):
+            result[f"{k}_s"] = round(float(np.nanmax(table[:, i])), 3) if rows else None
+        if rows and result["engine_s"]:  # a decoding step: the engine's call over the completion's length
+            result["engine_ms_per_token"] = round(1000 * result["engine_s"] / args.completion_len, 2)
         result["steps_timed"] = len(rows)
         result["peak_device_used_gib_rank0"] = round(device_use.peak / 2 ** 30, 2)
         result["engine_logp_mean_abs_diff"] = [round(v, 5) for k, v in checks if k.endswith("mean_abs_diff")]

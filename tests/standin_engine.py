@@ -44,8 +44,9 @@ class StandInGeneration:
     rollout_engine.install) and generate, drawing from the engine's own weights."""
 
     def __init__(self, model, accelerator, processing_class, temperature=1.0, top_p=1.0,
-                 max_completion_length=16, generation_kwargs=None, **_):
+                 max_completion_length=16, generation_kwargs=None, logprobs=0, **_):
         self.model, self.accelerator, self.processing_class = model, accelerator, processing_class
+        self.logprobs = logprobs  # None: no log-probs returned, as vLLM's outputs then carry none
         self.temperature, self.top_p, self.max_completion_length = temperature, top_p, max_completion_length
         self.generation_kwargs = generation_kwargs or {}
         self.enable_sleep_mode, self.mode = False, "colocate"
@@ -76,7 +77,7 @@ class StandInGeneration:
             end = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))  # eos kept, as vLLM does
             completions.append(row[:end])
             logprobs.append([[x] for x in lp[:end]])
-        return prompts, completions, logprobs, None
+        return prompts, completions, (logprobs if self.logprobs is not None else None), None
 
 
 def patch():

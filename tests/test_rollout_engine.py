@@ -177,7 +177,8 @@ def test_a_bad_importance_sampling_mode_is_one_line_and_a_generate_run_refuses_t
 def test_an_engine_run_trains_without_trls_correction_unless_asked(mode, logged, model_dir, split, tmp_path,
                                                                    monkeypatch):
     """A step of a vllm-engine trainer (the stand-in engine): with the key unset TRL computes
-    no importance-sampling ratio (nor the old log-probs' forward it needs); set, it does."""
+    no importance-sampling ratio (nor the old log-probs' forward it needs), and the engine is
+    asked for no log-probs of its rollouts, which nothing then reads; set, it does both."""
     import standin_engine
     from trl.trainer import grpo_trainer
 
@@ -187,9 +188,14 @@ def test_an_engine_run_trains_without_trls_correction_unless_asked(mode, logged,
     extra = {} if mode is None else {"vllm_importance_sampling": mode}
     trainer = make_trainer(model_dir, split, tmp_path, rollout_engine="vllm", steps=1, checkpoints=[], **extra)
     assert trainer.vllm_importance_sampling_correction is logged
+    assert trainer.vllm_generation.logprobs == (0 if logged else None)
+    batches = []
+    build = trainer._generate_and_score_completions
+    monkeypatch.setattr(trainer, "_generate_and_score_completions", lambda *a: batches.append(build(*a)) or batches[-1])
     trainer.train()
     ratio = [h for h in trainer.state.log_history if "sampling/importance_sampling_ratio/mean" in h]
     assert bool(ratio) is logged, trainer.state.log_history
+    assert batches and all(("sampling_per_token_logps" in b) is logged for b in batches)
 
 
 def test_a_single_process_run_takes_a_port_of_its_own_and_keeps_one_it_was_given(monkeypatch):

@@ -162,6 +162,8 @@ class PBATrainer(GRPOTrainer):
             super().__init__(model, *args, **kwargs)
         # The colocated engine's weights move in buckets, with the log-prob check (rollout_engine.py).
         self.engine_sync = rollout_engine.install(self) if colocated else None
+        # The engine's log-probs of its rollouts go on to TRL only where it reads them.
+        self._engine_logprobs = self.use_vllm and (not colocated or rollout_engine.reads_engine_logprobs(self.args))
         # Under FSDP every forward of a sharded model is a collective (training/sharding.py).
         self._sharded = sharding.is_fsdp(self.accelerator)
         if self._sharded:
@@ -297,8 +299,9 @@ class PBATrainer(GRPOTrainer):
         from_base = self._from_base
         # Sharded, processes take one path: each makes the same forward calls.
         if not self._on_any_process(bool(from_base) and any(from_base)):
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
-                                                 num_generations, has_tool_images)
+            ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                          num_generations, has_tool_images)
+            return ids, (logprobs if self._engine_logprobs else None)
         from_base = from_base or [False] * len(prompt_ids)
         if images is not None:
             raise BoundaryError(f"anchor: {self.args.anchor} needs text prompts")
@@ -345,7 +348,7 @@ class PBATrainer(GRPOTrainer):
                 completions[i], logprobs[i] = c.tokens, c.logps
                 self._drawn_logps[i] = np.asarray(c.logps, dtype=np.float32)
         self._add_stat("generate_seconds", time.perf_counter() - start)
-        return completions, (logprobs if self.use_vllm else None)
+        return completions, (logprobs if self._engine_logprobs else None)
 
     def _on_any_process(self, flag: torch.Tensor | bool) -> bool:
         """`flag` here, or on any process under FSDP: a sharded model's forward is a collective,
