@@ -47,3 +47,22 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture
+def boundary_cli(capsys):
+    """`boundary ARGV` in this process (the command's entry point, boundary.cli.main), for tests
+    of what a command writes and says, not of a process start (torch and transformers again, ~5 s):
+    call(argv, check=False) -> (exit code, stdout, stderr)."""
+    from boundary.cli import main
+
+    def call(argv, check=False):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as stop:  # a bad option: the parser's one line, exit 2
+            code = stop.code
+        out = capsys.readouterr()
+        assert code == 0 or not check, out.err
+        return code, out.out, out.err
+
+    return call
