@@ -51,7 +51,8 @@ class StandInGeneration:
         self.generation_kwargs = generation_kwargs or {}
         self.enable_sleep_mode, self.mode = False, "colocate"
         self._dist = types.SimpleNamespace(is_fsdp=False)
-        self.engine = StandInEngine(model)
+        # A LoRA policy's engine holds the base's layout: the sync sends merged weights by the base's names.
+        self.engine = StandInEngine(model.get_base_model() if hasattr(model, "get_base_model") else model)
 
     def _iter_named_params(self):
         for name, param in self.model.named_parameters():
