@@ -21,7 +21,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
 # The files whose tests run whole pipelines or several processes, longest first (tests/README.md
-# says what each runs; test_qwen15b's and test_lease's are the lab's, with `bash lab/test.sh`).
+# says what each runs; test_qwen15b's and test_lease's are the project's own study tests, which load
+# this file too).
 # They are collected first and test.sh keeps that order (--dist loadfile --no-loadscope-reorder),
 # so the two workers end together: xdist's own order (most tests first) left the longest file for
 # last, about 90 s of one worker alone. A file is one worker's: runs that must go side by side

@@ -207,7 +207,7 @@ def test_the_workflow_writes_the_task_and_splits_it_by_id(tmp_path):
     """tests/configs/smollm2_arith_smoke.yaml's first stages run by Snakemake (without the chat
     template, so without the model): the `arithmetic` rule writes the files the `data:` entries
     name, its log gives each split's modal answer, and each split is read by id, disjoint from
-    the others. (The whole study on the real model: lab/tests/test_smollm2_arith_smoke.py.)"""
+    the others."""
     import pandas as pd
     import yaml
     from conftest import ROOT
