@@ -277,10 +277,11 @@ def test_a_default_edited_in_the_schema_reruns_exactly_the_stages_that_read_it(t
                                    "weight_decay: {type: number, minimum: 0, default: 0.01,"))
     reasons = _planned_reasons(workdir, config)
     # Snakemake names a job's own changed params only where nothing upstream of it reruns
-    # (_planned_reasons): train_pba's base rollouts rerun (they take the training's settings).
+    # (_planned_reasons): train_pba's and train_pba_lora's base rollouts rerun (they take the
+    # training's settings).
     changed = {rule for rule, why in reasons.items() if "Params have changed since last execution" in why}
     assert changed == {"train_grpo", "base_rollouts"}, reasons
-    assert set(reasons) - {"all"} == changed | {"train_pba", "evaluate", "report"}, reasons
+    assert set(reasons) - {"all"} == changed | {"train_pba", "train_pba_lora", "evaluate", "report"}, reasons
     assert reasons["evaluate"] == reasons["report"] == {"Input files updated by another job"}
     schema.write_text(text.replace("        default: [8, 16, 24, 32,", "        default: [4, 16, 24, 32,"))
     assert planned_jobs(workdir, config) == set()
