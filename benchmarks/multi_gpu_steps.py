@@ -82,11 +82,11 @@ class DeviceUse:
     """The most memory the card had in use (cudaMemGetInfo, every 50 ms in a thread): torch's and
     a colocated vLLM engine's pools alike, which torch's max allocated does not count together."""
 
-    def __init__(self):
+    def __init__(self, watch: bool = True):
         import threading
 
         self.peak, self.done = 0, threading.Event()
-        if torch.cuda.is_available():
+        if watch and torch.cuda.is_available():
             threading.Thread(target=self._watch, daemon=True).start()
 
     def _watch(self):
@@ -159,13 +159,14 @@ def timed(phases: Phases, name: str, fn, wait_for_all: bool = False):
     return wrapper
 
 
-def engine_phases(phases: Phases, trainer, logprobs: str):
+def engine_phases(phases: Phases, trainer, logprobs: str, gc_freeze: bool = False):
     """Inside `generate`: the engine's own generate call for the rollouts (`engine`; the check's
     scoring call stays the check's), its sleep and wake-ups (`sleep_wake`), and TRL's reading of
     the per-token log-probs it returned (`logprobs`); the rest of `generate` is TRL's own work
     around them. `logprobs` "trl": the engine returns each sampled token's log-prob, as TRL
     1.16.0 asks, where the trainer asks for none (rollout_engine.unscored: nothing reads them
-    without TRL's importance correction); "off": the trainer's own choice."""
+    without TRL's importance correction); "off": the trainer's own choice. `gc_freeze`: Python's
+    collector stops tracking every object made so far before each engine call."""
     from trl.generation import vllm_generation
 
     gen = trainer.vllm_generation
@@ -175,6 +176,10 @@ def engine_phases(phases: Phases, trainer, logprobs: str):
     def generate(prompts, sampling_params=None, **kwargs):
         if getattr(sampling_params, "prompt_logprobs", None) is not None:
             return run(prompts, sampling_params, **kwargs)
+        if gc_freeze:  # the trainer's heap out of the collector's way while the engine allocates
+            import gc
+
+            gc.freeze()
         return timed(phases, "engine", run)(prompts, sampling_params, **kwargs)
     llm.generate = generate
     llm.wake_up = timed(phases, "sleep_wake", llm.wake_up)
@@ -222,6 +227,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora", type=int, default=0, help="train.lora's rank (0: full fine-tuning)")
     p.add_argument("--temperature", type=float, default=1.0, help="train.temperature")
     p.add_argument("--top-p", type=float, default=1.0, help="train.top_p")
+    p.add_argument("--no-memory-watch", action="store_true",
+                   help="no thread sampling the card's memory every 50 ms (its peak is then not reported)")
+    p.add_argument("--gc-freeze", action="store_true",
+                   help="gc.freeze() before each generate: the trainer's objects leave the collector's generations")
     p.add_argument("--engine-logprobs", choices=("trl", "off"), default="off",
                    help="vllm: trl = the engine returns each sampled token's log-prob, as TRL 1.16.0 asks; "
                         "off = the trainer's choice (none unless TRL's importance correction reads them)")
@@ -270,7 +279,7 @@ def main():
               "processes": world, "engine": args.engine, "eos": args.eos, "accum": args.accum,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
     phases, trainer, stage, t0 = Phases(), None, "build", time.perf_counter()
-    device_use = DeviceUse()
+    device_use = DeviceUse(watch=not args.no_memory_watch)
     checks, lengths = [], []  # the engine's log-prob checks; each timed step's mean completion length
     try:
         if args.model:
@@ -313,7 +322,7 @@ def main():
                 gen.sync_weights = timed(phases, "sync", gen.sync_weights)
                 engine_sync.policy_logps = timed(phases, "check", engine_sync.policy_logps)
                 engine_sync.compare = timed(phases, "check", engine_sync.compare)
-                engine_phases(phases, trainer, args.engine_logprobs)
+                engine_phases(phases, trainer, args.engine_logprobs, args.gc_freeze)
                 record = trainer.engine_sync.record
                 trainer.engine_sync.record = lambda k, v: (checks.append((k, v)), record(k, v))
             trainer._generate_and_score_completions = timed(phases, "batch",

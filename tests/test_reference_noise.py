@@ -13,7 +13,7 @@ from scipy import stats as sps
 
 from boundary.analysis import stats, tables
 from boundary.analysis.diagnose import analyse, cluster_labels
-from boundary.analysis.power import drop_sensitivity, power_table
+from boundary.analysis.power import drop_sensitivity, drop_studies, power_table
 from boundary.analysis.regimes import PAPER, label_counts
 from boundary.core.errors import BoundaryError
 from boundary.core.passk import pass_at_k
@@ -155,6 +155,17 @@ def test_dropping_prompts_is_detected_more_often_the_more_are_dropped():
     assert table["detected"].iloc[0] <= 0.1 and table["detected"].iloc[-1] >= 0.9
     assert table["delta"].is_monotonic_decreasing and table["lost"].is_monotonic_increasing
     assert abs(table["delta"].iloc[0]) < 0.01
+
+
+def test_the_lost_null_is_drop_sensitivitys_studies_one_by_one():
+    """drop_studies(D = 0) draws the same simulated studies as drop_sensitivity's D = 0 row: the
+    mean of its lost counts is that row's `lost`, and its quantiles are the null of a lost count."""
+    p = np.random.default_rng(5).uniform(0.002, 0.08, 40)
+    kw = dict(seeds=2, n_eval=256, base_draws=4, k=256, sims=30, resamples=200)
+    studies = drop_studies(p, 0, **kw)
+    row = drop_sensitivity(p, drops=(0,), **kw).iloc[0]
+    assert studies.shape == (30, 4) and (studies[:, 3] >= 0).all() and (studies[:, 3] % 1 == 0).all()
+    assert studies[:, 3].mean() == row["lost"] and studies[:, 0].mean() == row["delta"]
 
 
 def test_power_with_collapsed_prompts():

@@ -500,3 +500,92 @@ def test_another_trl_is_refused_in_one_line_at_import_of_the_trainer(monkeypatch
     importlib.reload(trl_pin)
     source = (ROOT / "workflow" / "boundary" / "training" / "trainer.py").read_text()
     assert source.index("import trl_pin") < source.index("from trl import")
+
+
+# --- the logged KL to the base (train.log_base_kl) ----------------------------------------------
+
+def hand_logps(model, out):
+    """Per-token log-probs of the completions, from the model's plain logits (temperature 1)."""
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    T = out["completion_ids"].size(1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, -T - 1:-1].float()
+    return logits.log_softmax(-1).gather(-1, out["completion_ids"][..., None])[..., 0]
+
+
+def test_log_base_kl_is_the_token_kl_of_every_policy_rollout(model_dir, split, tmp_path):
+    """GRPO with log_base_kl holds the frozen copy, scores every policy rollout with it, and
+    logs k1 and k3 from the training forward's log-probs once a step, after its last
+    micro-batch: the mean over the step's completion tokens. No term reads the base's log-probs,
+    so the `kl` metric (the terms' rows) stays unlogged."""
+    from trl.trainer.utils import split_tensor_dict
+
+    trainer = make_trainer(model_dir, split, tmp_path, log_base_kl=True, gradient_accumulation_steps=2)
+    assert trainer.base_model is not None
+    out = trainer._generate_and_score_completions(first_batch(trainer, split))
+    assert "base_per_token_logps" in out and not out["base_scored"].any()
+    perturb(trainer.model)
+    metrics = trainer._metrics["train"]
+    first, second = split_tensor_dict(out, 2)
+    trainer._compute_loss(trainer.model, first)
+    assert "kl_base_k1" not in metrics  # the step's first micro-batch of two
+    trainer._compute_loss(trainer.model, second)
+    r = hand_logps(trainer.base_model, out) - hand_logps(trainer.model, out)  # log pi_base - log pi
+    mask = out["completion_mask"].float()
+
+    def token_mean(per_token):
+        return ((per_token * mask).sum() / mask.sum()).item()
+
+    assert metrics["kl_base_k1"] == [pytest.approx(token_mean(-r), abs=1e-5)]
+    assert metrics["kl_base_k3"] == [pytest.approx(token_mean(r.exp() - 1 - r), abs=1e-5)]
+    assert metrics["kl_base_k3"][0] > 0.01 and "kl" not in metrics
+
+
+@pytest.mark.parametrize("adapter,every", [(False, 2), (True, 1)])
+def test_a_grpo_run_with_log_base_kl_logs_the_kl_columns(model_dir, split, tmp_path, adapter, every):
+    """The log rows of steps N, 2N, ... have kl_base_k1 and kl_base_k3; under LoRA the base is
+    the policy with its adapter off (no second model): step 1, before any update, has KL 0."""
+    from boundary.stages.train import log_table
+
+    lora = {"lora": {"enabled": True, "rank": 4}} if adapter else {}
+    trainer = make_trainer(model_dir, split, tmp_path, log_base_kl=True, log_base_kl_every=every, steps=2,
+                           checkpoints=[], save_steps=4, **lora)
+    assert (trainer.base_model is None) == adapter
+    rows = [] if adapter else count_base_rows(trainer)
+    trainer.train()
+    assert rows == ([] if adapter else [P * G])  # the copy ran once: step 2's rollouts
+    log = log_table(trainer.state.log_history)
+    assert list(log["step"]) == [1, 2] and log["kl"].isna().all()
+    for col in ("kl_base_k1", "kl_base_k3"):
+        assert np.isfinite(log[col].iloc[1])
+        if every == 1:
+            assert abs(log[col].iloc[0]) < 1e-5
+        else:
+            assert log[col].isna().iloc[0]
+
+
+def test_log_base_kl_off_moves_no_key():
+    from boundary.core import settings as stage_settings
+
+    before = stage_settings.key("train", resolve("train", SETTINGS))
+    assert "log_base_kl" not in before
+    assert stage_settings.key("train", resolve("train", {**SETTINGS, "log_base_kl": False})) == before
+    on = stage_settings.key("train", resolve("train", {**SETTINGS, "log_base_kl": True}))
+    assert on == {**before, "log_base_kl": True, "log_base_kl_every": 1}
+    assert not make_config(resolve("train", SETTINGS), 0, "ck").log_base_kl
+
+
+def test_the_report_s_kl_panel_shows_the_logged_kl_to_the_base(tmp_path, monkeypatch):
+    """GRPO logs no `kl`; with log_base_kl its kl_base_k1 is the panel's curve for every method."""
+    from boundary.analysis import figures, tables
+
+    drawn = {}
+    monkeypatch.setattr(figures, "save", lambda fig, folder, name: drawn.update({name: fig}) or [])
+    logs = pd.DataFrame({"method": ["grpo"] * 3 + ["pba"] * 3, "seed": 0, "step": [1, 2, 3] * 2, "reward": 0.5,
+                         "entropy": 1.0, "kl": [np.nan] * 3 + [0.5] * 3,
+                         "kl_base_k1": [0.1, np.nan, 0.2, 0.3, np.nan, 0.4], "protected_fraction": 0.0})
+    figures.training_curves(logs, tables.View.for_diagnose(["grpo", "pba"]), tmp_path)
+    kl = drawn["training"].axes[2]  # log_base_kl_every 2: the logged steps, joined
+    assert [list(line.get_xdata()) for line in kl.get_lines()] == [[1, 3], [1, 3]]
+    assert [list(line.get_ydata()) for line in kl.get_lines()] == [[0.1, 0.2], [0.3, 0.4]]

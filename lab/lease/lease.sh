@@ -5,7 +5,7 @@
 #
 #   OUT=<folder> bash lab/lease/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
 #       [--wheels DIR]... [--seed S [--methods M,...]] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
-#       [--detach [--run-budget SECONDS]] [TARGET...]
+#       [--checkpoints DIR] [--detach [--run-budget SECONDS] [--stop-train SECONDS]] [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
 #   --override    a YAML file Snakemake merges over CFG (e.g. `train: {gpus: 4, sharding: fsdp}`: only
@@ -38,13 +38,26 @@
 #                 waits on the same run (or, once it has ended, starts Snakemake again: it goes on
 #                 where the last stopped). --run-budget: the detached run's own limit, default
 #                 1700 s (a hold ends at 30 minutes anyway)
+#   --checkpoints a folder of `lease_pack.py pack-checkpoints` parts (ckpt_RUN.manifest and its
+#                 parts): a LoRA run's resumable state, restored into checkpoints/ once per lease
+#                 (before Snakemake), so that the training job resumes where an earlier lease stopped,
+#                 and a finished LoRA run's adapters (train/M/seedS/final, step*), dated after the
+#                 base, so that a later lease evaluates them without training again
+#   --stop-train  with --detach: when this call has SECONDS left, the detached run's training jobs
+#                 get a SIGTERM (they stop at the next step boundary with a checkpoint, exit 75),
+#                 and the call waits for the run to end; SECONDS: 60 for the pack, a training step
+#                 and the checkpoint's save (150 at a 30-s step). Whenever the run has ended and a
+#                 run under checkpoints/RUN holds a resumable checkpoint (or results/RUN a LoRA
+#                 run's adapters), they are packed into
+#                 $LEASE_CKPT_OUT (default /tmp/lease-ckpt-out, 15-MiB parts: too large for one
+#                 call's return, so later calls copy them to $OUT, 4 parts a call)
 #   TARGET        more Snakemake targets (with neither: its default target, the whole run, whose
 #                 model weights a later lease lacks), e.g. results/RUN/report.html in the last lease
 #
 # Before Snakemake: data/ is linked to .lease/data if data/ is missing and that folder was carried,
 # and the files of .lease/files (the config's data files outside data/, `lease_in.sh data`) are
 # copied to their paths in the checkout (where missing or older); a GGUF base_model that is
-# missing is joined from /tmp/lease-gguf/NAME.part_* and checked against the lab/models/*.sha256 pin
+# missing is joined from $LEASE_GGUF/NAME.part_* (default /tmp/lease-gguf) and checked against the lab/models/*.sha256 pin
 # naming it. If artifacts were restored and the base model folder is missing, it is made first (a
 # separate Snakemake run) and the restored files are then dated after it: otherwise the newer
 # base would rerun every stage below it. Calling this again in the
@@ -56,13 +69,15 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
-cfg="" carry="" seed="" methods="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
+cfg="" carry="" ckpts="" stop_train="" seed="" methods="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
 overrides=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
     --override) overrides+=("$2"); shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
+    --checkpoints) ckpts="$2"; shift 2 ;;
+    --stop-train) stop_train="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --methods) methods="$2"; shift 2 ;;
     --wheels) wheels+=("$2"); shift 2 ;;
@@ -80,6 +95,7 @@ done
 : "${OUT:?lease.sh: set OUT to the folder that comes back}"
 [ -f "$cfg" ] || { echo "lease.sh: --configfile ${cfg:-(none)}: no such file" >&2; exit 2; }
 [ -z "$methods" ] || [ -n "$seed" ] || { echo "lease.sh: --methods $methods: needs --seed" >&2; exit 2; }
+[ -z "$stop_train" ] || [ -n "$detach" ] || { echo "lease.sh: --stop-train: needs --detach" >&2; exit 2; }
 for file in "${overrides[@]}"; do
   [ -f "$file" ] || { echo "lease.sh: --override $file: no such file" >&2; exit 2; }
   grep -Eq '^(run|base_model):' "$file" &&
@@ -159,14 +175,15 @@ base_model=$($PY -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1])).g
 [ ! -d .lease/files ] || cp -ru .lease/files/. . || { say "copying .lease/files into the checkout failed"; exit 1; }
 if [ "${base_model##*.}" = gguf ] && [ ! -f "$base_model" ]; then
   pin=$(grep -l " $base_model\$" lab/models/*.sha256 | head -1)
-  parts=(/tmp/lease-gguf/"$(basename "$base_model")".part_*)
+  gguf_dir="${LEASE_GGUF:-/tmp/lease-gguf}"
+  parts=("$gguf_dir"/"$(basename "$base_model")".part_*)
   if [ -n "$pin" ] && [ -f "${parts[0]}" ]; then
     mkdir -p "$(dirname "$base_model")"
     cat "${parts[@]}" > "$base_model.partial"
     if [ "$(sha256sum "$base_model.partial" | cut -c1-64)" = "$(head -n 1 "$pin" | cut -c1-64)" ]; then
       mv "$base_model.partial" "$base_model" && say "$base_model: joined from ${#parts[@]} slices, SHA-256 as $pin pins"
     else
-      rm -f "$base_model.partial"; say "$base_model: the ${#parts[@]} slices in /tmp/lease-gguf join to another SHA-256 than $pin pins; refused"; exit 1
+      rm -f "$base_model.partial"; say "$base_model: the ${#parts[@]} slices in $gguf_dir join to another SHA-256 than $pin pins; refused"; exit 1
     fi
   fi
 fi
@@ -197,20 +214,46 @@ if [ -n "$carry" ]; then
     echo "$key" > .snakemake/lease/pending
   fi
 fi
-if [ -f .snakemake/lease/pending ]; then
+# A LoRA run's resumable state and adapters from an earlier lease (once a lease), dated after
+# the base like the restored artifacts.
+ckpt_out="${LEASE_CKPT_OUT:-/tmp/lease-ckpt-out}"
+if [ -n "$ckpts" ]; then
+  key=$(sha256sum "$ckpts"/ckpt_*.manifest 2>/dev/null | cut -c1-64)
+  [ -n "$key" ] || { say "--checkpoints $ckpts: no ckpt_*.manifest"; exit 1; }
+  if [ "$(cat .snakemake/lease/ckpt-restored 2>/dev/null)" != "$key" ]; then
+    $PY lab/lease/lease_pack.py unpack-checkpoints "$ckpts" --list .snakemake/lease/ckpt-restored.txt || exit 1
+    echo "$key" > .snakemake/lease/ckpt-restored
+    touch .snakemake/lease/ckpt-pending
+  fi
+fi
+if [ -f .snakemake/lease/pending ] || [ -f .snakemake/lease/ckpt-pending ]; then
   base="results/$run/models/base"
   if [ ! -d "$base" ] && [ "$(left)" -gt 120 ]; then
     say "making $base before the restored stages are dated"
     run_smk $(($(left) - 60)) "$base"
   fi
   if [ -d "$base" ]; then
-    $PY lab/lease/lease_pack.py touch .snakemake/lease/restored.txt &&
-      mv .snakemake/lease/pending .snakemake/lease/restored
+    [ ! -f .snakemake/lease/pending ] || { $PY lab/lease/lease_pack.py touch .snakemake/lease/restored.txt &&
+      mv .snakemake/lease/pending .snakemake/lease/restored; }
+    [ ! -f .snakemake/lease/ckpt-pending ] || { $PY lab/lease/lease_pack.py touch .snakemake/lease/ckpt-restored.txt &&
+      rm .snakemake/lease/ckpt-pending; }
   fi
 fi
 
+# train_pids: the detached run's training processes (its own session), by id, once they have run
+# 20 s: a SIGTERM in a process's first moments, before it installs its stop handler, would end it
+# without a checkpoint.
+train_pids() {
+  local pid
+  for pid in $(pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' 2>/dev/null); do
+    [ "$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')" -ge 20 ] 2>/dev/null && echo "$pid"
+  done
+  return 0
+}
+stopped_train="" fresh=""
+
 # 4. The run, stopped in time to pack (with --detach it outlives the call instead).
-if [ -f .snakemake/lease/pending ]; then
+if [ -f .snakemake/lease/pending ] || [ -f .snakemake/lease/ckpt-pending ]; then
   say "the base model is not made yet: the run waits for the next call"
 elif [ -n "$detach" ]; then
   if alive; then
@@ -227,6 +270,26 @@ elif [ -n "$detach" ]; then
   shown=0
   while alive && [ "$(left)" -gt 60 ]; do
     sleep 5
+    if [ -n "$stop_train" ] && [ "$(left)" -le "$stop_train" ]; then
+      # every training process of the run, once each (a second SIGTERM would stop it at once),
+      # also one that starts after the stop time (a job that was waiting)
+      for pid in $(train_pids); do
+        case " $stopped_train " in *" $pid "*) continue ;; esac
+        kill -TERM "$pid" 2>/dev/null && stopped_train="$stopped_train $pid" &&
+          say "training process $pid asked to stop at the next step boundary (SIGTERM)"
+      done
+    fi
+    # A carried checkpoint that its job did not resume (another key: code, settings or base files
+    # changed between leases) would train from step 0 in silence: said, and stopped. Only logs
+    # written since the run started count (a restored log, dated at the restore, says what an
+    # earlier lease's job did).
+    if [ -n "$ckpts" ] && [ -z "$fresh" ] &&
+       find "results/$run/logs/train" -name '*.log' -newer "$detached.pid" \
+         -exec grep -l "^train: starting in" {} + 2>/dev/null | grep -q .; then
+      fresh=1
+      say "WARNING: a training job started afresh although checkpoints were carried: its key differs (code, settings or base files changed since they were saved); stopping it"
+      for pid in $(train_pids); do kill -TERM "$pid" 2>/dev/null && stopped_train="$stopped_train $pid"; done
+    fi
     if [ $(($(date +%s) - shown)) -ge 60 ]; then
       shown=$(date +%s)
       say "running: $(grep -E 'of [0-9]+ steps' "$detached.log" | tail -n 1 | grep . || echo 'no step done yet')"
@@ -251,6 +314,15 @@ else
   say "too little time left to run anything"
 fi
 
-# 5. What comes back.
+# 5. What comes back: the small artifacts in $OUT; a LoRA run's resumable state and finished
+# adapters beside it in $ckpt_out (later calls bring its parts back), whenever no training process
+# is running (one could be writing its checkpoint); evaluations that go on read the adapters only.
+training_now() { alive && pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' >/dev/null 2>&1; }
+if ! training_now && { [ -d "checkpoints/$run" ] || ls "results/$run"/train/*/seed*/*/adapter_config.json >/dev/null 2>&1; }; then
+  $PY lab/lease/lease_pack.py pack-checkpoints --checkpoints "checkpoints/$run" --results "results/$run" \
+    --out "$ckpt_out" &&
+    ls "$ckpt_out"/ckpt_"$run".tgz.* >/dev/null 2>&1 &&
+    say "the checkpoint parts to bring back, 4 a call: $(cd "$ckpt_out" && ls ckpt_"$run".tgz.* | tr '\n' ' ')(each call: cp $ckpt_out/ckpt_$run.manifest and its next parts to \$OUT)"
+fi
 [ -d "results/$run" ] && $PY lab/lease/lease_pack.py pack --results "results/$run" --out "$OUT"
 say "done"

@@ -20,6 +20,12 @@
 #                                    folder a call; the device call for slice NN is
 #                                    mkdir -p /tmp/lease-gguf && cp DIR/NN/* /tmp/lease-gguf/
 #                                    and lease.sh joins them and checks the SHA-256 pin
+#   lease_in.sh ckpt FOLDER [MIB]    .lease/ckpt/NN: the parts of a LoRA run's checkpoint that earlier
+#                                    calls brought back (FOLDER: ckpt_RUN.manifest and every part,
+#                                    gathered from their files_at) regrouped into folders of at most
+#                                    MIB (default 45) MiB, one a call; the device call for NN is
+#                                    mkdir -p /tmp/lease-ckpt-in && cp .lease/ckpt/NN/* /tmp/lease-ckpt-in/
+#                                    and lease.sh --checkpoints /tmp/lease-ckpt-in restores them
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PACK=lab/lease/lease_pack.py
@@ -56,5 +62,25 @@ case "${1:-}" in
     [ $((tree + mib * 1048576)) -le $((64 * 1048576)) ] ||
       echo "lease_in: warning: the tracked tree ($((tree / 1048576)) MiB) and a $mib MiB slice exceed the 64 MiB a call carries: use a smaller MIB"
     ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  ckpt)
+    folder="${2:?usage: lease_in.sh ckpt FOLDER [MIB]}" mib="${3:-45}"
+    manifest=$(ls "$folder"/ckpt_*.manifest 2>/dev/null | head -n 1)
+    [ -n "$manifest" ] || { echo "lease_in: $folder: no ckpt_*.manifest" >&2; exit 1; }
+    for part in $(sed -n 's/^part \([^ ]*\) .*/\1/p' "$manifest"); do
+      [ -f "$folder/$part" ] || { echo "lease_in: $folder/$part: missing (bring back every part first)" >&2; exit 1; }
+    done
+    rm -rf .lease/ckpt && mkdir -p .lease/ckpt/00
+    cp "$manifest" .lease/ckpt/00/
+    nn=0 used=$(stat -c %s "$manifest")
+    for part in $(sed -n 's/^part \([^ ]*\) .*/\1/p' "$manifest"); do
+      size=$(stat -c %s "$folder/$part")
+      if [ $((used + size)) -gt $((mib * 1048576)) ]; then
+        nn=$((nn + 1)) used=0; mkdir -p "$(printf '.lease/ckpt/%02d' $nn)"
+      fi
+      cp "$folder/$part" "$(printf '.lease/ckpt/%02d' $nn)/"
+      used=$((used + size))
+    done
+    for d in .lease/ckpt/*; do echo "lease_in: $d ($(du -sm "$d" | cut -f1) MiB)"; done
+    ;;
+  *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -27,6 +27,20 @@ those stages as done instead of redoing them.
           methods (and the methods that evaluate their checkpoints), `base` for the base's draw,
           so that a seed too large for one lease is split across leases by method.
 
+  pack-checkpoints --checkpoints checkpoints/RUN [--results results/RUN] --out DIR [--part-mib 15]
+          a LoRA run's resumable state, which lives outside results/ (train.lora: adapter,
+          optimizer, scheduler, random and trainer state; a few hundred MB at 1.5B): of every
+          run folder under checkpoints/RUN its newest complete checkpoint-N and its step
+          snapshots (the adapters of train.checkpoints, which reach results/ only when the run
+          ends); with --results, also every finished LoRA run's adapter folders
+          (train/M/seedS/final and step*, those holding adapter_config.json: a later lease
+          evaluates them without training again). As DIR/ckpt_RUN.tgz.00, ... and
+          DIR/ckpt_RUN.manifest; nothing (and an old pack removed) when there is neither.
+  unpack-checkpoints DIR [--list FILE]
+          joins and checks those parts and extracts them (a run resumes only under its own key:
+          the same settings, base files and code); FILE (default
+          .snakemake/lease/ckpt-restored.txt) lists the restored results/ files, for `touch`.
+
 Model weights never travel (results/RUN/models/, train/<method>/seed<s>/final and step<n>/,
 *.safetensors, *.bin, *.pt, *.gguf). Snakemake does not remake a missing file whose
 consumers are up to date, so a run given those targets (or the report's) leaves them missing.
@@ -111,6 +125,37 @@ def records(results: Path) -> list[Path]:
     return sorted(found)
 
 
+def archive_in_parts(members, archive: Path, part_mib: float, compresslevel: int,
+                     recursive: bool = True) -> tuple[int, list[Path]]:
+    """`members` as one tar.gz (mtimes kept) cut into ARCHIVE.00, .01, ... of `part_mib` MiB; the
+    whole archive is removed. Returns its size and the parts."""
+    with tarfile.open(archive, "w:gz", compresslevel=compresslevel) as tar:
+        for path in members:
+            tar.add(str(path), recursive=recursive)
+    size, parts, part = archive.stat().st_size, [], int(part_mib * MiB)
+    with open(archive, "rb") as f:
+        while chunk := f.read(part):
+            name = archive.parent / f"{archive.name}.{len(parts):02d}"
+            name.write_bytes(chunk)
+            parts.append(name)
+    archive.unlink()
+    return size, parts
+
+
+def join_parts(folder: Path, manifest: Path, archive: Path, nothing: str) -> None:
+    """The parts `manifest` names, each checked against its SHA-256, joined into `archive`; a part
+    missing or changed exits in one line ending in `nothing` (what is then not restored)."""
+    parts = [line.split()[1:] for line in manifest.read_text().splitlines() if line.startswith("part ")]
+    with open(archive, "wb") as joined:
+        for name, digest in parts:
+            part = folder / name
+            if not part.is_file() or file_sha256(part) != digest:
+                sys.exit(f"lease_pack: {part}: missing or not the SHA-256 {manifest.name} names; {nothing}")
+            with open(part, "rb") as f:
+                while chunk := f.read(16 * MiB):
+                    joined.write(chunk)
+
+
 def pack(args) -> None:
     results, out = Path(args.results), Path(args.out)
     if not results.is_dir():
@@ -129,19 +174,9 @@ def pack(args) -> None:
             left.append(path)
             full = full or tier(path.relative_to(results)) > 0
     members = chosen + records(results)
-    archive = out / f"lease_{run}.tgz"
     for old in out.glob(f"lease_{run}.tgz.*"):
         old.unlink()
-    with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
-        for path in members:
-            tar.add(str(path), recursive=False)
-    size, parts, part = archive.stat().st_size, [], int(args.part_mib * MiB)
-    with open(archive, "rb") as f:
-        while chunk := f.read(part):
-            name = out / f"{archive.name}.{len(parts):02d}"
-            name.write_bytes(chunk)
-            parts.append(name)
-    archive.unlink()
+    size, parts = archive_in_parts(members, out / f"lease_{run}.tgz", args.part_mib, 6, recursive=False)
     lines = [f"run {run}", f"archive {size} bytes in {len(parts)} parts"]
     lines += [f"part {p.name} {file_sha256(p)}" for p in parts]
     lines += [f"packed {p}" for p in chosen]
@@ -168,15 +203,9 @@ def unpack(args) -> None:
     folder = Path(args.folder)
     manifest = manifest_of(folder)
     lines = manifest.read_text().splitlines()
-    parts = [line.split()[1:] for line in lines if line.startswith("part ")]
     archive = folder / "joined.tgz.partial"
     try:
-        with open(archive, "wb") as joined:
-            for name, digest in parts:
-                part = folder / name
-                if not part.is_file() or file_sha256(part) != digest:
-                    sys.exit(f"lease_pack: {part}: missing or not the SHA-256 {manifest.name} names; nothing restored")
-                joined.write(part.read_bytes())
+        join_parts(folder, manifest, archive, "nothing restored")
         with tarfile.open(archive, "r:gz") as tar:
             names = [m.name for m in tar.getmembers() if m.isfile()]
             bad = [n for n in names if n.startswith("/") or ".." in Path(n).parts
@@ -207,6 +236,72 @@ def touch(args) -> None:
     for folder in folders:  # a directory() output's mtime is its own
         os.utime(folder, (now, now))
     print(f"lease_pack: {len(paths)} restored files dated now, newer than what this machine made before them")
+
+
+def resumable(root: Path) -> list[Path]:
+    """What a LoRA run needs to go on elsewhere: under each run folder (a checkpoint-N's parent)
+    its newest complete checkpoint-N and its snapshots/ folder."""
+    members = []
+    for run_dir in sorted({p.parent for p in root.rglob("checkpoint-*")}):
+        done = [p for p in run_dir.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+        if done:
+            members.append(max(done, key=lambda p: int(p.name.split("-")[1])))
+            if (run_dir / "snapshots").is_dir():
+                members.append(run_dir / "snapshots")
+    return members
+
+
+def adapters(results: Path) -> list[Path]:
+    """A finished LoRA run's policy folders (peft adapters, small; full weights never travel)."""
+    return sorted(p.parent for p in results.glob("train/*/seed*/*/adapter_config.json"))
+
+
+def pack_checkpoints(args) -> None:
+    root, out = Path(args.checkpoints), Path(args.out)
+    run = root.name
+    out.mkdir(parents=True, exist_ok=True)
+    for old in [*out.glob(f"ckpt_{run}.tgz.*"), out / f"ckpt_{run}.manifest"]:
+        old.unlink(missing_ok=True)
+    members = resumable(root) if root.is_dir() else []
+    members += adapters(Path(args.results)) if args.results else []
+    if not members:
+        print(f"lease_pack: {root}: no resumable checkpoint or LoRA adapter to pack")
+        return
+    # level 1: a trained fp32 state hardly compresses
+    size, parts = archive_in_parts(members, out / f"ckpt_{run}.tgz", args.part_mib, 1)
+    lines = [f"checkpoints {run}", f"archive {size} bytes in {len(parts)} parts"]
+    lines += [f"part {p.name} {file_sha256(p)}" for p in parts]
+    lines += [f"packed {p}" for p in members]
+    (out / f"ckpt_{run}.manifest").write_text("\n".join(lines) + "\n")
+    print(f"lease_pack: {' '.join(str(m) for m in members)}: {size / MiB:.1f} MiB in {len(parts)} parts "
+          f"of {args.part_mib:g} MiB, in {out}")
+
+
+def unpack_checkpoints(args) -> None:
+    folder = Path(args.folder)
+    found = sorted(folder.glob("ckpt_*.manifest"))
+    if len(found) != 1:
+        sys.exit(f"lease_pack: {folder}: {len(found)} ckpt_*.manifest files, expected one")
+    lines = found[0].read_text().splitlines()
+    archive = folder / "joined_ckpt.tgz.partial"
+    try:
+        join_parts(folder, found[0], archive, "no checkpoint restored")
+        with tarfile.open(archive, "r:gz") as tar:
+            names = [m.name for m in tar.getmembers()]
+            bad = [n for n in names if n.startswith("/") or ".." in Path(n).parts
+                   or not n.startswith(("checkpoints/", "results/"))]
+            if bad:
+                sys.exit(f"lease_pack: {found[0].name}: the archive holds {bad[0]}, outside checkpoints/ and "
+                         "results/; nothing restored")
+            files = [m.name for m in tar.getmembers() if m.isfile() and m.name.startswith("results/")]
+            tar.extractall(".", filter="data")
+    finally:
+        archive.unlink(missing_ok=True)
+    listing = Path(args.list)
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.write_text("".join(f"{n}\n" for n in files))
+    packed = [line.split(maxsplit=1)[1] for line in lines if line.startswith("packed ")]
+    print(f"lease_pack: restored {' '.join(packed)} from {found[0].name}")
 
 
 def data(args) -> None:
@@ -286,6 +381,16 @@ def main(argv=None) -> None:
     p.add_argument("--configfile", required=True)
     p.add_argument("--out", default=".lease")
     p.set_defaults(func=data)
+    p = sub.add_parser("pack-checkpoints")
+    p.add_argument("--checkpoints", required=True)
+    p.add_argument("--results")
+    p.add_argument("--out", required=True)
+    p.add_argument("--part-mib", type=float, default=15.0)
+    p.set_defaults(func=pack_checkpoints)
+    p = sub.add_parser("unpack-checkpoints")
+    p.add_argument("folder")
+    p.add_argument("--list", default=".snakemake/lease/ckpt-restored.txt")
+    p.set_defaults(func=unpack_checkpoints)
     p = sub.add_parser("targets")
     p.add_argument("--configfile", required=True)
     p.add_argument("--seed", type=int, required=True)

@@ -366,3 +366,55 @@ def test_a_later_call_of_a_hold_need_not_carry_a_wheel_folder_again(tmp_path):
     assert later.returncode == 0 and "installed by an earlier call of this hold" in later.stdout, later.stdout
     never = call(tmp_path / "other")
     assert never.returncode == 1 and f"--wheels {tmp_path / 'other'}: no such folder" in never.stdout, never.stdout
+
+
+def test_a_lora_runs_state_travels_in_parts_newest_checkpoint_only(tmp_path, monkeypatch, capsys):
+    """pack-checkpoints: of each run folder the newest complete checkpoint-N (one without trainer
+    state is a kill mid-save) and its snapshots, and a finished run's adapter folders; parts of
+    the size asked, a manifest of their SHA-256; lease_in.sh ckpt regroups them a call each;
+    unpack-checkpoints restores them byte for byte and lists the restored results/ files; a
+    changed part restores nothing."""
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)
+    key = Path("checkpoints/r/grpo/seed0/0123456789abcdef")
+    old = write(key / "checkpoint-2/optimizer.pt", 300_000)
+    write(key / "checkpoint-2/trainer_state.json", 100)
+    newest = [write(key / "checkpoint-4" / name, 1_500_000 if name == "optimizer.pt" else 100)
+              for name in ("adapter_model.safetensors", "optimizer.pt", "trainer_state.json")]
+    write(key / "checkpoint-5/optimizer.pt", 100)  # killed mid-save: no trainer state
+    snapshot = write(key / "snapshots/step3/adapter_model.safetensors", 200_000)
+    adapter = [write(Path("results/r/train/grpo/seed1/final") / n, 1000) for n in
+               ("adapter_config.json", "adapter_model.safetensors")]
+    write(Path("results/r/train/pba/seed0/final/model.safetensors"), 1000)  # full weights: never
+    lease_pack.main(["pack-checkpoints", "--checkpoints", "checkpoints/r", "--results", "results/r",
+                     "--out", "back", "--part-mib", "0.25"])
+    manifest = Path("back/ckpt_r.manifest").read_text()
+    assert f"packed {key / 'checkpoint-4'}" in manifest and f"packed {key / 'snapshots'}" in manifest
+    assert "checkpoint-2" not in manifest and "checkpoint-5" not in manifest and "pba" not in manifest
+    assert "packed results/r/train/grpo/seed1/final" in manifest
+    parts = sorted(Path("back").glob("ckpt_r.tgz.*"))
+    assert len(parts) >= 4 and max(p.stat().st_size for p in parts) <= 0.25 * 2**20
+
+    repo = tmp_path / "repo"  # lease_in.sh works at its checkout's root: a copy, not this one's .lease/
+    (repo / "lab/lease").mkdir(parents=True)
+    (repo / "lab/lease/lease_in.sh").write_bytes((ROOT / "lab/lease/lease_in.sh").read_bytes())
+    subprocess.run(["bash", "lab/lease/lease_in.sh", "ckpt", str(tmp_path / "back"), "1"], cwd=repo, check=True,
+                   capture_output=True)
+    calls = sorted((repo / ".lease" / "ckpt").iterdir())
+    assert len(calls) >= 2 and all(sum(f.stat().st_size for f in c.iterdir()) <= 2**20 for c in calls)
+    device = tmp_path / "device"
+    (device / "in").mkdir(parents=True)
+    for c in calls:  # the device calls, one a folder
+        for f in c.iterdir():
+            (device / "in" / f.name).write_bytes(f.read_bytes())
+    monkeypatch.chdir(device)
+    lease_pack.main(["unpack-checkpoints", "in", "--list", "restored.txt"])
+    for path in [*newest, snapshot, *adapter]:
+        assert (device / path).read_bytes() == (tmp_path / path).read_bytes()
+    assert not (device / old).exists()
+    assert sorted(Path("restored.txt").read_text().split()) == sorted(map(str, adapter))
+    first = Path("in") / parts[0].name
+    first.write_bytes(b"x" + first.read_bytes()[1:])
+    with pytest.raises(SystemExit, match="missing or not the SHA-256"):
+        lease_pack.main(["unpack-checkpoints", "in"])

@@ -15,6 +15,9 @@
 #   s  row o with the engine's sleep mode off
 #   F  row f with the log-probs off
 #   c  row o with the engine's CUDA graphs captured to 256 rows (--vllm-capture 256)
+#   w  row o without the benchmark's memory-sampling thread (--no-memory-watch)
+#   g  row w with gc.freeze() before each engine call (--gc-freeze)
+#   e  the engine alone (bench_engine_decode.py) at the same shape and sampling, sleep mode off
 # (The first two calls ran rows f, l, o and s, c with the log-probs off emulated in the benchmark;
 # the trainer's own path since: --engine-logprobs off is its default, trl asks as TRL does.)
 # PYSPY=ROW: py-spy samples that row's trainer for 45 s once it trains ($OUT/pyspy_ROW.txt, raw
@@ -44,6 +47,10 @@ for (( i=0; i<${#ROWS}; i++ )); do
     s) extra=(--lora 16 --engine-logprobs off --sleep off) ;;
     F) extra=(--engine-logprobs off) ;;
     c) extra=(--lora 16 --engine-logprobs off --vllm-capture 256) ;;
+    w) extra=(--lora 16 --engine-logprobs off --no-memory-watch) ;;
+    g) extra=(--lora 16 --engine-logprobs off --no-memory-watch --gc-freeze) ;;
+    e) python3 benchmarks/bench_engine_decode.py 2>&1 | grep -v -i "warn\|capturing\|^  \|it/s\]" | tee "$OUT/engine_alone.txt"
+       continue ;;
     *) echo "decode_step: no row $row"; continue ;;
   esac
   log=$LOGS/row_$row.log

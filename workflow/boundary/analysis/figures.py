@@ -283,14 +283,19 @@ def strata_delta(diag, view, order, folder: Path, name: str = "strata_delta") ->
 
 TRAINING_PANELS = {"reward": "reward", "entropy": "entropy", "kl": "KL(π ‖ π_base)",
                    "protected_fraction": "protected fraction"}
-NOT_LOGGED = {"kl": "not logged:\nno method scored\nthe frozen base\n(a KL term or the\npolicy anchor does)"}
+NOT_LOGGED = {"kl": "not logged:\nno method scored\nthe frozen base\n(a KL term, the policy\nanchor or train.\nlog_base_kl does)"}
+# train.log_base_kl's k1 on every policy rollout: where logged, the KL panel shows it (the same
+# quantity for every method) instead of `kl`, which covers only the rows a term scored.
+BASE_KL = "kl_base_k1"
 
 
 def training_curves(logs, view, folder: Path, name: str = "training") -> list[Path]:
     """Reward, entropy, KL to the base and protected fraction over steps (seed mean) from train
     logs; every panel is drawn, and one whose quantity no run logged says why (KL is logged
-    where training scores the frozen base)."""
+    where training scores the frozen base; train.log_base_kl's k1, where logged, is shown)."""
     cols = list(TRAINING_PANELS) if len(logs) else []
+    if BASE_KL in logs.columns and logs[BASE_KL].notna().any():
+        logs = logs.assign(kl=logs[BASE_KL])
     fig, axes = plt.subplots(1, max(len(cols), 1), figsize=(2.3 * max(len(cols), 1), 2.2), squeeze=False)
     for ax, col in zip(axes[0], cols):
         ax.set_title(TRAINING_PANELS[col])
@@ -301,7 +306,8 @@ def training_curves(logs, view, folder: Path, name: str = "training") -> list[Pa
             ax.set_yticks([])
             continue
         for m, g in logs.groupby("method", sort=False):
-            s = g.groupby("step")[col].agg(["mean", "std"]).reset_index()
+            # Steps a quantity is not logged on (log_base_kl_every) are left out, not gaps.
+            s = g[g[col].notna()].groupby("step")[col].agg(["mean", "std"]).reset_index()
             c = colour(m, view)
             ax.plot(s["step"], s["mean"], color=c, lw=1, label=view.label(m))
             ax.fill_between(s["step"], s["mean"] - s["std"].fillna(0), s["mean"] + s["std"].fillna(0),

@@ -24,7 +24,8 @@ The model behind the simulation, stated because the power depends on it:
 
 `drop_sensitivity` is the same simulation on a study's own Boundary prompts (no redraw from a
 pool) with no shrink and D = 0, 1, 2, ... prompts dropped: the loss the study's test can see
-(the report's `detectable_loss` table), in place of a positive control.
+(the report's `detectable_loss` table), in place of a positive control; `drop_studies` gives its
+simulated studies one by one (at D = 0 the lost count's null distribution).
 
 CLI: boundary power --calibration rollouts/base_calibration.parquet --settings REGIMES.json
                     [--eval-n 256] [--base-draws 1] [--k 256] [--effect 0.05] [--collapse 0]
@@ -114,6 +115,19 @@ def simulate(p_pool, labels, prompts: int, seeds: int, effect: float, *, n_eval:
     return resolved / sims, float(np.mean(widths)), int(round(np.mean(sizes)))
 
 
+def drop_studies(p_boundary, drop: int, *, seeds: int, n_eval: int, base_draws: int, k: int, sims: int = 100,
+                 resamples: int = 500, level: float = 0.95, seed: int = 0) -> np.ndarray:
+    """`sims` simulated studies of a synthetic policy that drops `drop` of the Boundary prompts
+    (as `drop_sensitivity`, with its random streams: the same studies as its row for `drop`),
+    one row each: Δpass@k, interval low, high, and the lost prompts summed over seeds. At
+    drop = 0 the last column is the null of a lost count: what fresh draws of the base itself
+    "lose" against the pooled base, study by study (its quantiles, not only its mean)."""
+    p = np.asarray(p_boundary, float)
+    rng = np.random.default_rng([seed, drop])
+    return np.array([_study(p, seeds, 1.0, drop, n_eval=n_eval, base_draws=base_draws, k=k, resamples=resamples,
+                            level=level, rng=rng, boot_seed=i) for i in range(sims)], dtype=float).reshape(-1, 4)
+
+
 def drop_sensitivity(p_boundary, *, seeds: int, n_eval: int, base_draws: int, k: int, drops=(0, 1, 2, 4, 8),
                      sims: int = 100, resamples: int = 500, level: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """A synthetic policy identical to the base except that D of the study's Boundary prompts
@@ -126,10 +140,8 @@ def drop_sensitivity(p_boundary, *, seeds: int, n_eval: int, base_draws: int, k:
     for d in drops:
         if len(p) < 2 or d > len(p):
             continue
-        rng = np.random.default_rng([seed, d])
-        out = [_study(p, seeds, 1.0, d, n_eval=n_eval, base_draws=base_draws, k=k, resamples=resamples,
-                      level=level, rng=rng, boot_seed=i) for i in range(sims)]
-        delta, lo, hi, lost = (np.array(x) for x in zip(*out))
+        delta, lo, hi, lost = drop_studies(p, d, seeds=seeds, n_eval=n_eval, base_draws=base_draws, k=k, sims=sims,
+                                           resamples=resamples, level=level, seed=seed).T
         rows.append((len(p), seeds, base_draws, n_eval, k, d, delta.mean(), float((hi < 0).mean()), lost.mean(), sims))
     return pd.DataFrame(rows, columns=SENSITIVITY_COLUMNS)
 

@@ -46,14 +46,16 @@ line). Overridden hooks, and why:
 - `_get_train_sampler`: the run's schedule (schedule.ActionSampler): dropped prompts are never
   sampled, and every step's prompts are known ahead for the base rollouts;
 - `_generate_and_score_completions`: per-row anchor weights and rollout source, frozen-base
-  log-probs for the rows whose terms read them, the field's advantages;
+  log-probs for the rows whose terms read them (on a step `log_base_kl` logs, every policy
+  rollout), the field's advantages;
 - `_generate_single_turn`: anchored rows of a base-sampled anchor take frozen-base rollouts
   from the supply (base_rollouts.BaseRolloutSupply) instead of the policy's;
 - `_calculate_rewards`: each of this process's rows keeps its reward, in its own input row
   (REWARD), for the methods' advantages;
 - `_get_per_token_logps_and_entropies`: keeps the surrogate's log-probs for the anchor;
 - `_compute_loss`: the surrogate with advantages scaled by 1 - w, plus the anchor and the
-  global KL on the same forward pass.
+  global KL on the same forward pass; with `log_base_kl`, the logged KL to the base from the
+  same forward's log-probs (kl_base_k1, kl_base_k3).
 Not a hook: the colocated vLLM engine's `sync_weights` is replaced after TRL builds it
 (rollout_engine.install: bucketed, with the log-prob check), and `vllm_generation.LLM` is
 swapped while TRL builds the engine (rollout_engine.engine_overrides: TRL takes no engine
@@ -63,6 +65,7 @@ Per-row values ride in the batch dict TRL passes from `_generate_and_score_compl
 in its input row. Three stay on self within one TRL call, whose inner hook gets no batch:
 `_from_base` and `_drawn_logps` into and out of `_generate_single_turn` (token ids only), and
 `_surrogate_logps` out of `_get_per_token_logps_and_entropies` inside TRL's `_compute_loss`.
+One spans a step's micro-batches: `_base_kl_sums`, log_base_kl's token sums, logged at the last.
 The config is trainer_config.PBAConfig; the `boundary train` stage is stages/train.py.
 """
 
@@ -93,6 +96,7 @@ from boundary.training.anchors import (
     base_cross_entropy,
     base_forward_kl,
     base_js,
+    per_token_kl,
     policy_kl,
     support_floor,
 )
@@ -104,15 +108,19 @@ from boundary.training.trainer_config import PBAConfig
 GENERATION_METRICS = ("protected_fraction", "reward_policy", "base_rollouts_on_demand",
                       "base_draw_seconds", "generate_seconds")
 SUMMED = {"base_rollouts_on_demand"}
+# log_base_kl: KL(pi || pi_base) on every policy rollout, logged as kl_base_<estimator>.
+BASE_KL_ESTIMATORS = ("k1", "k3")
 # A row's reward, carried in its input row from `_calculate_rewards` (TRL hands it the rows, and
 # returns only the gathered table) back to `_generate_and_score_completions`.
 REWARD = "boundary_reward"
 
 
 def needs_frozen_base(cfg: PBAConfig, anchoring: bool, pre_drawn: bool) -> bool:
-    """Whether training runs the frozen base: for the global KL, the policy anchor's scores,
-    and base-sampled anchors' rollouts unless they were drawn ahead (with their log-probs)."""
-    return cfg.beta_kl > 0 or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn))
+    """Whether training runs the frozen base: for the global KL, the logged KL to the base
+    (log_base_kl), the policy anchor's scores, and base-sampled anchors' rollouts unless they
+    were drawn ahead (with their log-probs)."""
+    return (cfg.beta_kl > 0 or cfg.log_base_kl
+            or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn)))
 
 
 class PBATrainer(GRPOTrainer):
@@ -188,6 +196,8 @@ class PBATrainer(GRPOTrainer):
                 lambda: tokenize(self.processing_class, self.train_dataset["prompt"]))
         self._surrogate_logps = None
         self._stats: dict[str, list[float]] = {}  # this generation batch's (sum, count) metrics
+        self._base_kl_sums: dict[str, list[float]] = {}  # log_base_kl: this step's (sum, count) so far
+        self._base_kl_batches = 0  # its micro-batches so far
 
     # --- sampling: drop removes prompts from the sampler -----------------------------------
 
@@ -278,8 +288,13 @@ class PBATrainer(GRPOTrainer):
             need |= out["anchor_weight"] > 0
         if self.args.beta_kl > 0:
             need |= ~from_base
-        if self._on_any_process(need.any()):
-            out["base_per_token_logps"] = self._base_logps(out, need, drawn_logps)
+        # On a step log_base_kl logs, every policy rollout too, for the log only (`base_scored`,
+        # and so the `kl` metric, stays the terms' rows).
+        scored = need | ~from_base if self._logs_base_kl() else need
+        self._base_kl_sums = {f"kl_base_{e}": [0.0, 0.0] for e in BASE_KL_ESTIMATORS}
+        self._base_kl_batches = 0
+        if self._on_any_process(scored.any()):
+            out["base_per_token_logps"] = self._base_logps(out, scored, drawn_logps)
             out["base_scored"] = need
         rewards = torch.tensor([x.pop(REWARD) for x in inputs]) if inputs and REWARD in inputs[0] else None
         if rewards is not None:  # this process's rows' rewards, beside their advantages
@@ -452,6 +467,28 @@ class PBATrainer(GRPOTrainer):
             self._surrogate_logps = out[0]
         return out
 
+    def _logs_base_kl(self) -> bool:
+        """Whether log_base_kl logs this step (log steps count from 1; every evaluation batch)."""
+        return self.args.log_base_kl and (
+            not self.model.training or (self.state.global_step + 1) % self.args.log_base_kl_every == 0)
+
+    @torch.no_grad()
+    def _add_base_kl(self, logps, inputs, mask, rows, mode: str):
+        """log_base_kl: KL(pi || pi_base) per token, k1 and k3 (the global KL's estimators), on
+        this process's policy rollouts, summed over the step's micro-batches and logged at its
+        last as the mean over the step's completion tokens on every process. The policy's
+        log-probs are the training forward's; the base's were scored with the rollouts."""
+        sums = self._base_kl_sums
+        if "base_per_token_logps" in inputs:
+            m = mask[rows].double()
+            for e in BASE_KL_ESTIMATORS:
+                kl = per_token_kl(logps[rows], inputs["base_per_token_logps"][rows], e).double()
+                sums[f"kl_base_{e}"][0] += (kl * m).sum().item()
+                sums[f"kl_base_{e}"][1] += m.sum().item()
+        self._base_kl_batches += 1
+        if mode == "eval" or self._base_kl_batches == self.args.steps_per_generation:
+            self._log_means(mode, sums)  # every process at the same micro-batch: one gather
+
     def _compute_loss(self, model, inputs):
         w, from_base = inputs["anchor_weight"], inputs["from_base"]
         # (1 - w) L_GRPO: the surrogate is linear in the advantage; base rollouts carry none.
@@ -498,6 +535,8 @@ class PBATrainer(GRPOTrainer):
                                                 self.args.cov_kl_coef)
             extra = extra + (penalty * mask).sum(-1).div(mask.sum(-1).clamp(min=1.0)).sum() / B
         self._log_means(mode, stats)
+        if self._logs_base_kl():
+            self._add_base_kl(logps, inputs, mask, ~from_base, mode)
         if mode == "train":
             extra = extra / self.current_gradient_accumulation_steps
         return loss + extra

@@ -67,6 +67,10 @@ class PBAConfig(GRPOConfig):
         "help": "the widest decode step the engine runs as a CUDA graph (None: vLLM's default)"})
     lora: dict | None = field(default=None, metadata={
         "help": "complete train.lora settings (training/lora.py); None or enabled false: full fine-tuning"})
+    log_base_kl: bool = field(default=TRAIN["log_base_kl"], metadata={
+        "help": "log KL(pi || pi_base) (k1, k3) on every policy rollout (kl_base_k1, kl_base_k3)"})
+    log_base_kl_every: int = field(default=TRAIN["log_base_kl_every"], metadata={
+        "help": "log_base_kl: on steps N, 2N, ..."})
     vllm_load_format: str = field(default="dummy", metadata={
         "help": "how the colocated engine starts: dummy (random weights; the first sync fills them)"})
 
@@ -158,6 +162,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         sharding=s["sharding"],
         rollout_engine=s["rollout_engine"],
         lora=s["lora"] if s["lora"]["enabled"] else None,
+        log_base_kl=bool(s["log_base_kl"]), log_base_kl_every=int(s["log_base_kl_every"]),
         **(engine_args(s) if s["rollout_engine"] == "vllm" else {}),
     )
 

@@ -1,0 +1,416 @@
+"""Phase 1's tables (README.md), rebuilt from its committed inputs by the package's own analysis:
+does GRPO lose Boundary coverage at 1.5B beyond what a fresh draw of the base "loses"?
+
+Inputs (INPUTS, the layout the pipeline writes under results/qwen15b, merged from the holds):
+  eval/diagnostic/base/seed{0..3}/counts.parquet     the base's 4 sequential first-success draws
+  eval/diagnostic/{grpo_step50,grpo_step100,grpo}/seed{s}/counts.parquet
+                                                     each seed's checkpoints at steps 50, 100, 150
+  train/grpo/seed{s}/log.parquet                     the training logs (reward, entropy a step; kl_base_k1, kl_base_k3 every 10th)
+  bridge/train/grpo/seed0/log.parquet, bridge/eval/diagnostic/grpo/seed0/counts.parquet
+                                                     the full fine-tuning run of the bridge
+and the committed calibration's regimes (REGIMES: prompt_id, n, c, p_base, regime).
+
+Tables (OUT/NAME.md and .csv; every statistic is a package function):
+  checkpoint_rule   each checkpoint's training-reward rise (the mean over seeds of the last 20
+                    logged steps' reward less the first 20's) and the primary checkpoint: the
+                    first whose rise is at least 10 points, else the last (the rule not met)
+  primary           Boundary Δpass@256 against the pooled base at the primary checkpoint, per
+                    seed and pooled over seeds, with the nested prompt-bootstrap 95% interval
+                    (attribution.Attribution through diagnose.analyse: prompts redrawn within
+                    regimes, each prompt its own cluster, seeds redrawn on top); on every
+                    Boundary prompt and on the robust stratum (c >= 3 calibration successes)
+  lost_gained       lost and gained prompts by regime and seed (diagnose.run_metrics), totals over
+                    the seeds, beside the base-draw null: the lost total of policies equal to the
+                    base in simulated studies with the same draws (power.drop_studies at D = 0 on
+                    the regime's calibrated success rates: seeds, 4 base draws, n = 256), its
+                    median and 95th percentile
+  phase2            the pre-registered criterion: Phase 2 runs iff GRPO's Boundary lost total
+                    exceeds the null's 95th percentile and the pooled Boundary Δpass@256 < 0
+  passk_curves      pass@k at every reported k, overall and on Boundary: the pooled base and each
+                    checkpoint's seeds with prompt-bootstrap intervals (diagnose.bootstrap), and
+                    each checkpoint's pooled Δ with the nested interval (attribution)
+  trajectories      reward, entropy and KL to the base a logged step, per seed
+  bridge            the full fine-tuning run against LoRA seed 0 at the bridge's last step:
+                    reward (last 10 logged steps), entropy, KL, Δpass@1 (the block's estimate)
+  stage_times       every job's wall time and peak memory (analysis.stage_times, from the
+                    benchmark files; a training job stopped at a hold's end writes none: the
+                    holds' consoles give those)
+
+    python lab/studies/2026-11-29-qwen15b-phase1/phase1_tables.py [--inputs DIR] [--regimes FILE]
+        [--out DIR] [--resamples 10000] [--sims 1000]
+    python lab/studies/2026-11-29-qwen15b-phase1/phase1_tables.py --collect results/qwen15b
+        [--collect-bridge results/qwen15b_bridge]     # the merged holds' files -> INPUTS (commit them)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(ROOT / "workflow"))
+from boundary.analysis.diagnose import analyse, run_metrics  # noqa: E402
+from boundary.analysis.label_reliability import ROBUST_SUCCESSES, robust  # noqa: E402
+from boundary.analysis.power import drop_studies  # noqa: E402
+from boundary.analysis.stage_times import read_benchmarks, stage_times_table  # noqa: E402
+from boundary.analysis.tables import Table  # noqa: E402
+from boundary.core.artifacts import read_table  # noqa: E402
+from boundary.core.names import BASE  # noqa: E402
+
+INPUTS = HERE / "inputs"
+REGIMES = ROOT / "lab/studies/2026-11-28-qwen15b-task-selection/qwen15b/regimes/regimes.parquet"
+OUT = HERE / "tables"
+# The pre-registered design (Amendment 10; qwen15b_phase1.yaml)
+CHECKPOINTS = {50: "grpo_step50", 100: "grpo_step100", 150: "grpo"}
+SEEDS = (0, 1)
+BASE_DRAWS = 4
+N_EVAL = 256
+K = 256
+KS = (1, 4, 16, 64, 256)
+RISE, WINDOW = 0.10, 20  # the checkpoint rule: the reward 10 points above its first 20 steps
+BRIDGE_WINDOW = 10
+BRIDGE_STEP, BRIDGE_LORA = 30, "grpo_step30"  # Amendment 11: the bridge at N = 30, seed 0's LoRA snapshot
+KL = ("kl_base_k1", "kl_base_k3")  # train.log_base_kl's columns, every 10th step (Amendment 11)
+REGIME_ORDER = ("SolvedEasy", "Reachable", "Boundary", "OutOfReach")
+NOT_RUN = "not yet run"
+
+
+def counts_path(inputs: Path, method: str, seed: int) -> Path:
+    return inputs / "eval" / "diagnostic" / method / f"seed{seed}" / "counts.parquet"
+
+
+def load(inputs: Path) -> dict:
+    """What exists of the committed inputs: base draws, checkpoint counts, training logs, bridge."""
+    base = [read_table(p) for i in range(BASE_DRAWS) if (p := counts_path(inputs, BASE, i)).exists()]
+    runs = {(step, s): read_table(p) for step, method in CHECKPOINTS.items() for s in SEEDS
+            if (p := counts_path(inputs, method, s)).exists()}
+    logs = {s: read_table(p) for s in SEEDS if (p := inputs / "train" / "grpo" / f"seed{s}" / "log.parquet").exists()}
+    bridge_log = inputs / "bridge" / "train" / "grpo" / "seed0" / "log.parquet"
+    bridge_counts = counts_path(inputs / "bridge", "grpo", 0)
+    bridge_lora = counts_path(inputs, BRIDGE_LORA, 0)
+    return {"base": base, "runs": runs, "logs": logs,
+            "bridge_log": read_table(bridge_log) if bridge_log.exists() else None,
+            "bridge_counts": read_table(bridge_counts) if bridge_counts.exists() else None,
+            "bridge_lora_counts": read_table(bridge_lora) if bridge_lora.exists() else None}
+
+
+def reward_rise(log: pd.DataFrame, step: int, window: int = WINDOW) -> float:
+    """The training reward over the last `window` logged steps up to `step` less its first `window`."""
+    r = log.sort_values("step")
+    r = r[r["step"] <= step]["reward"].astype(float)
+    if len(r) < window:
+        return np.nan
+    return float(r.tail(window).mean() - r.head(window).mean())
+
+
+def checkpoint_rule(logs: dict) -> tuple[Table, int | None, bool]:
+    """(table, primary step, whether the rule was met). The primary step is None until every
+    seed's log is in."""
+    name, caption = "checkpoint_rule", "The checkpoint rule: training reward's rise (last 20 logged steps less the first 20)"
+    if len(logs) < len(SEEDS):
+        return Table(name, caption, ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]})), None, False
+    rows, data, primary = [], [], None
+    for step in CHECKPOINTS:
+        rises = {s: reward_rise(logs[s], step) for s in SEEDS}
+        mean = float(np.mean(list(rises.values())))
+        met = bool(mean >= RISE - 1e-12)
+        if met and primary is None:
+            primary = step
+        rows.append([str(step), *(f"{100 * rises[s]:+.1f}" for s in SEEDS), f"{100 * mean:+.1f}", "yes" if met else "no"])
+        data.append({"step": step, **{f"rise_seed{s}": rises[s] for s in SEEDS}, "rise_mean": mean, "met": met})
+    met = primary is not None
+    primary = primary if met else max(CHECKPOINTS)
+    notes = [f"Primary checkpoint: step {primary}" + ("" if met else
+             f" (the rule was not met by step {max(CHECKPOINTS)}: the primary analysis is at the step cap)")]
+    cols = ["Step", *(f"Seed {s} (points)" for s in SEEDS), "Mean (points)", f"≥ {100 * RISE:.0f} points"]
+    return Table(name, caption, cols, rows, pd.DataFrame(data), notes), primary, met
+
+
+def diagnosis(base: list, runs: dict, regimes: pd.DataFrame, resamples: int):
+    return analyse(base, runs, regimes, ks=list(KS), resamples=resamples)
+
+
+def boundary_delta(diag, regimes: pd.DataFrame) -> pd.DataFrame:
+    """Boundary Δpass@K per seed and pooled, with the nested bootstrap interval: the attribution's
+    Boundary contribution (a sum over the regime's prompts over all prompts) over the Boundary
+    share, i.e. the mean over Boundary prompts (the bootstrap redraws prompts within regimes, so
+    the share is fixed and the interval scales with it)."""
+    a = diag.attribution
+    share = float(np.mean(diag.frame.drop_duplicates("prompt_id")["regime"] == "Boundary"))
+    rows = a[(a["quantity"] == "delta_passk") & (a["k"] == K) & (a["regime"] == "Boundary") & (a["cell"] == "all")]
+    out = rows[["method", "seed", "n_seeds", "value", "boot_low", "boot_high"]].copy()
+    for col in ("value", "boot_low", "boot_high"):
+        out[col] = out[col] / share
+    return out.reset_index(drop=True)
+
+
+def primary_table(base, runs, step, regimes, resamples) -> Table:
+    name, caption = "primary", f"Primary endpoint: Boundary Δpass@{K} of GRPO against the pooled base (points)"
+    at = {("grpo", s): c for (st, s), c in runs.items() if st == step}
+    if step is None or len(base) < BASE_DRAWS or len(at) < len(SEEDS):
+        return Table(name, caption, ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
+    rows, data = [], []
+    strong_ids = set(regimes.loc[robust(regimes), "prompt_id"].astype(str))
+    for what, keep in (("all Boundary", None), (f"robust (c ≥ {ROBUST_SUCCESSES})", strong_ids)):
+        if keep is None:
+            b, r, reg = base, at, regimes
+        else:
+            b = [d[d["prompt_id"].astype(str).isin(keep)] for d in base]
+            r = {key: c[c["prompt_id"].astype(str).isin(keep)] for key, c in at.items()}
+            reg = regimes[regimes["prompt_id"].astype(str).isin(keep)]
+        d = boundary_delta(diagnosis(b, r, reg, resamples), reg)
+        prompts = int((reg["regime"] == "Boundary").sum())
+        for _, x in d.iterrows():
+            who = "pooled" if pd.isna(x["seed"]) else f"seed {int(x['seed'])}"
+            rows.append([f"{what} ({prompts})", who, f"{100 * x['value']:+.1f}",
+                         f"[{100 * x['boot_low']:+.1f}, {100 * x['boot_high']:+.1f}]"])
+        data.append(d.assign(prompts=what, boundary_prompts=prompts, step=step))
+    notes = [f"Step {step}; the base pooled over its {BASE_DRAWS} draws; 95% nested prompt bootstrap (each prompt "
+             "its own cluster, seeds redrawn on top for the pooled row). The robust stratum is the narrower claim."]
+    return Table(name, caption, ["Prompts", "Seeds", f"Δp@{K}", "95% interval"], rows, pd.concat(data), notes)
+
+
+def lost_null(regimes: pd.DataFrame, regime: str, seeds: int, sims: int) -> np.ndarray:
+    """Lost totals over `seeds` of policies equal to the base, one per simulated study (D = 0)."""
+    r = regimes[regimes["regime"] == regime]
+    p = (r["c"] / r["n"]).to_numpy(float)
+    if len(p) < 2:
+        return np.zeros(0)
+    return drop_studies(p, 0, seeds=seeds, n_eval=N_EVAL, base_draws=BASE_DRAWS, k=K, sims=sims)[:, 3]
+
+
+def lost_gained_table(base, runs, step, regimes, sims) -> tuple[Table, dict]:
+    name, caption = "lost_gained", "Lost and gained prompts by regime and seed, beside the base-draw null"
+    at = {("grpo", s): c for (st, s), c in runs.items() if st == step}
+    if step is None or len(base) < BASE_DRAWS or len(at) < len(SEEDS):
+        return Table(name, caption, ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]})), {}
+    diag = diagnosis(base, at, regimes, resamples=200)  # counts only: the bootstrap is not read here
+    m = run_metrics(diag.frame, diag.ks)
+    m = m[(m["method"] == "grpo") & m["metric"].isin(["lost", "gained", "base_solved"])]
+    rows, data, boundary = [], [], {}
+    for regime in [r for r in REGIME_ORDER if r in set(m["regime"])]:
+        x = m[m["regime"] == regime].pivot(index="seed", columns="metric", values="value")
+        null = lost_null(regimes, regime, len(SEEDS), sims)
+        med, p95 = (float(np.median(null)), float(np.quantile(null, 0.95))) if len(null) else (np.nan, np.nan)
+        lost, gained = int(x["lost"].sum()), int(x["gained"].sum())
+        rows.append([regime, int((regimes["regime"] == regime).sum()),
+                     f"{lost} ({', '.join(str(int(v)) for v in x['lost'])})",
+                     f"{gained} ({', '.join(str(int(v)) for v in x['gained'])})",
+                     f"{med:.0f}" if np.isfinite(med) else "n/a", f"{p95:.0f}" if np.isfinite(p95) else "n/a"])
+        data.append({"regime": regime, "lost_total": lost, "gained_total": gained,
+                     **{f"lost_seed{s}": int(x.loc[s, "lost"]) for s in x.index},
+                     **{f"gained_seed{s}": int(x.loc[s, "gained"]) for s in x.index},
+                     "null_median": med, "null_p95": p95, "null_sims": len(null)})
+        if regime == "Boundary":
+            boundary = data[-1]
+    notes = [f"Step {step}. Totals over seeds {', '.join(map(str, SEEDS))} (each seed's count in brackets). Null: the "
+             f"lost total of policies equal to the base over {len(SEEDS)} seeds in {sims} simulated studies on the "
+             f"regime's calibrated success rates ({BASE_DRAWS} base draws, n = {N_EVAL}; power.drop_studies, D = 0)."]
+    cols = ["Regime", "Prompts", "Lost: total (seeds)", "Gained: total (seeds)", "Null lost: median", "Null lost: 95th pct"]
+    return Table(name, caption, cols, rows, pd.DataFrame(data), notes), boundary
+
+
+def phase2_table(primary: Table, boundary: dict) -> Table:
+    name, caption = "phase2", "The Phase 2 criterion (pre-registered, Amendment 10)"
+    pooled = primary.data
+    if not boundary or "value" not in pooled:
+        return Table(name, caption, ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
+    row = pooled[(pooled["prompts"] == "all Boundary") & pooled["seed"].isna()].iloc[0]
+    lost_over = boundary["lost_total"] > boundary["null_p95"]
+    negative = bool(row["value"] < 0)
+    run = bool(lost_over and negative)
+    rows = [[f"Boundary lost total {boundary['lost_total']} > null 95th percentile {boundary['null_p95']:.0f}",
+             "yes" if lost_over else "no"],
+            [f"pooled Boundary Δpass@{K} {100 * row['value']:+.1f} points < 0", "yes" if negative else "no"],
+            ["Phase 2 (PBA and Random protection at seeds 0 and 1)", "run" if run else "not run"]]
+    data = pd.DataFrame([{"lost_total": boundary["lost_total"], "null_p95": boundary["null_p95"],
+                          "pooled_delta": row["value"], "lost_over_null": lost_over, "delta_negative": negative,
+                          "phase2": run}])
+    return Table(name, caption, ["Condition", "Met"], rows, data)
+
+
+def passk_table(base, runs, regimes, resamples) -> Table:
+    name, caption = "passk_curves", "pass@k of the pooled base and each checkpoint (95% intervals)"
+    if len(base) < BASE_DRAWS or not runs:
+        return Table(name, caption, ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
+    named = {(CHECKPOINTS[step], s): c for (step, s), c in runs.items()}
+    diag = diagnosis(base, named, regimes, resamples)
+    b = diag.bootstrap
+    b = b[(b["metric"] == "passk") & b["regime"].isin(["all", "Boundary"])]
+    levels = b.assign(what="pass@k (prompt bootstrap)")
+    a = diag.attribution
+    a = a[(a["quantity"] == "delta_passk") & a["seed"].isna() & a["regime"].isin(["all", "Boundary"])
+          & (a["cell"] == "all")]
+    shares = {"all": 1.0, "Boundary": float(np.mean(diag.frame.drop_duplicates("prompt_id")["regime"] == "Boundary"))}
+    deltas = a.assign(mean=a["value"] / a["regime"].map(shares), boot_low=a["boot_low"] / a["regime"].map(shares),
+                      boot_high=a["boot_high"] / a["regime"].map(shares), what="Δpass@k pooled (nested bootstrap)")
+    data = pd.concat([levels[["what", "method", "seed", "regime", "k", "mean", "boot_low", "boot_high"]],
+                      deltas[["what", "method", "seed", "regime", "k", "mean", "boot_low", "boot_high"]]],
+                     ignore_index=True)
+    rows = [[r.what, r.method, "pooled" if pd.isna(r.seed) else str(int(r.seed)), r.regime, str(int(r.k)),
+             f"{100 * r.mean:.1f}", f"[{100 * r.boot_low:.1f}, {100 * r.boot_high:.1f}]"]
+            for r in data.itertuples()]
+    return Table(name, caption, ["Quantity", "Policy", "Seed", "Prompts", "k", "Points", "95% interval"], rows, data)
+
+
+def trajectories_table(logs: dict) -> Table:
+    name, caption = "trajectories", "Training reward, token entropy and KL to the base, each logged step"
+    if not logs:
+        return Table(name, caption, ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
+    data = pd.concat([log.assign(seed=s).reindex(columns=["seed", "step", "reward", "entropy", *KL])
+                      for s, log in logs.items()], ignore_index=True)
+    every = data[data["step"] % 10 == 0]  # the page shows every 10th step (the KL's); the CSV holds each
+    fmt = lambda v: "not logged" if pd.isna(v) else f"{v:.3f}"
+    rows = [[str(int(r.seed)), str(int(r.step)), fmt(r.reward), fmt(r.entropy), fmt(r.kl_base_k1), fmt(r.kl_base_k3)]
+            for r in every.itertuples()]
+    notes = ["KL to the base (train.log_base_kl) is not in these logs."] if data[list(KL)].isna().all().all() else []
+    return Table(name, caption, ["Seed", "Step", "Reward", "Entropy", "KL k1", "KL k3"], rows, data, notes)
+
+
+def bridge_table(loaded: dict) -> Table:
+    name, caption = "bridge", "The bridge: full fine-tuning against LoRA (seed 0) at the same step"
+    full, lora = loaded["bridge_log"], loaded["logs"].get(0)
+    if full is None or lora is None:
+        return Table(name, caption, ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
+    step = int(full["step"].max())
+
+    def readout(log, counts):
+        r = log.sort_values("step")
+        r = r[r["step"] <= step]
+        tail = r.tail(BRIDGE_WINDOW)
+        d1 = np.nan
+        if counts is not None and len(loaded["base"]) == BASE_DRAWS:
+            diag = diagnosis(loaded["base"], {("x", 0): counts}, None, resamples=200)
+            d1 = float(diag.metrics.query("metric == 'delta_passk' and k == 1 and regime == 'all'")["value"].iloc[0])
+        at = r[r["step"] == step].reindex(columns=list(KL))
+        kl = {k: float(at[k].iloc[0]) if len(at) else np.nan for k in KL}
+        return {"reward": tail["reward"].mean(), "entropy": tail["entropy"].mean(), **kl, "delta_pass1": d1}
+
+    lora_counts = loaded["bridge_lora_counts"] if step == BRIDGE_STEP else None
+    values = {"full fine-tuning": readout(full, loaded["bridge_counts"]), "LoRA": readout(lora, lora_counts)}
+    fmt = lambda v, s=1.0, sign="": "n/a" if pd.isna(v) else f"{s * v:{sign}.3f}"
+    rows = [[who, str(step), fmt(v["reward"]), fmt(v["entropy"]), fmt(v["kl_base_k1"]), fmt(v["kl_base_k3"]),
+             fmt(v["delta_pass1"], 100, "+")] for who, v in values.items()]
+    notes = [f"Reward and entropy: means over the last {BRIDGE_WINDOW} logged steps up to step {step}; KL to the base "
+             f"(k1, k3): logged at step {step}; Δpass@1 (points) from the sequential block against the pooled base; "
+             f"n/a: not logged, or not step {BRIDGE_STEP} (Amendment 11's N, where seed 0's LoRA snapshot is evaluated)."]
+    data = pd.DataFrame([{"run": who, "step": step, **v} for who, v in values.items()])
+    return Table(name, caption, ["Run", "Step", "Reward", "Entropy", "KL k1", "KL k3", "Δpass@1"], rows, data, notes)
+
+
+def stage_times(inputs: Path) -> Table:
+    if not (inputs / "benchmarks").is_dir():
+        return Table("stage_times", "Stage times", ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
+    return stage_times_table(read_benchmarks(inputs), "Phase 1 (qwen15b)")
+
+
+def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 10_000, sims: int = 1000) -> list[Table]:
+    loaded = load(Path(inputs))
+    regimes = read_table(regimes_path)
+    regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
+    rule, step, _ = checkpoint_rule(loaded["logs"])
+    primary = primary_table(loaded["base"], loaded["runs"], step, regimes, resamples)
+    lost, boundary = lost_gained_table(loaded["base"], loaded["runs"], step, regimes, sims)
+    return [rule, primary, lost, phase2_table(primary, boundary),
+            passk_table(loaded["base"], loaded["runs"], regimes, resamples), trajectories_table(loaded["logs"]),
+            bridge_table(loaded), stage_times(Path(inputs))]
+
+
+def figures(tables: list[Table], out: Path) -> list[Path]:
+    """passk.png (each checkpoint's pooled Δpass@k against the base, with its nested interval,
+    overall and on Boundary) and trajectories.png (reward and entropy a step, per seed), where
+    their tables hold numbers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = {t.name: t.data for t in tables}
+    written = []
+    curves = by.get("passk_curves")
+    if curves is not None and "what" in curves:
+        d = curves[curves["what"].str.startswith("Δ")]
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
+        for ax, regime in zip(axes, ("all", "Boundary")):
+            for method in CHECKPOINTS.values():
+                x = d[(d["regime"] == regime) & (d["method"] == method)].sort_values("k")
+                if len(x):
+                    ax.plot(x["k"], 100 * x["mean"], marker="o", label=method)
+                    ax.fill_between(x["k"], 100 * x["boot_low"], 100 * x["boot_high"], alpha=0.2)
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{regime} prompts")
+            ax.set_xlabel("k")
+        axes[0].set_ylabel("Δpass@k vs pooled base (points)")
+        axes[0].legend(fontsize=8)
+        fig.tight_layout()
+        written.append(out / "passk.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    traj = by.get("trajectories")
+    if traj is not None and "step" in traj:
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+        for ax, col in zip(axes, ("reward", "entropy")):
+            for seed, x in traj.groupby("seed"):
+                ax.plot(x["step"], x[col], label=f"seed {seed}")
+            ax.set_xlabel("step")
+            ax.set_title(col)
+        axes[0].legend(fontsize=8)
+        fig.tight_layout()
+        written.append(out / "trajectories.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written
+
+
+def write(tables: list[Table], out: Path) -> None:
+    from boundary.core.artifacts import write_table, write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    for t in tables:
+        write_text(t.md(), out / f"{t.name}.md")
+        write_table(t.data, out / f"{t.name}.csv")
+    figures(tables, out)
+
+
+def collect(results: Path, inputs: Path, prefix: str = "") -> list[Path]:
+    """The committed inputs from a merged results folder: the diagnostic split's counts, the
+    training logs and every job's benchmark file (stage times); nothing with problem text."""
+    import shutil
+
+    copied = []
+    for pattern in ("eval/diagnostic/*/seed*/counts.parquet", "train/*/seed*/log.parquet", "benchmarks/**/*.tsv"):
+        for path in sorted(results.glob(pattern)):
+            target = inputs / prefix / path.relative_to(results)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied.append(target)
+    return copied
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--inputs", type=Path, default=INPUTS)
+    ap.add_argument("--regimes", type=Path, default=REGIMES)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--resamples", type=int, default=10_000)
+    ap.add_argument("--sims", type=int, default=1000)
+    ap.add_argument("--collect", type=Path, help="copy a merged results/qwen15b's inputs into --inputs, then build")
+    ap.add_argument("--collect-bridge", type=Path, help="the same for the bridge's results folder (into bridge/)")
+    args = ap.parse_args(argv)
+    for folder, prefix in ((args.collect, ""), (args.collect_bridge, "bridge")):
+        if folder is not None:
+            print(f"phase1_tables: {len(collect(folder, args.inputs, prefix))} files of {folder} into {args.inputs / prefix}")
+    tables = build(args.inputs, args.regimes, args.resamples, args.sims)
+    write(tables, args.out)
+    for t in tables:
+        print(t.md())
+
+
+if __name__ == "__main__":
+    main()
