@@ -20,15 +20,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # The `boundary` CLI lives beside this interpreter; subprocesses must find it.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
-# The files whose tests run whole pipelines or several processes, longest first (about 350 s to
-# 40 s on a 2-core machine; test_qwen15b's only with the 1.5B GGUF present). They are collected
-# first and test.sh keeps that order (--dist loadfile --no-loadscope-reorder), so the two workers
-# end together: xdist's own order (most tests first) left the longest file for last, about
-# 90 s of one worker alone. A file is one worker's: the two real-model runs sit in two files so
-# that they run side by side.
-LONGEST_FIRST = ["test_real_model.py", "test_real_arithmetic.py", "test_qwen15b.py", "test_distributed.py",
-                 "test_workflow.py", "test_slurm.py", "test_train.py", "test_sampling.py", "test_rollout_engine.py",
-                 "test_lease.py"]
+# The files whose tests run whole pipelines or several processes, longest first (tests/README.md
+# says what each runs; test_qwen15b's and test_lease's are the project's own study tests, which load
+# this file too).
+# They are collected first and test.sh keeps that order (--dist loadfile --no-loadscope-reorder),
+# so the two workers end together: xdist's own order (most tests first) left the longest file for
+# last, about 90 s of one worker alone. A file is one worker's: runs that must go side by side
+# sit in separate files (test_workflow / test_workflow_plans, test_distributed / test_fsdp).
+LONGEST_FIRST = ["test_real_model.py", "test_workflow.py", "test_qwen15b.py", "test_distributed.py", "test_fsdp.py",
+                 "test_rollout_engine.py", "test_slurm.py", "test_workflow_plans.py", "test_lora.py", "test_train.py",
+                 "test_sampling.py", "test_lease.py"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -47,3 +48,22 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture
+def boundary_cli(capsys):
+    """`boundary ARGV` in this process (the command's entry point, boundary.cli.main), for tests
+    of what a command writes and says, not of a process start (torch and transformers again, ~5 s):
+    call(argv, check=False) -> (exit code, stdout, stderr)."""
+    from boundary.cli import main
+
+    def call(argv, check=False):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as stop:  # a bad option: the parser's one line, exit 2
+            code = stop.code
+        out = capsys.readouterr()
+        assert code == 0 or not check, out.err
+        return code, out.out, out.err
+
+    return call

@@ -24,9 +24,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 import boundary.training.trainer_config as trainer_config
 from boundary.core.settings import resolve
 from boundary.stages.train import save_atomic
+from boundary.training import trl_pin
 from boundary.training.launch import start_processes
 from boundary.training.sharding import config_args
-from boundary.training.trainer import PBATrainer
 
 SETTINGS = {"steps": 3, "lr": 1e-4, "num_generations": 4, "prompts_per_step": 4, "max_completion_length": 6,
             "checkpoints": [], "refresh_steps": 3, "save_steps": 2, "mask": "m",
@@ -62,6 +62,9 @@ def main(base: str, split_path: str, out: str, resume: str | None = None):
     settings = {**SETTINGS, "sharding": mode, **json.loads(os.environ.get("METHOD", "{}"))}
     cfg = trainer_config.make_config(resolve("train", settings), 0, out)
     tok = AutoTokenizer.from_pretrained(base)
+    trl_pin.without_vllm()  # as `boundary train` without the engine: TRL's import of vLLM is ~10 s a process
+    from boundary.training.trainer import PBATrainer
+
     trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(base), reward_funcs=reward, args=cfg,
                          train_dataset=data, processing_class=tok,
                          anchor_weights=anchored(len(split), int(os.environ.get("ANCHOR_EVERY", 2))),

@@ -51,7 +51,8 @@ class StandInGeneration:
         self.generation_kwargs = generation_kwargs or {}
         self.enable_sleep_mode, self.mode = False, "colocate"
         self._dist = types.SimpleNamespace(is_fsdp=False)
-        self.engine = StandInEngine(model)
+        # A LoRA policy's engine holds the base's layout: the sync sends merged weights by the base's names.
+        self.engine = StandInEngine(model.get_base_model() if hasattr(model, "get_base_model") else model)
 
     def _iter_named_params(self):
         for name, param in self.model.named_parameters():
@@ -81,9 +82,19 @@ class StandInGeneration:
 
 
 def patch():
-    """The stand-in where TRL builds its engine; the CPU refusal lifted."""
+    """The stand-in where TRL builds its engine; the CPU refusal lifted. It needs nothing of vLLM:
+    TRL takes vLLM as absent (trl_pin.without_vllm: ~10 s of each process's start), and the
+    engine's overrides (rollout_engine.engine_overrides) wrap an `LLM` that nothing calls."""
+    from boundary.training import trl_pin
+
+    trl_pin.without_vllm()
+    from trl.generation import vllm_generation
     from trl.trainer import grpo_trainer
 
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the stand-in builds no vLLM engine")
+
+    vllm_generation.LLM = getattr(vllm_generation, "LLM", no_engine)
     grpo_trainer.VLLMGeneration = StandInGeneration
     rollout_engine.VLLMEngine = lambda generation: generation.engine
     rollout_engine.check_device = lambda cfg: None

@@ -201,3 +201,31 @@ def test_the_default_mix_draws_the_same_problems(tmp_path):
     digests = {s: hashlib.sha256((tmp_path / f"{s}.jsonl").read_bytes()).hexdigest()[:16]
                for s in ("diagnostic", "test", "train")}
     assert digests == {"diagnostic": "8cd7b0bf3d39f816", "test": "0e53b8d1b923322e", "train": "f119b94ccf00ba3d"}
+
+
+def test_the_workflow_writes_the_task_and_splits_it_by_id(tmp_path):
+    """tests/configs/smollm2_arith_smoke.yaml's first stages run by Snakemake (without the chat
+    template, so without the model): the `arithmetic` rule writes the files the `data:` entries
+    name, its log gives each split's modal answer, and each split is read by id, disjoint from
+    the others."""
+    import pandas as pd
+    import yaml
+    from conftest import ROOT
+    from test_workflow import snakemake
+
+    config = yaml.safe_load((ROOT / "tests" / "configs" / "smollm2_arith_smoke.yaml").read_text())
+    config["prompt"]["chat"] = False
+    (tmp_path / "arith.yaml").write_text(yaml.safe_dump(config))
+    run = tmp_path / "results" / config["run"]
+    splits = {"train": "train", "diagnostic": "diagnostic", "test": "bench_arithmetic"}
+    snakemake(*(f"results/{config['run']}/splits/{s}.parquet" for s in splits.values()), "--cores", "1",
+              "--configfile", str(tmp_path / "arith.yaml"), cwd=tmp_path)
+    assert (run / "logs" / "arithmetic.log").read_text().count("modal answer") == 3
+    made = {s: pd.read_json(run / "arithmetic" / f"{s}.jsonl", lines=True, dtype=False) for s in splits}
+    assert {s: len(made[s]) for s in splits} == config["arithmetic"]["splits"]
+    questions = [set(df["question"]) for df in made.values()]
+    assert sum(map(len, questions)) == len(set.union(*questions))  # disjoint
+    for name, split in splits.items():
+        read = pd.read_parquet(run / "splits" / f"{split}.parquet")
+        assert read["prompt_id"].tolist() == made[name]["id"].tolist()
+        assert read["answer"].tolist() == made[name]["answer"].tolist()

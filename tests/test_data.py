@@ -2,7 +2,6 @@
 system prompt, and one line naming the file for every bad data file."""
 
 import json
-import subprocess
 
 import pytest
 
@@ -57,12 +56,11 @@ def test_chat_template_with_a_system_prompt(tmp_path, tiny_model_dir):
     ([dict(r, id="same") for r in GOOD], {"id_field": "id"}, "duplicate prompt id 'same' in field 'id'"),
     ([], {}, "no rows"),
 ])
-def test_a_bad_data_file_is_one_line_naming_it(tmp_path, rows, spec, message):
+def test_a_bad_data_file_is_one_line_naming_it(tmp_path, rows, spec, message, boundary_cli):
     settings = _settings(tmp_path, rows, **spec)
-    run = subprocess.run(["boundary", "data", "--settings", dumps(settings), "--out", str(tmp_path / "splits")],
-                         capture_output=True, text=True)
-    assert run.returncode == 1
-    assert run.stderr.strip().splitlines() == [f"boundary data: error: {tmp_path / 'd.jsonl'}: {message}"]
+    code, _, err = boundary_cli(["data", "--settings", dumps(settings), "--out", tmp_path / "splits"])
+    assert code == 1
+    assert err.strip().splitlines() == [f"boundary data: error: {tmp_path / 'd.jsonl'}: {message}"]
     assert not (tmp_path / "splits").exists()
 
 

@@ -15,10 +15,6 @@ def _written(path, data):
     return path
 
 
-def _boundary(*args):
-    return subprocess.run(["boundary", *args], capture_output=True, text=True)
-
-
 def test_a_folder_imports_with_its_stop_ids(tiny_model_dir, tmp_path):
     out = tmp_path / "base"
     info = import_base(str(tiny_model_dir), out)
@@ -48,13 +44,13 @@ def test_the_generation_configs_stop_ids_win_over_the_tokenizers(tiny_model_dir,
      "{p}/x.gguf: transformers cannot read this GGUF"),
     (lambda p: p / "missing.gguf", "{p}/missing.gguf: GGUF file not found"),
 ])
-def test_a_bad_source_is_one_line_and_writes_nothing(tmp_path, make, message):
+def test_a_bad_source_is_one_line_and_writes_nothing(tmp_path, make, message, boundary_cli):
     source = make(tmp_path)
-    run = _boundary("import-base", "--source", str(source), "--out", str(tmp_path / "out"))
-    assert run.returncode == 1
-    lines = run.stderr.strip().splitlines()
+    code, _, err = boundary_cli(["import-base", "--source", source, "--out", tmp_path / "out"])
+    assert code == 1
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        "boundary import-base: error: " + message.format(p=tmp_path)), run.stderr
+        "boundary import-base: error: " + message.format(p=tmp_path)), err
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 

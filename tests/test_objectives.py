@@ -237,6 +237,23 @@ def test_method_advantages_reach_the_batch(model_dir, split, tmp_path, method):
     assert torch.allclose(out["advantages"], want, atol=1e-5)
 
 
+def test_on_policy_psr_s_loss_is_minus_its_mean_reward_and_grpo_s_is_zero(model_dir, split, tmp_path, monkeypatch):
+    """PSR's advantage is the reward itself (+1 correct, 0 wrong) and on policy the ratio is 1,
+    so its loss is minus the batch's mean reward; GRPO's centred advantages give 0 (the log's
+    `loss` and `reward` of a PSR and a GRPO run, step by step)."""
+    import test_train
+
+    # Every other completion of a group correct: advantages neither all zero nor all one.
+    monkeypatch.setattr(test_train, "digits_reward", lambda prompts, completions, **kw:
+                        [float(i % 2) for i in range(len(completions))])
+    for method, want in [({"advantage": "reinforce", "positive_weight": 1.0, "negative_weight": 0.0}, -0.5),
+                         ({}, 0.0)]:
+        trainer = make_trainer(model_dir, split, tmp_path, **method)
+        out = trainer._generate_and_score_completions(first_batch(trainer, split))
+        assert out["reward"].mean().item() == 0.5
+        assert trainer._compute_loss(trainer.model, out).item() == pytest.approx(want, abs=1e-5)
+
+
 def test_clip_cov_stops_its_tokens_in_trls_loss(model_dir, split, tmp_path):
     from trl import GRPOTrainer
 

