@@ -166,10 +166,10 @@ def test_a_seed_split_across_leases_by_method(capsys):
         lease_pack.main(["targets", "--configfile", smoke, "--seed", "0", *more])
         return capsys.readouterr().out.split()
 
-    whole, grpo, rest = targets(), targets("--methods", "grpo"), targets("--methods", "pba,base")
+    whole, grpo, rest = targets(), targets("--methods", "grpo"), targets("--methods", "pba,pba_lora,base")
     assert "results/smoke/train/grpo/seed0/log.parquet" in grpo
     assert "results/smoke/eval/testbed/early_stop/seed0/counts.parquet" in grpo  # grpo's checkpoint
-    assert not [t for t in grpo if "/base/" in t or "/pba/" in t]
+    assert not [t for t in grpo if "/base/" in t or "/pba/" in t or "_lora/" in t]
     assert "results/smoke/eval/diagnostic/base/seed0/counts.parquet" in rest
     assert sorted(grpo + rest) == sorted(whole)
     with pytest.raises(SystemExit, match=r"--methods ppo: not a method of .*smoke.yaml \(nor base\)$"):
