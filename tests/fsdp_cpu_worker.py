@@ -1,17 +1,22 @@
-"""A training process of tests/test_distributed.py::test_fsdp_trains_as_ddp_does_on_two_cpu_processes
-(not a test itself): the project's PBATrainer, the policy anchor with a global KL (so the frozen
-base is loaded, sharded under FSDP and scored every step), 3 steps on the smoke base, under
-`MODE` = fsdp or ddp; `METHOD` (JSON) overrides these settings; `BASE_ROLLOUTS` names the
-base_rollouts stage's file for a base-sampled anchor. make_config maps fsdp to ddp without GPUs; here the FSDP arguments are
+"""The training processes of tests/test_fsdp.py (not a test itself): the project's PBATrainer,
+by default the policy anchor with a global KL (so the frozen base is loaded, sharded under FSDP
+and scored every step), 3 steps on the smoke base. One launch runs the JSON list of jobs in
+`JOBS` one after another (a launch is three process starts, most of such a test's time), each
+{"mode": fsdp or ddp, "out": folder, "method": settings over these, "resume": a checkpoint to
+resume from, "copy": [checkpoint, where to copy it first] (a run killed after it),
+"base_rollouts": the base_rollouts stage's file for a base-sampled anchor, "every": the mask's
+unanchored stride}. make_config maps fsdp to ddp without GPUs; here the FSDP arguments are
 passed anyway (the test runs this with an accelerate that allows FSDP on CPU processes).
-Given a checkpoint, resumes from it. Rank 0 prints one JSON line: the log, the wrapped
-classes, the checkpoints written."""
+Between jobs accelerate's state and the environment are reset, as in a fresh process. Rank 0
+prints one JSON line a job: its folder, the log, the wrapped classes, the checkpoints written."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -52,14 +57,12 @@ class Steps(TrainerCallback):
         self.run.append(state.global_step)
 
 
-def main(base: str, split_path: str, out: str, resume: str | None = None):
-    mode = os.environ["MODE"]
-    start_processes()
+def run(base: str, split: pd.DataFrame, job: dict) -> None:
+    mode, out = job["mode"], job["out"]
     trainer_config.config_args = lambda sharded, checkpointing: config_args(mode, checkpointing)
-    split = pd.read_parquet(split_path)
     data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].astype(str).tolist(),
                               "prompt_id": split["prompt_id"].tolist()})
-    settings = {**SETTINGS, "sharding": mode, **json.loads(os.environ.get("METHOD", "{}"))}
+    settings = {**SETTINGS, "sharding": mode, **job.get("method", {})}
     cfg = trainer_config.make_config(resolve("train", settings), 0, out)
     tok = AutoTokenizer.from_pretrained(base)
     trl_pin.without_vllm()  # as `boundary train` without the engine: TRL's import of vLLM is ~10 s a process
@@ -67,8 +70,8 @@ def main(base: str, split_path: str, out: str, resume: str | None = None):
 
     trainer = PBATrainer(AutoModelForCausalLM.from_pretrained(base), reward_funcs=reward, args=cfg,
                          train_dataset=data, processing_class=tok,
-                         anchor_weights=anchored(len(split), int(os.environ.get("ANCHOR_EVERY", 2))),
-                         base_rollouts=[os.environ["BASE_ROLLOUTS"]] if os.environ.get("BASE_ROLLOUTS") else None)
+                         anchor_weights=anchored(len(split), job.get("every", 2)),
+                         base_rollouts=[job["base_rollouts"]] if job.get("base_rollouts") else None)
     steps = Steps()
     trainer.add_callback(steps)
     policy_rows = []  # per generation call: this process's rows the policy draws
@@ -79,17 +82,43 @@ def main(base: str, split_path: str, out: str, resume: str | None = None):
         return generate(prompt_ids, *args, **kwargs)
 
     trainer._generate_single_turn = counted
-    trainer.train(resume_from_checkpoint=resume)
+    trainer.train(resume_from_checkpoint=job.get("resume"))
     every_rank = [None] * trainer.accelerator.num_processes
     torch.distributed.all_gather_object(every_rank, policy_rows)
     save_atomic(trainer.accelerator, trainer.model, tok, Path(out) / "final")
     if trainer.accelerator.is_main_process:
         keys = ("step", "loss", "grad_norm", "kl", "anchor_loss", "reward", "learning_rate")
         print(json.dumps({"log": [{k: h.get(k) for k in keys} for h in trainer.state.log_history if "loss" in h],
-                          "sharded": trainer._sharded, "policy": type(trainer.model).__name__,
+                          "out": out, "sharded": trainer._sharded, "policy": type(trainer.model).__name__,
                           "base": type(trainer.base_model).__name__, "steps_run": steps.run,
                           "policy_rows": every_rank,
                           "checkpoints": sorted(p.name for p in Path(out).glob("checkpoint-*"))}), flush=True)
+
+
+def fresh_state(environ: dict) -> None:
+    """What a new process would start from: no accelerate state (the next job's Accelerator
+    takes its own plugins; the process group stays up) and the environment as launched (the
+    training arguments and accelerate export FSDP settings into it)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    os.environ.clear()
+    os.environ.update(environ)
+    gc.collect()
+
+
+def main(base: str, split_path: str):
+    start_processes()
+    split = pd.read_parquet(split_path)
+    environ = dict(os.environ)
+    for job in json.loads(os.environ["JOBS"]):
+        if job.get("copy"):
+            if torch.distributed.get_rank() == 0:
+                shutil.copytree(*job["copy"])
+            torch.distributed.barrier()
+        run(base, split, job)
+        fresh_state(environ)
 
 
 if __name__ == "__main__":

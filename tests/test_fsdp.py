@@ -2,8 +2,9 @@
 accelerate that allows FSDP on CPU processes) against DDP: the same rollouts give the same
 log step by step and the same final weights, for the policy anchor with a global KL, the drop
 sampler and the field's methods, the support anchor on pre-drawn rollouts and LoRA; sharded
-checkpoints resume. Apart from test_distributed.py (the train command's own launch) so that the
-two run side by side (test.sh: --dist loadfile puts a file on one worker)."""
+checkpoints resume. Every run is made in one launch (`runs`). Apart from test_distributed.py (the
+train command's own launch) so that the two run side by side (test.sh: --dist loadfile puts a
+file on one worker)."""
 
 from __future__ import annotations
 
@@ -40,21 +41,65 @@ def accelerate_with_cpu_fsdp(tmp_path_factory):
     return root
 
 
-def fsdp_cpu_worker(smoke, accelerate, mode: str, out, method: dict, *resume, base_rollouts="", every=2) -> dict:
-    """tests/fsdp_cpu_worker.py in 2 gloo processes under `mode`; its JSON line. A run that
-    waits for ever on a collective fails at the timeout rather than stall the suite."""
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                          str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
-                          str(smoke / "train.parquet"), str(out), *map(str, resume)],
-                         env={**env(), "MODE": mode, "METHOD": json.dumps(method), "OMP_NUM_THREADS": "1",
-                              "BASE_ROLLOUTS": str(base_rollouts), "ANCHOR_EVERY": str(every),
-                              "PYTHONPATH": f"{accelerate}{os.pathsep}{ROOT / 'workflow'}"},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+# The methods below, each trained under FSDP and under DDP (and resumed under FSDP where said).
+POLICY_GLOBAL_KL = {}  # the worker's own: the policy anchor with a global KL
+DROP_AND_FIELD = {"anchor": None, "beta_kl": 0.0, "masked_action": "drop", "unlikeliness": 0.5, "cov_select": "kl"}
+SUPPORT = {"anchor": "support", "support_floor": 0.5, "beta_a": 2.0, "beta_kl": 0.0}
+SUPPORT_EVERY = 6  # the support anchor's mask anchors 5 prompts in 6
+LORA = {"lora": {"enabled": True, "rank": 4}}
+
+
+@pytest.fixture(scope="module")
+def runs(smoke, accelerate_with_cpu_fsdp, tmp_path_factory) -> dict:
+    """Every run of the tests below, in one launch of tests/fsdp_cpu_worker.py on 2 gloo
+    processes (a launch costs three process starts, more than a run of 3 steps): name -> the
+    JSON line of that run (its folder under "out"). A run that waits for ever on a collective
+    fails at the timeout rather than stall the suite."""
+    from fsdp_cpu_worker import SETTINGS, anchored
+
+    root = tmp_path_factory.mktemp("fsdp")
+    # The support anchor's base rollouts, pre-drawn by the base_rollouts stage on its mask.
+    split = pd.read_parquet(smoke / "train.parquet")
+    w = anchored(len(split), SUPPORT_EVERY)[0]
+    pd.DataFrame({"prompt_id": split["prompt_id"], "epoch": 0, "weight": w,
+                  "action": np.where(w > 0, "anchor", "sharpen")}).to_parquet(root / "mask.parquet")
+    drawn = root / "base_rollouts.parquet"
+    run = subprocess.run([sys.executable, "-m", "boundary.cli", "base-rollouts", "--model", str(smoke / "base"),
+                          "--train-split", str(smoke / "train.parquet"), "--mask", str(root / "mask.parquet"),
+                          "--settings", json.dumps({**SETTINGS, **SUPPORT}), "--seed", "0", "--out", str(drawn)],
+                         env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert run.returncode == 0, run.stdout[-6000:]
-    return json.loads([line for line in run.stdout.splitlines() if line.startswith('{"log"')][0])
+    jobs = []
+    for name, method, extra, resumed in [("policy", POLICY_GLOBAL_KL, {}, True),
+                                         ("drop", DROP_AND_FIELD, {}, False),
+                                         ("support", SUPPORT, {"base_rollouts": str(drawn), "every": SUPPORT_EVERY},
+                                          False),
+                                         ("lora", LORA, {}, True)]:
+        jobs += [{"mode": mode, "out": str(root / name / mode), "method": method, **extra} for mode in ("fsdp", "ddp")]
+        if resumed:  # killed after checkpoint 2 (here: what came after it not copied), then run again
+            ck = root / name / "resumed" / "checkpoint-2"
+            jobs.append({"mode": "fsdp", "out": str(root / name / "resumed"), "method": method, "resume": str(ck),
+                         "copy": [str(root / name / "fsdp" / "checkpoint-2"), str(ck)]})
+    launch = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                             str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
+                             str(smoke / "train.parquet")],
+                            env={**env(), "JOBS": json.dumps(jobs), "OMP_NUM_THREADS": "1",
+                                 "PYTHONPATH": f"{accelerate_with_cpu_fsdp}{os.pathsep}{ROOT / 'workflow'}"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1200)
+    assert launch.returncode == 0, launch.stdout[-6000:]
+    lines = [json.loads(line) for line in launch.stdout.splitlines() if line.startswith('{"log"')]
+    assert [r["out"] for r in lines] == [j["out"] for j in jobs], launch.stdout[-6000:]
+    return {str(Path(r["out"]).relative_to(root)): {**r, "out": Path(r["out"])} for r in lines}
 
 
-def test_fsdp_trains_as_ddp_does_on_two_cpu_processes(smoke, accelerate_with_cpu_fsdp, tmp_path):
+def same_log(fsdp: dict, ddp: dict) -> None:
+    """FSDP logs what DDP logs, step by step."""
+    for a, b in zip(fsdp["log"], ddp["log"], strict=True):
+        for key, value in a.items():
+            assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
+
+
+def test_fsdp_trains_as_ddp_does_on_two_cpu_processes(runs):
     """The trainer's FSDP2 path (accelerate's plugin, the frozen base sharded as TRL shards its
     reference, synced generation, every process scoring with the base or none, sharded
     checkpoints, the whole model gathered for the outputs) on 2 gloo processes, in fp32,
@@ -62,101 +107,65 @@ def test_fsdp_trains_as_ddp_does_on_two_cpu_processes(smoke, accelerate_with_cpu
     same loss, gradient norm, KL and rewards step by step, and the same final weights."""
     from safetensors.torch import load_file
 
-    def worker(mode, out, *resume):
-        return fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, out, {}, *resume)
-
-    fsdp, ddp = worker("fsdp", tmp_path / "fsdp"), worker("ddp", tmp_path / "ddp")
+    fsdp, ddp = runs["policy/fsdp"], runs["policy/ddp"]
     assert fsdp["sharded"] and fsdp["policy"].startswith("FSDP") and fsdp["base"].startswith("FSDP")
     assert not ddp["sharded"] and not ddp["policy"].startswith("FSDP")
     assert fsdp["checkpoints"] == ddp["checkpoints"] == ["checkpoint-2", "checkpoint-3"]
     assert [h["step"] for h in fsdp["log"]] == [1, 2, 3]
-    for a, b in zip(fsdp["log"], ddp["log"]):
-        for key, value in a.items():
-            assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
+    same_log(fsdp, ddp)
     assert any(h["grad_norm"] > 0 for h in fsdp["log"]) and any(h["kl"] for h in fsdp["log"])
-    a, b = (load_file(tmp_path / m / "final" / "model.safetensors") for m in ("fsdp", "ddp"))
+    a, b = (load_file(r["out"] / "final" / "model.safetensors") for r in (fsdp, ddp))
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-    config = json.loads((tmp_path / "fsdp" / "final" / "config.json").read_text())
+    config = json.loads((fsdp["out"] / "final" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]  # not the FSDP-wrapped class's name
-    # Killed after checkpoint 2 (here: what came after it deleted), the FSDP run resumes from
+    # Killed after checkpoint 2 (here: what came after it not copied), the FSDP run resumes from
     # its sharded checkpoint and repeats step 3.
-    shutil.copytree(tmp_path / "fsdp" / "checkpoint-2", tmp_path / "resumed" / "checkpoint-2")
-    resumed = worker("fsdp", tmp_path / "resumed", tmp_path / "resumed" / "checkpoint-2")
+    resumed = runs["policy/resumed"]
     assert fsdp["steps_run"] == [1, 2, 3] and resumed["steps_run"] == [3]
     assert resumed["log"] == fsdp["log"]
 
 
-def test_fsdp_trains_the_drop_sampler_and_the_field_s_methods_as_ddp_does(smoke, accelerate_with_cpu_fsdp, tmp_path):
+def test_fsdp_trains_the_drop_sampler_and_the_field_s_methods_as_ddp_does(runs):
     """Without a frozen base: the drop sampler, the unlikeliness reward and KL-Cov (each makes
     an extra no-grad policy forward, a collective under FSDP, on every process) under FSDP
     log what DDP logs, step by step."""
-    method = {"anchor": None, "beta_kl": 0.0, "masked_action": "drop", "unlikeliness": 0.5, "cov_select": "kl"}
-    fsdp, ddp = (fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, tmp_path / mode, method)
-                 for mode in ("fsdp", "ddp"))
+    fsdp, ddp = runs["drop/fsdp"], runs["drop/ddp"]
     assert fsdp["sharded"] and fsdp["base"] == "NoneType" and fsdp["policy"].startswith("FSDP")
-    for a, b in zip(fsdp["log"], ddp["log"], strict=True):
-        for key, value in a.items():
-            assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
+    same_log(fsdp, ddp)
     assert any(h["grad_norm"] > 0 for h in fsdp["log"])
 
 
-def test_fsdp_trains_the_support_anchor_on_pre_drawn_rollouts_as_ddp_does(smoke, accelerate_with_cpu_fsdp, tmp_path):
+def test_fsdp_trains_the_support_anchor_on_pre_drawn_rollouts_as_ddp_does(runs):
     """A base-sampled anchor under FSDP: its rollouts pre-drawn by the base_rollouts stage (no
     frozen base in training, no base generate call), the support hinge on their stored base
     log-probs; FSDP logs what DDP logs step by step. The mask anchors 5 prompts in 6: in the
     first step one process holds anchored rows only while the other draws from the policy, so
     the first has no rollout of its own to draw yet must step the other's generate (every
     sharded forward is a collective; on 2 and 4 H100s such runs waited for ever)."""
-    from fsdp_cpu_worker import SETTINGS, anchored
-
-    split = pd.read_parquet(smoke / "train.parquet")
-    every = 6
-    w = anchored(len(split), every)[0]
-    pd.DataFrame({"prompt_id": split["prompt_id"], "epoch": 0, "weight": w,
-                  "action": np.where(w > 0, "anchor", "sharpen")}).to_parquet(tmp_path / "mask.parquet")
-    method = {"anchor": "support", "support_floor": 0.5, "beta_a": 2.0, "beta_kl": 0.0}
-    drawn = tmp_path / "base_rollouts.parquet"
-    run = subprocess.run([sys.executable, "-m", "boundary.cli", "base-rollouts", "--model", str(smoke / "base"),
-                          "--train-split", str(smoke / "train.parquet"), "--mask", str(tmp_path / "mask.parquet"),
-                          "--settings", json.dumps({**SETTINGS, **method}), "--seed", "0", "--out", str(drawn)],
-                         env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert run.returncode == 0, run.stdout[-6000:]
-    fsdp, ddp = (fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, tmp_path / mode, method, base_rollouts=drawn,
-                                 every=every) for mode in ("fsdp", "ddp"))
+    fsdp, ddp = runs["support/fsdp"], runs["support/ddp"]
     assert fsdp["sharded"] and fsdp["base"] == "NoneType"  # pre-drawn: no frozen base in training
     lone = [step for step, rows in enumerate(zip(*fsdp["policy_rows"])) if min(rows) == 0 < max(rows)]
     assert lone == [0], fsdp["policy_rows"]  # a process without policy rows, the other with
-    for a, b in zip(fsdp["log"], ddp["log"], strict=True):
-        for key, value in a.items():
-            assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
+    same_log(fsdp, ddp)
     assert any(h["anchor_loss"] for h in fsdp["log"])
 
 
-def test_lora_trains_under_fsdp_as_under_ddp_and_resumes_from_a_sharded_checkpoint(smoke, accelerate_with_cpu_fsdp,
-                                                                                    tmp_path):
+def test_lora_trains_under_fsdp_as_under_ddp_and_resumes_from_a_sharded_checkpoint(runs):
     """train.lora under both shardings on 2 gloo processes: the policy anchor with a global KL
     scores the base as the policy with its adapter off (no frozen copy, sharded or not), FSDP
     logs what DDP logs step by step, the outputs are the same adapter (and only an adapter),
     and the FSDP run resumes from its checkpoint and repeats the last step."""
     from safetensors.torch import load_file
 
-    method = {"lora": {"enabled": True, "rank": 4}}
-
-    def worker(mode, out, *resume):
-        return fsdp_cpu_worker(smoke, accelerate_with_cpu_fsdp, mode, out, method, *resume)
-
-    fsdp, ddp = worker("fsdp", tmp_path / "fsdp"), worker("ddp", tmp_path / "ddp")
+    fsdp, ddp = runs["lora/fsdp"], runs["lora/ddp"]
     assert fsdp["sharded"] and fsdp["policy"].startswith("FSDP") and not ddp["sharded"]
     assert fsdp["base"] == ddp["base"] == "NoneType"  # no second model under LoRA
-    for a, b in zip(fsdp["log"], ddp["log"], strict=True):
-        for key, value in a.items():
-            assert value == (b[key] if b[key] is None else pytest.approx(b[key], rel=1e-5, abs=1e-7)), (a["step"], key)
+    same_log(fsdp, ddp)
     assert any(h["grad_norm"] > 0 for h in fsdp["log"]) and any(h["kl"] for h in fsdp["log"])
-    finals = [tmp_path / m / "final" for m in ("fsdp", "ddp")]
+    finals = [r["out"] / "final" for r in (fsdp, ddp)]
     assert all(not list(f.glob("model*.safetensors")) for f in finals)
     a, b = (load_file(f / "adapter_model.safetensors") for f in finals)
     assert a.keys() == b.keys() and all("lora_" in k for k in a)
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a) and any(a[k].abs().sum() > 0 for k in a if "lora_B" in k)
-    shutil.copytree(tmp_path / "fsdp" / "checkpoint-2", tmp_path / "resumed" / "checkpoint-2")
-    resumed = worker("fsdp", tmp_path / "resumed", tmp_path / "resumed" / "checkpoint-2")
+    resumed = runs["lora/resumed"]
     assert resumed["steps_run"] == [3] and resumed["log"] == fsdp["log"]
