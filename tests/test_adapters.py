@@ -110,6 +110,28 @@ def test_the_hf_sampler_samples_an_adapter_as_its_exported_model(lora):
     assert from_adapter["completion"].tolist() != from_base["completion"].tolist()
 
 
+def test_the_evaluate_stage_samples_an_adapter_policy_on_its_base(lora, tmp_path, boundary_cli):
+    """`boundary evaluate` as the evaluate rule runs it on a LoRA method's policy (an adapter
+    folder, --base the run's base; the smoke run's pipeline trains none, tests/README.md): n
+    samples a prompt, and they are the adapter's draws, not the base's at the same seed."""
+    import pandas as pd
+
+    pd.DataFrame({"prompt_id": [f"p{i}" for i in range(len(PROMPTS))], "problem": PROMPTS, "prompt": PROMPTS,
+                  "answer": ["46", "11", "56"]}).to_parquet(tmp_path / "split.parquet")
+    settings = json.dumps({"evaluate": {"n": 8, "temperature": 1.0, "top_p": 1.0, "seed": 3, "ks": [1, 8]},
+                           "sampling": {"backend": "hf", "batch_size": 64, "max_new_tokens": 6},
+                           "verify": {"extractor": "last_number", "timeout": 5, "workers": 1}})
+    for name, model in (("adapter", lora.adapter), ("base", lora.base)):
+        boundary_cli(["evaluate", "--model", model, "--base", lora.base, "--split", tmp_path / "split.parquet",
+                      "--settings", settings, "--samples", tmp_path / f"{name}_samples.parquet",
+                      "--counts", tmp_path / f"{name}_counts.parquet"], check=True)
+    counts = pd.read_parquet(tmp_path / "adapter_counts.parquet")
+    assert sorted(counts["prompt_id"]) == ["p0", "p1", "p2"] and set(counts["n"]) == {8}
+    adapter, base = (pd.read_parquet(tmp_path / f"{name}_samples.parquet") for name in ("adapter", "base"))
+    assert len(adapter) == len(base) == 24
+    assert (adapter["completion"] != base["completion"]).sum() > 0
+
+
 def boundary(*args) -> int:
     """The `boundary` command in this process (what its entry point runs)."""
     from boundary.cli import main
