@@ -451,29 +451,41 @@ def _step_time_rows(stdout: str) -> dict[str, list[str]]:
     return {line.split()[0]: line.split() for line in lines[header + 1:] if line.strip()}
 
 
-def test_the_gpu_step_time_benchmark_runs_at_toy_scale():
+def step_time_benchmark(monkeypatch, capsys, *argv) -> str:
+    """benchmarks/gpu_step_time.py run with `argv` in this process (its command line is not what
+    is tested; a process would start torch, transformers and TRL again): what it prints."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["gpu_step_time.py", *map(str, argv)])
+    import gpu_step_time
+
+    capsys.readouterr()
+    gpu_step_time.main()
+    return capsys.readouterr().out
+
+
+def test_the_gpu_step_time_benchmark_runs_at_toy_scale(monkeypatch, capsys):
     """benchmarks/gpu_step_time.py (the GPU benchmark) on CPU, tiny random Qwen2, so it cannot rot."""
-    run = subprocess.run([sys.executable, "benchmarks/gpu_step_time.py", "--steps", "3", "--refresh", "2",
-                          "--warmup", "0", "--rounds", "1", "--hidden", "32", "--layers", "1", "--heads", "2",
-                          "--kv-heads", "1", "--intermediate", "64", "--vocab", "64", "--prompts", "2", "--G", "2",
-                          "--prompt-len", "4", "--completion-len", "4", "--methods", "grpo,pba_support"],
-                         cwd=ROOT, capture_output=True, text=True, check=True)
-    rows = _step_time_rows(run.stdout)
-    assert set(rows) == {"grpo", "pba_support"}, run.stdout
+    out = step_time_benchmark(monkeypatch, capsys, "--steps", "3", "--refresh", "2", "--warmup", "0", "--rounds", "1",
+                              "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--intermediate",
+                              "64", "--vocab", "64", "--prompts", "2", "--G", "2", "--prompt-len", "4",
+                              "--completion-len", "4", "--methods", "grpo,pba_support")
+    rows = _step_time_rows(out)
+    assert set(rows) == {"grpo", "pba_support"}, out
     assert rows["grpo"][-2:] == ["1.000", "1.000"]  # its own ratios
 
 
-def test_the_gpu_step_time_benchmark_takes_a_model_folder_and_a_study_config(model_dir, split, tmp_path):
+def test_the_gpu_step_time_benchmark_takes_a_model_folder_and_a_study_config(model_dir, split, tmp_path, monkeypatch,
+                                                                               capsys):
     """--model (a saved folder, as import-base writes), --config (the study's train settings and
     methods) and --split (the pipeline's train prompts): the config's methods are timed."""
     split.to_parquet(tmp_path / "train.parquet")
-    run = subprocess.run([sys.executable, "benchmarks/gpu_step_time.py", "--model", str(model_dir),
-                          "--config", "config/smollm2_smoke.yaml", "--split", str(tmp_path / "train.parquet"),
-                          "--steps", "3", "--refresh", "2", "--warmup", "0", "--rounds", "1"],
-                         cwd=ROOT, capture_output=True, text=True, check=True)
-    assert "2 prompts x G=2, split prompts + 24 tokens" in run.stdout  # the smoke config's train section
-    assert "amortised over R=2" in run.stdout  # its gate.refresh_steps
-    assert set(_step_time_rows(run.stdout)) == {"grpo", "pba"}
+    out = step_time_benchmark(monkeypatch, capsys, "--model", model_dir, "--config", "config/smollm2_smoke.yaml",
+                              "--split", tmp_path / "train.parquet", "--steps", "3", "--refresh", "2", "--warmup", "0",
+                              "--rounds", "1")
+    assert "2 prompts x G=2, split prompts + 24 tokens" in out  # the smoke config's train section
+    assert "amortised over R=2" in out  # its gate.refresh_steps
+    assert set(_step_time_rows(out)) == {"grpo", "pba"}
 
 
 # ---- the TRL contract ------------------------------------------------------------------------
