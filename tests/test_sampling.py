@@ -325,29 +325,40 @@ def test_memory_stays_flat_as_max_new_tokens_grows_4x():
     assert peaks[128] - peaks[32] < 64, peaks
 
 
-def test_the_sampling_benchmark_runs_at_toy_scale():
+def sampling_benchmark(monkeypatch, capsys, *argv) -> str:
+    """benchmarks/bench_sampling.py run with `argv` in this process (its command line is not what
+    is tested; a process would start torch and transformers again): what it prints."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["bench_sampling.py", *map(str, argv)])
+    import bench_sampling
+
+    capsys.readouterr()
+    bench_sampling.main()
+    return capsys.readouterr().out
+
+
+def test_the_sampling_benchmark_runs_at_toy_scale(monkeypatch, capsys):
     """benchmarks/bench_sampling.py (the GPU benchmark) on CPU, tiny, so it cannot rot."""
-    run = subprocess.run([sys.executable, "benchmarks/bench_sampling.py", "--cpu", "--shapes", "smollm2-135m",
-                          "--n", "2", "--prompt-len", "4", "--new", "3", "--batch", "4"],
-                         cwd=ROOT, capture_output=True, text=True, check=True)
-    rows = [line.split() for line in run.stdout.splitlines()]
-    assert any(r[:4] == ["smollm2-135m", "hf", "backend", "b4"] and len(r) >= 8 for r in rows), run.stdout
+    out = sampling_benchmark(monkeypatch, capsys, "--cpu", "--shapes", "smollm2-135m", "--n", "2", "--prompt-len", "4",
+                             "--new", "3", "--batch", "4")
+    rows = [line.split() for line in out.splitlines()]
+    assert any(r[:4] == ["smollm2-135m", "hf", "backend", "b4"] and len(r) >= 8 for r in rows), out
     assert any(r[:4] == ["smollm2-135m", "stock", "generate", "b4"] for r in rows)
 
 
-def test_the_benchmarks_real_workload_mode_runs_at_toy_scale(tiny_model_dir, tmp_path):
+def test_the_benchmarks_real_workload_mode_runs_at_toy_scale(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """--real: questions from a JSONL, the model's stop ids, hf and stock rows and the hf
     profile, each row printed as measured."""
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({"question": q}) + "\n" for q in ["12+34=", "5+6=", "7+8="]))
-    run = subprocess.run([sys.executable, "benchmarks/bench_sampling.py", "--cpu", "--shapes", "", "--real",
-                          str(tiny_model_dir), "--prompts-file", str(questions), "--prompts", "2", "--n", "2",
-                          "--new", "4", "--samplers", "hf,stock", "--profile"],
-                         cwd=ROOT, capture_output=True, text=True, check=True)
-    rows = [line.split() for line in run.stdout.splitlines()]
-    assert any(r[:4] == ["real", "llama", "stock", "generate"] for r in rows), run.stdout
-    assert any(r[:4] == ["real", "llama", "hf", "backend"] and len(r) >= 9 for r in rows), run.stdout
-    assert "hf profile:" in run.stdout and "KV columns read" in run.stdout
+    out = sampling_benchmark(monkeypatch, capsys, "--cpu", "--shapes", "", "--real", tiny_model_dir, "--prompts-file",
+                             questions, "--prompts", "2", "--n", "2", "--new", "4", "--samplers", "hf,stock",
+                             "--profile")
+    rows = [line.split() for line in out.splitlines()]
+    assert any(r[:4] == ["real", "llama", "stock", "generate"] for r in rows), out
+    assert any(r[:4] == ["real", "llama", "hf", "backend"] and len(r) >= 9 for r in rows), out
+    assert "hf profile:" in out and "KV columns read" in out
 
 
 def test_a_failing_benchmark_row_is_reported_and_the_run_goes_on(capsys):
