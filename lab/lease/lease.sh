@@ -5,7 +5,8 @@
 #
 #   OUT=<folder> bash lab/lease/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
 #       [--wheels DIR]... [--seed S [--methods M,...]] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
-#       [--checkpoints DIR] [--detach [--run-budget SECONDS] [--stop-train SECONDS]] [TARGET...]
+#       [--checkpoints DIR] [--detach [--run-budget SECONDS] [--stop-train SECONDS]]
+#       [--prioritize TARGET]... [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
 #   --override    a YAML file Snakemake merges over CFG (e.g. `train: {gpus: 4, sharding: fsdp}`: only
@@ -51,6 +52,8 @@
 #                 run's adapters), they are packed into
 #                 $LEASE_CKPT_OUT (default /tmp/lease-ckpt-out, 15-MiB parts: too large for one
 #                 call's return, so later calls copy them to $OUT, 4 parts a call)
+#   --prioritize  Snakemake's --prioritize: this target's jobs start first (a training job before the
+#                 base's draws that share a 2-GPU hold, so the draws take the other GPU, one at a time)
 #   TARGET        more Snakemake targets (with neither: its default target, the whole run, whose
 #                 model weights a later lease lacks), e.g. results/RUN/report.html in the last lease
 #
@@ -70,7 +73,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
 cfg="" carry="" ckpts="" stop_train="" seed="" methods="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
-overrides=()
+overrides=() prio=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
@@ -88,6 +91,7 @@ while [ $# -gt 0 ]; do
     --keep-locks) keep_locks=1; shift ;;
     --detach) detach=1; shift ;;
     --run-budget) run_budget="$2"; shift 2 ;;
+    --prioritize) prio+=("$2"); shift 2 ;;
     -*) echo "lease.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -262,7 +266,7 @@ elif [ -n "$detach" ]; then
     say "snakemake on $ngpu GPU(s), detached, $run_budget s: ${targets[*]:-the default target}"
     rm -f "$detached.rc"
     setsid nohup bash -c "$(declare -f smk run_smk); $(declare -p PY cores ngpu cfgs); run_smk \"\$@\"; echo \$? > $detached.rc" \
-      _ "$run_budget" "${targets[@]}" > "$detached.log" 2>&1 < /dev/null &
+      _ "$run_budget" "${targets[@]}" ${prio[@]+--prioritize "${prio[@]}"} > "$detached.log" 2>&1 < /dev/null &
     echo $! > "$detached.pid"
   else
     say "too little time left to start the run"
@@ -307,7 +311,7 @@ elif [ -n "$detach" ]; then
   fi
 elif [ "$(left)" -gt 90 ]; then
   say "snakemake on $ngpu GPU(s), $(($(left) - 60)) s: ${targets[*]:-the default target}"
-  run_smk $(($(left) - 60)) "${targets[@]}"
+  run_smk $(($(left) - 60)) "${targets[@]}" ${prio[@]+--prioritize "${prio[@]}"}
   rc=$?
   [ $rc = 124 ] && say "stopped at the time limit: call again to go on" || say "snakemake exit status $rc"
 else
