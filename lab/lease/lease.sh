@@ -244,12 +244,16 @@ if [ -f .snakemake/lease/pending ] || [ -f .snakemake/lease/ckpt-pending ]; then
   fi
 fi
 
+# A training process's command line: the train rule's `boundary --gpus N [--own] train ...`
+# (--own: its colocated engine owns the GPU), run through the shim above as
+# `python -m boundary.cli --gpus N [--own] train ...`; lab/lease/test_lease.py checks both forms.
+TRAIN_RE='boundary(\.cli)? (--gpus [0-9]+ )?(--own )?train '
 # train_pids: the detached run's training processes (its own session), by id, once they have run
 # 20 s: a SIGTERM in a process's first moments, before it installs its stop handler, would end it
 # without a checkpoint.
 train_pids() {
   local pid
-  for pid in $(pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' 2>/dev/null); do
+  for pid in $(pgrep -s "$(cat "$detached.pid")" -f "$TRAIN_RE" 2>/dev/null); do
     [ "$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')" -ge 20 ] 2>/dev/null && echo "$pid"
   done
   return 0
@@ -321,7 +325,7 @@ fi
 # 5. What comes back: the small artifacts in $OUT; a LoRA run's resumable state and finished
 # adapters beside it in $ckpt_out (later calls bring its parts back), whenever no training process
 # is running (one could be writing its checkpoint); evaluations that go on read the adapters only.
-training_now() { alive && pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' >/dev/null 2>&1; }
+training_now() { alive && pgrep -s "$(cat "$detached.pid")" -f "$TRAIN_RE" >/dev/null 2>&1; }
 if ! training_now && { [ -d "checkpoints/$run" ] || ls "results/$run"/train/*/seed*/*/adapter_config.json >/dev/null 2>&1; }; then
   $PY lab/lease/lease_pack.py pack-checkpoints --checkpoints "checkpoints/$run" --results "results/$run" \
     --out "$ckpt_out" &&

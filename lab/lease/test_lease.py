@@ -418,3 +418,29 @@ def test_a_lora_runs_state_travels_in_parts_newest_checkpoint_only(tmp_path, mon
     first.write_bytes(b"x" + first.read_bytes()[1:])
     with pytest.raises(SystemExit, match="missing or not the SHA-256"):
         lease_pack.main(["unpack-checkpoints", "in"])
+
+
+def test_the_training_process_pattern_finds_the_train_rules_command_with_and_without_the_engine(tmp_path):
+    """lease.sh finds a hold's training processes by command line (to stop them with a checkpoint
+    before the hold ends, and to pack a checkpoint only when none runs). It must match the train
+    rule's own command, which names `--own` when a colocated engine owns the GPU, in the form the
+    process has under lease.sh's `boundary` shim (`python -m boundary.cli ...`): it once missed
+    `--own`, so a hold's stop signal reached no process."""
+    import re
+    import subprocess
+    import sys
+
+    pattern = re.search(r"^TRAIN_RE='(.*)'$", (ROOT / "lab/lease/lease.sh").read_text(), re.M).group(1)
+    shim = re.search(r"exec %s (-m boundary\.cli) ", (ROOT / "lab/lease/lease.sh").read_text()).group(1)
+    for engine, own in (("generate", False), ("vllm", True)):
+        (tmp_path / f"{engine}.yaml").write_text(f"train: {{gpus: 1, rollout_engine: {engine}}}\n")
+        plan = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "results/smoke/train/grpo/seed0/log.parquet",
+             "--configfile", "tests/configs/smoke.yaml", str(tmp_path / f"{engine}.yaml")],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
+        command = next(line for line in plan.stdout.splitlines() if " train --model " in line)
+        command = command[command.index("boundary "):]
+        assert (" --own train " in command) is own, command
+        for form in (command, f"/usr/bin/python3 {shim} {command.removeprefix('boundary ')}"):
+            found = subprocess.run(["grep", "-Eq", pattern], input=form, text=True)
+            assert found.returncode == 0, (pattern, form)
