@@ -288,16 +288,21 @@ elif [ -n "$detach" ]; then
       done
     fi
     # A carried checkpoint that its job did not resume (another key: code, settings or base files
-    # changed between leases) would train from step 0 in silence: said, and stopped. Only logs
-    # written since the run started count (a restored log, dated at the restore, says what an
-    # earlier lease's job did).
-    if [ -n "$ckpts" ] && [ -z "$fresh" ] &&
-       find "results/$run/logs/train" -name '*.log' -newer "$detached.pid" \
-         -exec grep -l "^train: starting in" {} + 2>/dev/null | grep -q .; then
-      fresh=1
-      say "WARNING: a training job started afresh although checkpoints were carried: its key differs (code, settings or base files changed since they were saved); stopping it"
-      for pid in $(train_pids); do kill -TERM "$pid" 2>/dev/null && stopped_train="$stopped_train $pid"; done
-    fi
+    # changed between leases) would train from step 0 in silence: said, and that job stopped.
+    # Only logs written since the run started count (a restored log, dated at the restore, says
+    # what an earlier lease's job did), and only the jobs of runs whose state was carried.
+    # (A job is signalled once it has run 20 s, train_pids: until then each pass tries again.)
+    [ -z "$ckpts" ] || for dir in $($PY lab/lease/lease_pack.py restarted --run "$run" --since "$detached.pid"); do
+      case " $fresh " in *" $dir "*) ;; *)
+        fresh="$fresh $dir"
+        say "WARNING: ${dir#"checkpoints/$run/"} started afresh although its checkpoint was carried: its key differs (code, settings or base files changed since it was saved); stopping it" ;;
+      esac
+      for pid in $(train_pids); do
+        case " $stopped_train " in *" $pid "*) continue ;; esac
+        tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--checkpoint-dir $dir " &&
+          kill -TERM "$pid" 2>/dev/null && stopped_train="$stopped_train $pid"
+      done
+    done
     if [ $(($(date +%s) - shown)) -ge 60 ]; then
       shown=$(date +%s)
       say "running: $(grep -E 'of [0-9]+ steps' "$detached.log" | tail -n 1 | grep . || echo 'no step done yet')"

@@ -414,6 +414,7 @@ def test_a_lora_runs_state_travels_in_parts_newest_checkpoint_only(tmp_path, mon
         assert (device / path).read_bytes() == (tmp_path / path).read_bytes()
     assert not (device / old).exists()
     assert sorted(Path("restored.txt").read_text().split()) == sorted(map(str, adapter))
+    assert Path("ckpt-runs.txt").read_text().split() == ["checkpoints/r/grpo/seed0"]  # whose state came in
     first = Path("in") / parts[0].name
     first.write_bytes(b"x" + first.read_bytes()[1:])
     with pytest.raises(SystemExit, match="missing or not the SHA-256"):
@@ -444,3 +445,32 @@ def test_the_training_process_pattern_finds_the_train_rules_command_with_and_wit
         for form in (command, f"/usr/bin/python3 {shim} {command.removeprefix('boundary ')}"):
             found = subprocess.run(["grep", "-Eq", pattern], input=form, text=True)
             assert found.returncode == 0, (pattern, form)
+
+
+def test_a_carried_run_that_starts_from_step_0_is_named_and_a_new_seed_beside_it_is_not(tmp_path, monkeypatch, capsys):
+    """restarted: a hold that resumes seed 0 from carried state and starts seed 1 beside it. Only a
+    job whose run came in carried and that logged a fresh start since the run began is named (its
+    key differed: it would train from step 0 in silence); seed 1's fresh start is the design, and
+    a log from before the run began (restored with the carry) says nothing about this hold."""
+    monkeypatch.chdir(tmp_path)
+    lease = Path(".snakemake/lease")
+    lease.mkdir(parents=True)
+    (lease / "ckpt-runs.txt").write_text("checkpoints/r/grpo/seed0\ncheckpoints/r/pba/seed0\n")
+    logs = Path("results/r/logs/train")
+    old = write(logs / "pba/seed0.log", when=time.time() - 600)
+    old.write_text("train: starting in checkpoints/r/pba/seed0/k1; 150 steps\n")  # an earlier hold's log
+    os.utime(old, (time.time() - 600, time.time() - 600))
+    since = write(lease / "detached.pid", when=time.time() - 300)
+
+    def log(rel, text):
+        path = logs / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    log("grpo/seed1.log", "train: starting in checkpoints/r/grpo/seed1/k1; 150 steps\n")  # new beside it
+    log("grpo/seed0.log", "train: resuming from checkpoints/r/grpo/seed0/k1/checkpoint-55\n")
+    lease_pack.main(["restarted", "--run", "r", "--since", str(since)])
+    assert capsys.readouterr().out == ""
+    log("grpo/seed0.log", "train: starting in checkpoints/r/grpo/seed0/k2; 150 steps\n")  # another key
+    lease_pack.main(["restarted", "--run", "r", "--since", str(since)])
+    assert capsys.readouterr().out.split() == ["checkpoints/r/grpo/seed0"]
