@@ -6,7 +6,7 @@
 #   OUT=<folder> bash lab/lease/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
 #       [--wheels DIR]... [--seed S [--methods M,...]] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
 #       [--checkpoints DIR] [--detach [--run-budget SECONDS] [--stop-train SECONDS]]
-#       [--prioritize TARGET]... [TARGET...]
+#       [--prioritize TARGET]... [--pin COMMIT] [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
 #   --override    a YAML file Snakemake merges over CFG (e.g. `train: {gpus: 4, sharding: fsdp}`: only
@@ -54,6 +54,9 @@
 #                 call's return, so later calls copy them to $OUT, 4 parts a call)
 #   --prioritize  Snakemake's --prioritize: this target's jobs start first (a training job before the
 #                 base's draws that share a 2-GPU hold, so the draws take the other GPU, one at a time)
+#   --pin         refuse to run unless workflow/ is as at COMMIT (a study whose runs span holds pins
+#                 the package: another code gives a training job another key, and it would start
+#                 again from step 0); restore it with `git checkout COMMIT -- workflow/`
 #   TARGET        more Snakemake targets (with neither: its default target, the whole run, whose
 #                 model weights a later lease lacks), e.g. results/RUN/report.html in the last lease
 #
@@ -73,7 +76,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
 cfg="" carry="" ckpts="" stop_train="" seed="" methods="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
-overrides=() prio=()
+overrides=() prio=() code_pin=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
@@ -92,6 +95,7 @@ while [ $# -gt 0 ]; do
     --detach) detach=1; shift ;;
     --run-budget) run_budget="$2"; shift 2 ;;
     --prioritize) prio+=("$2"); shift 2 ;;
+    --pin) code_pin="$2"; shift 2 ;;
     -*) echo "lease.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -100,6 +104,12 @@ done
 [ -f "$cfg" ] || { echo "lease.sh: --configfile ${cfg:-(none)}: no such file" >&2; exit 2; }
 [ -z "$methods" ] || [ -n "$seed" ] || { echo "lease.sh: --methods $methods: needs --seed" >&2; exit 2; }
 [ -z "$stop_train" ] || [ -n "$detach" ] || { echo "lease.sh: --stop-train: needs --detach" >&2; exit 2; }
+if [ -n "$code_pin" ]; then
+  git rev-parse --verify -q "$code_pin^{commit}" >/dev/null || { echo "lease.sh: --pin $code_pin: no such commit in this checkout" >&2; exit 2; }
+  changed=$(git diff --name-only "$code_pin" -- workflow/ | head -n 3 | paste -sd ' ')
+  [ -z "$changed" ] && [ -z "$(git ls-files --others --exclude-standard workflow/ | head -n 1)" ] ||
+    { echo "lease.sh: --pin $code_pin: workflow/ differs from it (${changed:-untracked files}); restore it: git checkout $code_pin -- workflow/" >&2; exit 2; }
+fi
 for file in "${overrides[@]}"; do
   [ -f "$file" ] || { echo "lease.sh: --override $file: no such file" >&2; exit 2; }
   grep -Eq '^(run|base_model):' "$file" &&

@@ -474,3 +474,28 @@ def test_a_carried_run_that_starts_from_step_0_is_named_and_a_new_seed_beside_it
     log("grpo/seed0.log", "train: starting in checkpoints/r/grpo/seed0/k2; 150 steps\n")  # another key
     lease_pack.main(["restarted", "--run", "r", "--since", str(since)])
     assert capsys.readouterr().out.split() == ["checkpoints/r/grpo/seed0"]
+
+
+def test_a_pinned_hold_refuses_a_checkout_whose_workflow_moved(tmp_path):
+    """--pin COMMIT: a study whose training runs span holds keys their checkpoints by the package's
+    code, so a hold from a checkout whose workflow/ differs from the pinned commit would train
+    again from step 0; lease.sh refuses in one line before it installs or runs anything, naming
+    the file and the command that restores it."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(repo)], check=True)
+    for name in ("lease.sh", "lease_pack.py"):  # this checkout's lease tooling, committed or not
+        (repo / "lab" / "lease" / name).write_bytes((ROOT / "lab" / "lease" / name).read_bytes())
+    call = ["bash", "lab/lease/lease.sh", "--configfile", "tests/configs/smoke.yaml", "--pin"]
+    env = {**os.environ, "OUT": str(tmp_path / "out")}
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    edited = repo / "workflow" / "boundary" / "__init__.py"
+    edited.write_text(edited.read_text() + "\n# an edit\n")
+    moved = subprocess.run([*call, head], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert moved.returncode == 2, moved.stdout + moved.stderr
+    assert moved.stderr.strip() == (f"lease.sh: --pin {head}: workflow/ differs from it (workflow/boundary/__init__.py); "
+                                    f"restore it: git checkout {head} -- workflow/"), moved.stderr
+    unknown = subprocess.run([*call, "0" * 40], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "no such commit" in unknown.stderr, unknown.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing packed
