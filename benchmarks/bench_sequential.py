@@ -104,6 +104,13 @@ def replay(args) -> None:
         unsolved = int((full["c"] == 0).sum())
         print(f"of which the {unsolved} unsolved prompts' {unsolved * n:,} draws: "
               f"{unsolved * n / len(rows):.1%} of the full run (no rule can stop them before n)")
+        # Coverage at n is exact only if each prompt is drawn to its first success (or n): these
+        # draws, one at a time with nothing drawn ahead, are the least any exact rule makes.
+        least = sum(int(np.argmax(c)) + 1 if c.any() else n
+                    for c in (g.sort_values("sample_idx")["correct"].to_numpy().astype(bool)
+                              for _, g in rows.groupby("prompt_id")))
+        print(f"the least any exact rule draws (each prompt to its first success): {least:,} = "
+              f"{least / len(rows):.1%} of the full run")
 
 
 def from_counts(args) -> None:

@@ -5,7 +5,8 @@
 #
 #   OUT=<folder> bash lab/lease/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
 #       [--wheels DIR]... [--seed S [--methods M,...]] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
-#       [--checkpoints DIR] [--detach [--run-budget SECONDS] [--stop-train SECONDS]] [TARGET...]
+#       [--checkpoints DIR] [--detach [--run-budget SECONDS] [--stop-train SECONDS]]
+#       [--prioritize TARGET]... [--pin COMMIT] [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
 #   --override    a YAML file Snakemake merges over CFG (e.g. `train: {gpus: 4, sharding: fsdp}`: only
@@ -51,6 +52,11 @@
 #                 run's adapters), they are packed into
 #                 $LEASE_CKPT_OUT (default /tmp/lease-ckpt-out, 15-MiB parts: too large for one
 #                 call's return, so later calls copy them to $OUT, 4 parts a call)
+#   --prioritize  Snakemake's --prioritize: this target's jobs start first (a training job before the
+#                 base's draws that share a 2-GPU hold, so the draws take the other GPU, one at a time)
+#   --pin         refuse to run unless workflow/ is as at COMMIT (a study whose runs span holds pins
+#                 the package: another code gives a training job another key, and it would start
+#                 again from step 0); restore it with `git checkout COMMIT -- workflow/`
 #   TARGET        more Snakemake targets (with neither: its default target, the whole run, whose
 #                 model weights a later lease lacks), e.g. results/RUN/report.html in the last lease
 #
@@ -70,7 +76,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
 cfg="" carry="" ckpts="" stop_train="" seed="" methods="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
-overrides=()
+overrides=() prio=() code_pin=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
@@ -88,6 +94,8 @@ while [ $# -gt 0 ]; do
     --keep-locks) keep_locks=1; shift ;;
     --detach) detach=1; shift ;;
     --run-budget) run_budget="$2"; shift 2 ;;
+    --prioritize) prio+=("$2"); shift 2 ;;
+    --pin) code_pin="$2"; shift 2 ;;
     -*) echo "lease.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -96,6 +104,12 @@ done
 [ -f "$cfg" ] || { echo "lease.sh: --configfile ${cfg:-(none)}: no such file" >&2; exit 2; }
 [ -z "$methods" ] || [ -n "$seed" ] || { echo "lease.sh: --methods $methods: needs --seed" >&2; exit 2; }
 [ -z "$stop_train" ] || [ -n "$detach" ] || { echo "lease.sh: --stop-train: needs --detach" >&2; exit 2; }
+if [ -n "$code_pin" ]; then
+  git rev-parse --verify -q "$code_pin^{commit}" >/dev/null || { echo "lease.sh: --pin $code_pin: no such commit in this checkout" >&2; exit 2; }
+  changed=$(git diff --name-only "$code_pin" -- workflow/ | head -n 3 | paste -sd ' ')
+  [ -z "$changed" ] && [ -z "$(git ls-files --others --exclude-standard workflow/ | head -n 1)" ] ||
+    { echo "lease.sh: --pin $code_pin: workflow/ differs from it (${changed:-untracked files}); restore it: git checkout $code_pin -- workflow/" >&2; exit 2; }
+fi
 for file in "${overrides[@]}"; do
   [ -f "$file" ] || { echo "lease.sh: --override $file: no such file" >&2; exit 2; }
   grep -Eq '^(run|base_model):' "$file" &&
@@ -240,12 +254,16 @@ if [ -f .snakemake/lease/pending ] || [ -f .snakemake/lease/ckpt-pending ]; then
   fi
 fi
 
+# A training process's command line: the train rule's `boundary --gpus N [--own] train ...`
+# (--own: its colocated engine owns the GPU), run through the shim above as
+# `python -m boundary.cli --gpus N [--own] train ...`; lab/lease/test_lease.py checks both forms.
+TRAIN_RE='boundary(\.cli)? (--gpus [0-9]+ )?(--own )?train '
 # train_pids: the detached run's training processes (its own session), by id, once they have run
 # 20 s: a SIGTERM in a process's first moments, before it installs its stop handler, would end it
 # without a checkpoint.
 train_pids() {
   local pid
-  for pid in $(pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' 2>/dev/null); do
+  for pid in $(pgrep -s "$(cat "$detached.pid")" -f "$TRAIN_RE" 2>/dev/null); do
     [ "$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')" -ge 20 ] 2>/dev/null && echo "$pid"
   done
   return 0
@@ -262,7 +280,7 @@ elif [ -n "$detach" ]; then
     say "snakemake on $ngpu GPU(s), detached, $run_budget s: ${targets[*]:-the default target}"
     rm -f "$detached.rc"
     setsid nohup bash -c "$(declare -f smk run_smk); $(declare -p PY cores ngpu cfgs); run_smk \"\$@\"; echo \$? > $detached.rc" \
-      _ "$run_budget" "${targets[@]}" > "$detached.log" 2>&1 < /dev/null &
+      _ "$run_budget" "${targets[@]}" ${prio[@]+--prioritize "${prio[@]}"} > "$detached.log" 2>&1 < /dev/null &
     echo $! > "$detached.pid"
   else
     say "too little time left to start the run"
@@ -280,16 +298,21 @@ elif [ -n "$detach" ]; then
       done
     fi
     # A carried checkpoint that its job did not resume (another key: code, settings or base files
-    # changed between leases) would train from step 0 in silence: said, and stopped. Only logs
-    # written since the run started count (a restored log, dated at the restore, says what an
-    # earlier lease's job did).
-    if [ -n "$ckpts" ] && [ -z "$fresh" ] &&
-       find "results/$run/logs/train" -name '*.log' -newer "$detached.pid" \
-         -exec grep -l "^train: starting in" {} + 2>/dev/null | grep -q .; then
-      fresh=1
-      say "WARNING: a training job started afresh although checkpoints were carried: its key differs (code, settings or base files changed since they were saved); stopping it"
-      for pid in $(train_pids); do kill -TERM "$pid" 2>/dev/null && stopped_train="$stopped_train $pid"; done
-    fi
+    # changed between leases) would train from step 0 in silence: said, and that job stopped.
+    # Only logs written since the run started count (a restored log, dated at the restore, says
+    # what an earlier lease's job did), and only the jobs of runs whose state was carried.
+    # (A job is signalled once it has run 20 s, train_pids: until then each pass tries again.)
+    [ -z "$ckpts" ] || for dir in $($PY lab/lease/lease_pack.py restarted --run "$run" --since "$detached.pid"); do
+      case " $fresh " in *" $dir "*) ;; *)
+        fresh="$fresh $dir"
+        say "WARNING: ${dir#"checkpoints/$run/"} started afresh although its checkpoint was carried: its key differs (code, settings or base files changed since it was saved); stopping it" ;;
+      esac
+      for pid in $(train_pids); do
+        case " $stopped_train " in *" $pid "*) continue ;; esac
+        tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--checkpoint-dir $dir " &&
+          kill -TERM "$pid" 2>/dev/null && stopped_train="$stopped_train $pid"
+      done
+    done
     if [ $(($(date +%s) - shown)) -ge 60 ]; then
       shown=$(date +%s)
       say "running: $(grep -E 'of [0-9]+ steps' "$detached.log" | tail -n 1 | grep . || echo 'no step done yet')"
@@ -307,7 +330,7 @@ elif [ -n "$detach" ]; then
   fi
 elif [ "$(left)" -gt 90 ]; then
   say "snakemake on $ngpu GPU(s), $(($(left) - 60)) s: ${targets[*]:-the default target}"
-  run_smk $(($(left) - 60)) "${targets[@]}"
+  run_smk $(($(left) - 60)) "${targets[@]}" ${prio[@]+--prioritize "${prio[@]}"}
   rc=$?
   [ $rc = 124 ] && say "stopped at the time limit: call again to go on" || say "snakemake exit status $rc"
 else
@@ -317,7 +340,7 @@ fi
 # 5. What comes back: the small artifacts in $OUT; a LoRA run's resumable state and finished
 # adapters beside it in $ckpt_out (later calls bring its parts back), whenever no training process
 # is running (one could be writing its checkpoint); evaluations that go on read the adapters only.
-training_now() { alive && pgrep -s "$(cat "$detached.pid")" -f 'boundary(\.cli)? (--gpus [0-9]+ )?train ' >/dev/null 2>&1; }
+training_now() { alive && pgrep -s "$(cat "$detached.pid")" -f "$TRAIN_RE" >/dev/null 2>&1; }
 if ! training_now && { [ -d "checkpoints/$run" ] || ls "results/$run"/train/*/seed*/*/adapter_config.json >/dev/null 2>&1; }; then
   $PY lab/lease/lease_pack.py pack-checkpoints --checkpoints "checkpoints/$run" --results "results/$run" \
     --out "$ckpt_out" &&

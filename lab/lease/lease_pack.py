@@ -39,7 +39,11 @@ those stages as done instead of redoing them.
   unpack-checkpoints DIR [--list FILE]
           joins and checks those parts and extracts them (a run resumes only under its own key:
           the same settings, base files and code); FILE (default
-          .snakemake/lease/ckpt-restored.txt) lists the restored results/ files, for `touch`.
+          .snakemake/lease/ckpt-restored.txt) lists the restored results/ files, for `touch`,
+          and ckpt-runs.txt beside it the runs (checkpoints/RUN/M/seedS) whose state came in.
+  restarted --run RUN --since FILE [--carried FILE]
+          of those runs, the ones whose job logged a start from step 0 after FILE's date (its
+          key differed): one a line, for lease.sh to say so and stop that job alone.
 
 Model weights never travel (results/RUN/models/, train/<method>/seed<s>/final and step<n>/,
 *.safetensors, *.bin, *.pt, *.gguf). Snakemake does not remake a missing file whose
@@ -300,8 +304,28 @@ def unpack_checkpoints(args) -> None:
     listing = Path(args.list)
     listing.parent.mkdir(parents=True, exist_ok=True)
     listing.write_text("".join(f"{n}\n" for n in files))
+    runs = sorted({"/".join(Path(n).parts[:4]) for n in names
+                   if n.startswith("checkpoints/") and len(Path(n).parts) > 4})  # checkpoints/RUN/M/seedS
+    runs_file = listing.with_name("ckpt-runs.txt")
+    runs_file.write_text("".join(f"{r}\n" for r in runs))
     packed = [line.split(maxsplit=1)[1] for line in lines if line.startswith("packed ")]
     print(f"lease_pack: restored {' '.join(packed)} from {found[0].name}")
+
+
+def restarted(args) -> None:
+    """The runs whose state an earlier lease carried in (ckpt-runs.txt) but whose job, since the
+    run started (--since: a file dated then), logged a start from step 0: its key differed (code,
+    settings or base files changed), so it would train again from nothing in silence. One
+    checkpoints/RUN/M/seedS a line; a run carried in by no lease (another seed starting beside
+    them) is not one of them."""
+    carried = set(Path(args.carried).read_text().split()) if Path(args.carried).exists() else set()
+    since = Path(args.since).stat().st_mtime
+    logs = Path("results") / args.run / "logs" / "train"
+    for log in sorted(logs.glob("*/seed*.log")):
+        run = f"checkpoints/{args.run}/{log.parent.name}/{log.stem}"
+        if run in carried and log.stat().st_mtime > since and any(
+                line.startswith("train: starting in") for line in log.read_text(errors="replace").splitlines()):
+            print(run)
 
 
 def data(args) -> None:
@@ -391,6 +415,11 @@ def main(argv=None) -> None:
     p.add_argument("folder")
     p.add_argument("--list", default=".snakemake/lease/ckpt-restored.txt")
     p.set_defaults(func=unpack_checkpoints)
+    p = sub.add_parser("restarted")
+    p.add_argument("--run", required=True)
+    p.add_argument("--since", required=True)
+    p.add_argument("--carried", default=".snakemake/lease/ckpt-runs.txt")
+    p.set_defaults(func=restarted)
     p = sub.add_parser("targets")
     p.add_argument("--configfile", required=True)
     p.add_argument("--seed", type=int, required=True)

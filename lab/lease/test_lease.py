@@ -414,7 +414,88 @@ def test_a_lora_runs_state_travels_in_parts_newest_checkpoint_only(tmp_path, mon
         assert (device / path).read_bytes() == (tmp_path / path).read_bytes()
     assert not (device / old).exists()
     assert sorted(Path("restored.txt").read_text().split()) == sorted(map(str, adapter))
+    assert Path("ckpt-runs.txt").read_text().split() == ["checkpoints/r/grpo/seed0"]  # whose state came in
     first = Path("in") / parts[0].name
     first.write_bytes(b"x" + first.read_bytes()[1:])
     with pytest.raises(SystemExit, match="missing or not the SHA-256"):
         lease_pack.main(["unpack-checkpoints", "in"])
+
+
+def test_the_training_process_pattern_finds_the_train_rules_command_with_and_without_the_engine(tmp_path):
+    """lease.sh finds a hold's training processes by command line (to stop them with a checkpoint
+    before the hold ends, and to pack a checkpoint only when none runs). It must match the train
+    rule's own command, which names `--own` when a colocated engine owns the GPU, in the form the
+    process has under lease.sh's `boundary` shim (`python -m boundary.cli ...`): it once missed
+    `--own`, so a hold's stop signal reached no process."""
+    import re
+    import subprocess
+    import sys
+
+    pattern = re.search(r"^TRAIN_RE='(.*)'$", (ROOT / "lab/lease/lease.sh").read_text(), re.M).group(1)
+    shim = re.search(r"exec %s (-m boundary\.cli) ", (ROOT / "lab/lease/lease.sh").read_text()).group(1)
+    for engine, own in (("generate", False), ("vllm", True)):
+        (tmp_path / f"{engine}.yaml").write_text(f"train: {{gpus: 1, rollout_engine: {engine}}}\n")
+        plan = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "results/smoke/train/grpo/seed0/log.parquet",
+             "--configfile", "tests/configs/smoke.yaml", str(tmp_path / f"{engine}.yaml")],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
+        command = next(line for line in plan.stdout.splitlines() if " train --model " in line)
+        command = command[command.index("boundary "):]
+        assert (" --own train " in command) is own, command
+        for form in (command, f"/usr/bin/python3 {shim} {command.removeprefix('boundary ')}"):
+            found = subprocess.run(["grep", "-Eq", pattern], input=form, text=True)
+            assert found.returncode == 0, (pattern, form)
+
+
+def test_a_carried_run_that_starts_from_step_0_is_named_and_a_new_seed_beside_it_is_not(tmp_path, monkeypatch, capsys):
+    """restarted: a hold that resumes seed 0 from carried state and starts seed 1 beside it. Only a
+    job whose run came in carried and that logged a fresh start since the run began is named (its
+    key differed: it would train from step 0 in silence); seed 1's fresh start is the design, and
+    a log from before the run began (restored with the carry) says nothing about this hold."""
+    monkeypatch.chdir(tmp_path)
+    lease = Path(".snakemake/lease")
+    lease.mkdir(parents=True)
+    (lease / "ckpt-runs.txt").write_text("checkpoints/r/grpo/seed0\ncheckpoints/r/pba/seed0\n")
+    logs = Path("results/r/logs/train")
+    old = write(logs / "pba/seed0.log", when=time.time() - 600)
+    old.write_text("train: starting in checkpoints/r/pba/seed0/k1; 150 steps\n")  # an earlier hold's log
+    os.utime(old, (time.time() - 600, time.time() - 600))
+    since = write(lease / "detached.pid", when=time.time() - 300)
+
+    def log(rel, text):
+        path = logs / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    log("grpo/seed1.log", "train: starting in checkpoints/r/grpo/seed1/k1; 150 steps\n")  # new beside it
+    log("grpo/seed0.log", "train: resuming from checkpoints/r/grpo/seed0/k1/checkpoint-55\n")
+    lease_pack.main(["restarted", "--run", "r", "--since", str(since)])
+    assert capsys.readouterr().out == ""
+    log("grpo/seed0.log", "train: starting in checkpoints/r/grpo/seed0/k2; 150 steps\n")  # another key
+    lease_pack.main(["restarted", "--run", "r", "--since", str(since)])
+    assert capsys.readouterr().out.split() == ["checkpoints/r/grpo/seed0"]
+
+
+def test_a_pinned_hold_refuses_a_checkout_whose_workflow_moved(tmp_path):
+    """--pin COMMIT: a study whose training runs span holds keys their checkpoints by the package's
+    code, so a hold from a checkout whose workflow/ differs from the pinned commit would train
+    again from step 0; lease.sh refuses in one line before it installs or runs anything, naming
+    the file and the command that restores it."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(repo)], check=True)
+    for name in ("lease.sh", "lease_pack.py"):  # this checkout's lease tooling, committed or not
+        (repo / "lab" / "lease" / name).write_bytes((ROOT / "lab" / "lease" / name).read_bytes())
+    call = ["bash", "lab/lease/lease.sh", "--configfile", "tests/configs/smoke.yaml", "--pin"]
+    env = {**os.environ, "OUT": str(tmp_path / "out")}
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    edited = repo / "workflow" / "boundary" / "__init__.py"
+    edited.write_text(edited.read_text() + "\n# an edit\n")
+    moved = subprocess.run([*call, head], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert moved.returncode == 2, moved.stdout + moved.stderr
+    assert moved.stderr.strip() == (f"lease.sh: --pin {head}: workflow/ differs from it (workflow/boundary/__init__.py); "
+                                    f"restore it: git checkout {head} -- workflow/"), moved.stderr
+    unknown = subprocess.run([*call, "0" * 40], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "no such commit" in unknown.stderr, unknown.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing packed
