@@ -1,6 +1,6 @@
-"""The Snakemake workflow's smoke run end to end (every rule once, `pipeline_config`), and that a
-config, code or artifact change reruns exactly the stages it invalidates; the helpers the other
-workflow tests use. Lint, the shipped configs' dry runs and runs without the smoke run:
+"""The Snakemake workflow's smoke run end to end (every rule once, its LoRA methods included:
+`pipeline_config`), and that a config, code or artifact change reruns exactly the stages it
+invalidates; the helpers the other workflow tests use. Lint, the shipped configs' dry runs and runs without the smoke run:
 test_workflow_plans.py."""
 
 from __future__ import annotations
@@ -55,16 +55,14 @@ def planned_jobs(workdir, configfile) -> set[tuple[str, str]]:
 
 
 def pipeline_config() -> dict:
-    """tests/configs/smoke.yaml as the smoke run runs it: every rule once, so one seed and the
-    methods without a lora section (GRPO, PBA, an early stop). A smoke job is almost all process
-    start; what the rest would add runs through the same rules and is checked without a pipeline
-    (tests/README.md, "What the smoke run leaves to other tests"): a LoRA method's training
-    (test_lora.py) and its adapters' evaluation (test_adapters.py), a second seed's wiring (the
+    """tests/configs/smoke.yaml as the smoke run runs it: every rule once, so one seed (GRPO, PBA,
+    an early stop, and the LoRA methods: PBA with its adapter and a checkpoint of it). A smoke job
+    is almost all process start; a second seed runs the same rules again and is checked without
+    a pipeline (tests/README.md, "What the smoke run leaves to other tests"): its wiring (the
     paper's dry run, test_workflow_plans.py) and its tables (test_report.py)."""
     config = yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text())
     config["train"]["seeds"] = [0]
-    config["methods"] = {m: {k: v for k, v in spec.items() if k != "seeds"} for m, spec in config["methods"].items()
-                         if "lora" not in spec and "lora" not in config["methods"].get(spec.get("checkpoint_of"), {})}
+    config["methods"] = {m: {k: v for k, v in spec.items() if k != "seeds"} for m, spec in config["methods"].items()}
     return config
 
 
@@ -93,9 +91,30 @@ def test_smoke_run_writes_every_artifact(smoke_run):
                 "benchmarks/train/grpo/seed0.tsv", "logs/report.log"]:
         assert (out / rel).exists(), rel
     counts = pd.read_parquet(out / "eval_counts.parquet")
-    assert set(counts["method"]) == {"base", "grpo", "pba", "early_stop"}
+    assert set(counts["method"]) == {"base", "grpo", "pba", "early_stop", "pba_lora", "early_stop_lora"}
     assert set(counts["n"]) == {32}
     assert (out / "train/grpo/seed0/final/config.json").exists()
+
+
+def test_lora_trains_adapters_that_every_later_stage_reads(smoke_run):
+    """The smoke run's pba_lora (a method's own lora section: rank-4 adapters, PBA's support
+    anchor scoring the base as the policy with its adapter off) and early_stop_lora (its step-4
+    checkpoint): each policy is an adapter folder without full weights, and the evaluation of
+    each reads the base and its adapter."""
+    workdir, _ = smoke_run
+    run = workdir / "results" / "smoke"
+    for policy in ("pba_lora/seed0/final", "pba_lora/seed0/step4"):
+        files = {p.name for p in (run / "train" / policy).iterdir()}
+        assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= files, (policy, files)
+        assert not {"model.safetensors", "config.json"} & files, (policy, files)  # no full weights
+    counts = pd.read_parquet(run / "eval_counts.parquet")
+    assert {"pba_lora", "early_stop_lora"} <= set(counts["method"]) and set(counts["n"]) == {32}
+    # PBA's anchor moves its adapter (GRPO's group advantages are all but zero on this testbed in
+    # 8 steps): its evaluation samples base + adapter, not the base (the same seed).
+    samples = {m: pd.read_parquet(run / "eval" / "testbed" / m / "seed0" / "samples.parquet")
+               for m in ("base", "pba_lora", "early_stop_lora")}
+    assert (samples["pba_lora"]["completion"] != samples["base"]["completion"]).sum() > 0
+    assert (samples["early_stop_lora"]["completion"] != samples["base"]["completion"]).sum() > 0
 
 
 def test_lora_on_reruns_exactly_the_training_and_what_reads_it(smoke_run):
@@ -154,9 +173,9 @@ def test_gate_tau_reruns_only_masks_pba_base_rollouts_training_its_evaluation_an
     workdir, config = smoke_run
     jobs = planned_jobs(workdir, _variant(config, lambda c: c["gate"].update(tau=0.3)))
     rules = {rule for rule, _ in jobs}
-    assert rules == {"mask", "base_rollouts", "train_pba", "evaluate", "report"}, rules
+    assert rules == {"mask", "base_rollouts", "train_pba", "train_pba_lora", "evaluate", "report"}, rules
     evaluated = {out.split("/")[4] for rule, out in jobs if rule == "evaluate"}
-    assert evaluated == {"pba"}
+    assert evaluated == {"pba", "pba_lora", "early_stop_lora"}
 
 
 def test_adaptive_calibration_reruns_exactly_calibration_and_what_reads_it(smoke_run):
@@ -180,7 +199,7 @@ def test_an_evaluation_setting_never_retrains(smoke_run):
     jobs = planned_jobs(workdir, _variant(config, lambda c: c["evaluate"].update(seed=7)))
     rules = {rule for rule, _ in jobs}
     assert rules == {"evaluate", "report"}, rules
-    assert len([1 for rule, _ in jobs if rule == "evaluate"]) == 2 * 4  # base, GRPO, PBA, early stop
+    assert len([1 for rule, _ in jobs if rule == "evaluate"]) == 2 * 6  # base, GRPO, PBA, early stop, the LoRA two
 
 
 def test_touching_code_without_changing_it_reruns_nothing(smoke_run):
@@ -265,8 +284,8 @@ def test_an_artifact_lost_to_a_failed_job_is_made_again_with_all_downstream(smok
         for i, path in enumerate(lost):
             (aside / str(i)).rename(path)
         aside.rmdir()
-    assert {rule for rule, _ in jobs} == {"mask", "base_rollouts", "train_pba", "evaluate", "report"}
-    assert {out.split("/")[4] for rule, out in jobs if rule == "evaluate"} == {"pba"}
+    assert {rule for rule, _ in jobs} == {"mask", "base_rollouts", "train_pba", "train_pba_lora", "evaluate", "report"}
+    assert {out.split("/")[4] for rule, out in jobs if rule == "evaluate"} == {"pba", "pba_lora", "early_stop_lora"}
 
 
 def assert_all_asks_for_every_output(tmp_path, configfile):
