@@ -67,3 +67,17 @@ def boundary_cli(capsys):
         return code, out.out, out.err
 
     return call
+
+
+def benchmark_main(monkeypatch, capsys, script: str, *argv) -> str:
+    """benchmarks/<script>.py's main() run with `argv` in this process (its command line is not
+    what is tested; a process would start torch, transformers and TRL again): what it prints."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *map(str, argv)])
+    module = importlib.import_module(script)
+    capsys.readouterr()
+    module.main()
+    return capsys.readouterr().out

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT
+from conftest import ROOT, benchmark_main
 from scipy import stats
 
 from boundary.core.errors import BoundaryError
@@ -326,16 +326,7 @@ def test_memory_stays_flat_as_max_new_tokens_grows_4x():
 
 
 def sampling_benchmark(monkeypatch, capsys, *argv) -> str:
-    """benchmarks/bench_sampling.py run with `argv` in this process (its command line is not what
-    is tested; a process would start torch and transformers again): what it prints."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(sys, "argv", ["bench_sampling.py", *map(str, argv)])
-    import bench_sampling
-
-    capsys.readouterr()
-    bench_sampling.main()
-    return capsys.readouterr().out
+    return benchmark_main(monkeypatch, capsys, "bench_sampling", *argv)
 
 
 def test_the_sampling_benchmark_runs_at_toy_scale(monkeypatch, capsys):

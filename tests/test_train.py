@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import benchmark_main
 
 from boundary.core.errors import BoundaryError
 from boundary.core.settings import resolve
@@ -452,16 +453,7 @@ def _step_time_rows(stdout: str) -> dict[str, list[str]]:
 
 
 def step_time_benchmark(monkeypatch, capsys, *argv) -> str:
-    """benchmarks/gpu_step_time.py run with `argv` in this process (its command line is not what
-    is tested; a process would start torch, transformers and TRL again): what it prints."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(sys, "argv", ["gpu_step_time.py", *map(str, argv)])
-    import gpu_step_time
-
-    capsys.readouterr()
-    gpu_step_time.main()
-    return capsys.readouterr().out
+    return benchmark_main(monkeypatch, capsys, "gpu_step_time", *argv)
 
 
 def test_the_gpu_step_time_benchmark_runs_at_toy_scale(monkeypatch, capsys):
