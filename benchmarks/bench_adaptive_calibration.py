@@ -175,7 +175,7 @@ def replay(args) -> None:
     rng = np.random.default_rng(args.seed)
     for pool, rows in table.groupby("pool", sort=True):
         full = rows[rows["run"] == "full"].sort_values(["prompt_id", "sample_idx"])
-        outcomes = full.groupby("prompt_id", sort=True)["correct"].agg(lambda x: x.to_numpy(int))
+        outcomes = full.groupby("prompt_id", sort=True)["correct"].apply(lambda x: x.to_numpy(int))
         if not outcomes.map(len).eq(n).all():
             raise SystemExit(f"{args.replay}: pool {pool}: a full run's prompt without {n} samples")
         running = np.cumsum(np.stack(outcomes.to_numpy()), axis=1)

@@ -315,7 +315,7 @@ elif [ -n "$detach" ]; then
     done
     if [ $(($(date +%s) - shown)) -ge 60 ]; then
       shown=$(date +%s)
-      say "running: $(grep -E 'of [0-9]+ steps' "$detached.log" | tail -n 1 | grep . || echo 'no step done yet')"
+      say "running: $(grep -E 'of [0-9]+ steps' "$detached.log" | tail -n 1 | grep . || echo 'no Snakemake job finished yet')"
       # the logs written in the last 20 s, the running jobs': a long job's own progress (tqdm's last line)
       find "results/$run/logs" -name '*.log' -newermt '20 seconds ago' 2>/dev/null | sort | while read -r log; do
         echo "  ${log#results/"$run"/logs/}: $(tr '\r' '\n' < "$log" | grep -v '^\s*$' | tail -n 1 | cut -c1-150)"
