@@ -7,15 +7,12 @@ resume from, "copy": [checkpoint, where to copy it first] (a run killed after it
 "base_rollouts": the base_rollouts stage's file for a base-sampled anchor, "every": the mask's
 unanchored stride}. make_config maps fsdp to ddp without GPUs; here the FSDP arguments are
 passed anyway (the test runs this with an accelerate that allows FSDP on CPU processes).
-Between jobs accelerate's state and the environment are reset, as in a fresh process. Rank 0
-prints one JSON line a job: its folder, the log, the wrapped classes, the checkpoints written."""
+The launch and the reset between jobs are torchrun_jobs.py's. Rank 0 reports each job: its
+folder, the log, the wrapped classes, the checkpoints written."""
 
 from __future__ import annotations
 
-import gc
 import hashlib
-import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -24,13 +21,13 @@ import numpy as np
 import pandas as pd
 import torch
 from datasets import Dataset
+from torchrun_jobs import serve
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 import boundary.training.trainer_config as trainer_config
 from boundary.core.settings import resolve
 from boundary.stages.train import save_atomic
 from boundary.training import trl_pin
-from boundary.training.launch import start_processes
 from boundary.training.sharding import config_args
 
 SETTINGS = {"steps": 3, "lr": 1e-4, "num_generations": 4, "prompts_per_step": 4, "max_completion_length": 6,
@@ -57,8 +54,12 @@ class Steps(TrainerCallback):
         self.run.append(state.global_step)
 
 
-def run(base: str, split: pd.DataFrame, job: dict) -> None:
+def run(base: str, split: pd.DataFrame, job: dict) -> dict:
     mode, out = job["mode"], job["out"]
+    if job.get("copy"):
+        if torch.distributed.get_rank() == 0:
+            shutil.copytree(*job["copy"])
+        torch.distributed.barrier()
     trainer_config.config_args = lambda sharded, checkpointing: config_args(mode, checkpointing)
     data = Dataset.from_dict({"prompt": split["problem"].tolist(), "answer": split["answer"].astype(str).tolist(),
                               "prompt_id": split["prompt_id"].tolist()})
@@ -86,39 +87,16 @@ def run(base: str, split: pd.DataFrame, job: dict) -> None:
     every_rank = [None] * trainer.accelerator.num_processes
     torch.distributed.all_gather_object(every_rank, policy_rows)
     save_atomic(trainer.accelerator, trainer.model, tok, Path(out) / "final")
-    if trainer.accelerator.is_main_process:
-        keys = ("step", "loss", "grad_norm", "kl", "anchor_loss", "reward", "learning_rate")
-        print(json.dumps({"log": [{k: h.get(k) for k in keys} for h in trainer.state.log_history if "loss" in h],
-                          "out": out, "sharded": trainer._sharded, "policy": type(trainer.model).__name__,
-                          "base": type(trainer.base_model).__name__, "steps_run": steps.run,
-                          "policy_rows": every_rank,
-                          "checkpoints": sorted(p.name for p in Path(out).glob("checkpoint-*"))}), flush=True)
-
-
-def fresh_state(environ: dict) -> None:
-    """What a new process would start from: no accelerate state (the next job's Accelerator
-    takes its own plugins; the process group stays up) and the environment as launched (the
-    training arguments and accelerate export FSDP settings into it)."""
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-    os.environ.clear()
-    os.environ.update(environ)
-    gc.collect()
+    keys = ("step", "loss", "grad_norm", "kl", "anchor_loss", "reward", "learning_rate")
+    return {"log": [{k: h.get(k) for k in keys} for h in trainer.state.log_history if "loss" in h],
+            "out": out, "sharded": trainer._sharded, "policy": type(trainer.model).__name__,
+            "base": type(trainer.base_model).__name__, "steps_run": steps.run, "policy_rows": every_rank,
+            "checkpoints": sorted(p.name for p in Path(out).glob("checkpoint-*"))}
 
 
 def main(base: str, split_path: str):
-    start_processes()
     split = pd.read_parquet(split_path)
-    environ = dict(os.environ)
-    for job in json.loads(os.environ["JOBS"]):
-        if job.get("copy"):
-            if torch.distributed.get_rank() == 0:
-                shutil.copytree(*job["copy"])
-            torch.distributed.barrier()
-        run(base, split, job)
-        fresh_state(environ)
+    serve(lambda job: run(base, split, job))
 
 
 if __name__ == "__main__":

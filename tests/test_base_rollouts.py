@@ -1,7 +1,7 @@
 """The base_rollouts stage: which rollouts it draws, shards that add up to one job, and how the
 trainer takes them (prompt tokens checked, rows off the files refused, next to TRL's vLLM
 rollouts). That a run reading them trains exactly as one drawing them in place is in
-tests/test_distributed.py, through `boundary train`, in one process and in two."""
+tests/test_distributed.py, through the train stage, in one process and in two."""
 
 import json
 import os

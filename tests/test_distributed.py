@@ -15,10 +15,19 @@ stage trains exactly as one that draws them in place.)
 The arithmetic that turns one batch into one update is checked exactly instead, in process:
 a batch's loss is the mean of its halves' losses, which is what DDP's gradient average needs.
 FSDP against DDP: test_fsdp.py.
+
+How the runs are made: a launch of 2 processes is three process starts (the launcher, torchrun,
+2 workers importing torch, transformers and TRL), more than a toy run trains. The command
+itself (`boundary train --processes 2`) runs where its launch is what is tested: one plain
+2-process run (the reference of the others), the resume, and processes that cannot connect.
+The other 2-process runs are made by the train stage's own code in one launch of
+train_cpu_worker.py (`batch`), one job after another; the one-process runs and the
+base_rollouts stage's draws run in this process, on one thread as the launched processes run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -31,11 +40,14 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
-from standin_engine import subprocess_env
 from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
+from torchrun_jobs import launch
 
 from boundary.core import settings as stage_settings
 from boundary.core.config import validate_config
+from boundary.stages import base_rollouts as base_rollouts_stage
+from boundary.stages import pretrain as pretrain_stage
+from boundary.stages import train as train_stage
 from boundary.tasks.testbed import TestbedTask, make_prompts
 
 SMOKE = validate_config(yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text()))
@@ -54,8 +66,8 @@ def smoke(tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke_train")
     testbed = SMOKE["testbed"]
     pretrain = {k: testbed[k] for k in ("task", "model", "pretrain")}
-    subprocess.run([sys.executable, "-m", "boundary.cli", "pretrain", "--settings", json.dumps(pretrain),
-                    "--out", str(root / "base")], env=env(), check=True, capture_output=True)
+    with one_thread():  # the stage's own code; its process start is not what is tested
+        pretrain_stage.main(["--settings", json.dumps(pretrain), "--out", str(root / "base")])
     split = make_prompts(TestbedTask(**testbed["task"]), {"train": testbed["splits"]["train"]})["train"]
     split.to_parquet(root / "train.parquet")
     epochs = stage_settings.refresh_epochs(SMOKE["train"]["steps"], SMOKE["gate"]["refresh_steps"])
@@ -70,35 +82,61 @@ def env() -> dict:
     """One CPU thread for every process: a run of 1 process, each of 2 (`train` divides the
     threads among them) and the base_rollouts stage then compute alike, so the runs below that
     must agree to the bit do so by construction (MKL promises equal bits only at equal shapes,
-    alignment and thread count)."""
+    alignment and thread count). What runs in this process runs on one thread too (`one_thread`)."""
     return {**os.environ, "PYTHONPATH": str(ROOT / "workflow"), "HF_HUB_OFFLINE": "1",
             "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def train(smoke, name: str, settings: dict, processes: int = 1, seed: int = 0, base_rollouts=(), standin=False,
-          extra=()):
-    """`boundary train` as the train rule runs it (plus `extra` options); `standin`: the stand-in
-    engine of tests/standin_engine.py where TRL builds vLLM's (vLLM's CPU build takes no weight
-    update)."""
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread in this process, as env() has it in the processes started."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_argv(smoke, name: str, settings: dict, processes: int = 1, base_rollouts=(), extra=()):
+    """`boundary train`'s options as the train rule passes them (plus `extra`): (argv, out, checkpoints)."""
     out, ck = smoke / name, smoke / f"{name}_ck"
     args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
-            "--settings", json.dumps(settings), "--seed", str(seed), "--out", str(out),
+            "--settings", json.dumps(settings), "--seed", "0", "--out", str(out),
             "--checkpoint-dir", str(ck), *(["--processes", str(processes)] if processes > 1 else []),
             *(["--base-rollouts", *map(str, base_rollouts)] if base_rollouts else []), *extra]
     if settings.get("mask"):
         args += ["--mask", str(smoke / "mask.parquet")]
-    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=subprocess_env(env(), standin),
+    return args, out, ck
+
+
+def train(smoke, name: str, settings: dict, processes: int = 1, base_rollouts=(), extra=()):
+    """The `boundary train` command: (out, checkpoints, what it printed)."""
+    args, out, ck = train_argv(smoke, name, settings, processes, base_rollouts, extra)
+    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=env(),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert run.returncode == 0, run.stdout[-6000:]
     return out, ck, run.stdout
 
 
+def train_here(smoke, name: str, settings: dict, base_rollouts=(), extra=()):
+    """A one-process run of the train stage's own code (what a `boundary train` process runs),
+    in this process on one thread: (out, checkpoints, None)."""
+    args, out, ck = train_argv(smoke, name, settings, 1, base_rollouts, extra)
+    with one_thread():
+        train_stage.run(args)
+    return out, ck, None
+
+
 @pytest.fixture(scope="module")
 def pba_runs(smoke):
     """The smoke config's PBA (support anchor, bulk base draws) in 1 process and in 2, their
-    checkpoints kept (the resume test below restarts from one)."""
-    settings = smoke_settings("pba")
-    return {n: train(smoke, f"pba_{n}proc", settings, n, extra=["--keep-checkpoints"]) for n in (1, 2)}
+    checkpoints kept (the resume test below restarts from one). The 2-process run is the
+    command's own launch: the torchrun path stays covered, and it is the fresh-process reference
+    that the runs of `batch` are compared with."""
+    settings, keep = smoke_settings("pba"), ["--keep-checkpoints"]
+    return {1: train_here(smoke, "pba_1proc", settings, extra=keep),
+            2: train(smoke, "pba_2proc", settings, 2, extra=keep)}
 
 
 def test_two_processes_train_like_one(pba_runs):
@@ -153,28 +191,62 @@ def test_a_resumed_two_process_run_repeats_the_uninterrupted_one(smoke, pba_runs
 
 @pytest.fixture(scope="module")
 def pre_drawn(smoke):
-    """The smoke PBA run's base rollouts, drawn by the base_rollouts stage in 2 shard jobs."""
+    """The smoke PBA run's base rollouts, drawn by the base_rollouts stage in 2 shard jobs
+    (the stage's own code, in this process on one thread)."""
     files = [smoke / "pre_drawn" / f"{i}.parquet" for i in range(2)]
     for i, path in enumerate(files):
         args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
                 "--mask", str(smoke / "mask.parquet"), "--settings", json.dumps(smoke_settings("pba")),
                 "--seed", "0", "--shard", f"{i}/2", "--out", str(path)]
-        run = subprocess.run([sys.executable, "-m", "boundary.cli", "base-rollouts", *args], env=env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert run.returncode == 0, run.stdout[-6000:]
+        with one_thread():
+            base_rollouts_stage.main(args)
     return files
 
 
+# The methods run in 2 processes besides PBA: the drop sampler, the policy anchor with a global
+# KL (base scoring of each process's rows) and the base anchor (bulk draws without log-probs).
+METHODS = {"drop": dict(mask="pba", masked_action="drop"),
+           "policy_global_kl": dict(mask="pba", anchor="policy", kl_estimator="k2", beta_kl=0.05),
+           "base": dict(mask="pba", anchor="base", beta_a=10.0)}
+
+
+def method_settings(method: str) -> dict:
+    return smoke_settings("grpo", steps=4, checkpoints=[4], **METHODS[method])
+
+
+ENGINE = dict(rollout_engine="vllm", vllm_check_every=1, steps=4, checkpoints=[4])
+
+
+@pytest.fixture(scope="module")
+def batch(smoke, pre_drawn):
+    """The 2-process runs whose launch is not what their test checks, each as the train stage
+    runs it in `boundary train --processes 2`'s workers, all in one launch of
+    train_cpu_worker.py: name -> (out, what the launch printed during that run). PBA on the
+    pre-drawn rollouts comes first, so that it trains in processes that have trained nothing
+    yet, as the command's run it must equal to the bit does; the engine run, which patches the
+    stand-in engine into TRL, comes last."""
+    jobs = {"pba_pre_2proc": train_argv(smoke, "pba_pre_2proc", smoke_settings("pba"), 2, pre_drawn),
+            **{f"{m}_2proc": train_argv(smoke, f"{m}_2proc", method_settings(m), 2) for m in METHODS},
+            "pba_engine_2proc": train_argv(smoke, "pba_engine_2proc", smoke_settings("pba", **ENGINE), 2, pre_drawn)}
+    done = launch(ROOT / "tests" / "train_cpu_worker.py", [],
+                  [{"argv": args, "standin": name == "pba_engine_2proc"} for name, (args, _, _) in jobs.items()],
+                  {**env(), "CUDA_VISIBLE_DEVICES": ""})  # as the command's launcher sets them on a CPU
+    return {name: (out, text) for (name, (_, out, _)), (_, text) in zip(jobs.items(), done, strict=True)}
+
+
 @pytest.mark.parametrize("processes", [1, 2])
-def test_pre_drawn_base_rollouts_train_as_drawn_in_place(smoke, pba_runs, pre_drawn, processes):
+def test_pre_drawn_base_rollouts_train_as_drawn_in_place(smoke, pba_runs, pre_drawn, batch, processes):
     """A PBA run reading the base_rollouts stage's files (drawn in 2 shards) trains exactly as
     the run that draws the same blocks in place: same seed, same schedule, same actions, the same
     log value by value, the same final weights; in one process and in two."""
     from safetensors.torch import load_file
 
     assert all(len(pd.read_parquet(f)) for f in pre_drawn)
-    out, _, text = train(smoke, f"pba_pre_{processes}proc", smoke_settings("pba"), processes,
-                         base_rollouts=pre_drawn)
+    if processes == 1:
+        out = train_here(smoke, "pba_pre_1proc", smoke_settings("pba"), base_rollouts=pre_drawn)[0]
+    else:
+        out, text = batch["pba_pre_2proc"]
+        assert "in 2 process(es)" in text
     place = pba_runs[processes][0]
     pd.testing.assert_frame_equal(pd.read_parquet(out / "actions.parquet"),
                                   pd.read_parquet(place / "actions.parquet"))
@@ -210,14 +282,13 @@ def planned_actions(smoke, settings) -> pd.DataFrame:
     return trainer.actions()
 
 
-def test_an_engine_run_in_two_processes_takes_the_one_process_run_s_actions(smoke, pba_runs, pre_drawn):
-    """`rollout_engine: vllm` through the train command's 2-process launch (gloo; the stand-in
-    engine): PBA on the base_rollouts stage's files trains every step, takes the actions of the
-    1-process `generate` run, and each sync's engine scores as the policy."""
+def test_an_engine_run_in_two_processes_takes_the_one_process_run_s_actions(pba_runs, batch):
+    """`rollout_engine: vllm` in 2 processes (gloo; the stand-in engine): PBA on the
+    base_rollouts stage's files trains every step, takes the actions of the 1-process `generate`
+    run, and each sync's engine scores as the policy."""
     from boundary.training import rollout_engine
 
-    settings = smoke_settings("pba", rollout_engine="vllm", vllm_check_every=1, steps=4, checkpoints=[4])
-    out, _, text = train(smoke, "pba_engine_2proc", settings, 2, base_rollouts=pre_drawn, standin=True)
+    out, text = batch["pba_engine_2proc"]
     assert "in 2 process(es)" in text
     pd.testing.assert_frame_equal(pd.read_parquet(out / "actions.parquet"),
                                   pd.read_parquet(pba_runs[1][0] / "actions.parquet").query("step <= 4"))
@@ -228,18 +299,15 @@ def test_an_engine_run_in_two_processes_takes_the_one_process_run_s_actions(smok
     assert log["base_rollouts_on_demand"].fillna(0).eq(0).all()
 
 
-@pytest.mark.parametrize("method", ["drop", "policy_global_kl", "base"])
-def test_every_method_runs_in_two_processes(smoke, method):
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_runs_in_two_processes(smoke, batch, method):
     """The drop sampler, the policy anchor with a global KL (base scoring of each process's
     rows) and the base anchor (bulk draws without log-probs), in 2 processes, steps 1-4 (the
     support anchor: the PBA runs above)."""
-    extra = {"drop": dict(mask="pba", masked_action="drop"),
-             "policy_global_kl": dict(mask="pba", anchor="policy", kl_estimator="k2", beta_kl=0.05),
-             "base": dict(mask="pba", anchor="base", beta_a=10.0)}[method]
-    settings = smoke_settings("grpo", steps=4, checkpoints=[4], **extra)
-    out, _, _ = train(smoke, f"{method}_2proc", settings, 2)
+    out, text = batch[f"{method}_2proc"]
+    assert "in 2 process(es)" in text
     actions = pd.read_parquet(out / "actions.parquet")
-    pd.testing.assert_frame_equal(actions, planned_actions(smoke, settings))
+    pd.testing.assert_frame_equal(actions, planned_actions(smoke, method_settings(method)))
     log = pd.read_parquet(out / "log.parquet")
     assert log["step"].tolist() == [1, 2, 3, 4]
     assert np.isfinite(log[["loss", "reward", "grad_norm"]].to_numpy()).all()

@@ -21,6 +21,7 @@ import pytest
 import torch
 from conftest import ROOT
 from test_distributed import env, smoke  # noqa: F401  (smoke: a fixture, built once in this module too)
+from torchrun_jobs import launch
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +53,8 @@ LORA = {"lora": {"enabled": True, "rank": 4}}
 @pytest.fixture(scope="module")
 def runs(smoke, accelerate_with_cpu_fsdp, tmp_path_factory) -> dict:
     """Every run of the tests below, in one launch of tests/fsdp_cpu_worker.py on 2 gloo
-    processes (a launch costs three process starts, more than a run of 3 steps): name -> the
-    JSON line of that run (its folder under "out"). A run that waits for ever on a collective
-    fails at the timeout rather than stall the suite."""
+    processes (torchrun_jobs.py: a launch costs three process starts, more than a run of 3
+    steps): name -> what that run reported (its folder under "out")."""
     from fsdp_cpu_worker import SETTINGS, anchored
 
     root = tmp_path_factory.mktemp("fsdp")
@@ -80,16 +80,11 @@ def runs(smoke, accelerate_with_cpu_fsdp, tmp_path_factory) -> dict:
             ck = root / name / "resumed" / "checkpoint-2"
             jobs.append({"mode": "fsdp", "out": str(root / name / "resumed"), "method": method, "resume": str(ck),
                          "copy": [str(root / name / "fsdp" / "checkpoint-2"), str(ck)]})
-    launch = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                             str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
-                             str(smoke / "train.parquet")],
-                            env={**env(), "JOBS": json.dumps(jobs), "OMP_NUM_THREADS": "1",
-                                 "PYTHONPATH": f"{accelerate_with_cpu_fsdp}{os.pathsep}{ROOT / 'workflow'}"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1200)
-    assert launch.returncode == 0, launch.stdout[-6000:]
-    lines = [json.loads(line) for line in launch.stdout.splitlines() if line.startswith('{"log"')]
-    assert [r["out"] for r in lines] == [j["out"] for j in jobs], launch.stdout[-6000:]
-    return {str(Path(r["out"]).relative_to(root)): {**r, "out": Path(r["out"])} for r in lines}
+    done = launch(ROOT / "tests" / "fsdp_cpu_worker.py", [str(smoke / "base"), str(smoke / "train.parquet")], jobs,
+                  {**env(), "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": f"{accelerate_with_cpu_fsdp}{os.pathsep}{ROOT / 'workflow'}"})
+    assert [r["out"] for r, _ in done] == [j["out"] for j in jobs]
+    return {str(Path(r["out"]).relative_to(root)): {**r, "out": Path(r["out"])} for r, _ in done}
 
 
 def same_log(fsdp: dict, ddp: dict) -> None:
