@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -67,6 +68,21 @@ def boundary_cli(capsys):
         return code, out.out, out.err
 
     return call
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread in this process, as a test's `OMP_NUM_THREADS=1` subprocesses run: a
+    run made here then computes as theirs do (MKL promises equal bits only at equal shapes,
+    alignment and thread count), where a test compares it with theirs."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def benchmark_main(monkeypatch, capsys, script: str, *argv) -> str:

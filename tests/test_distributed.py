@@ -27,7 +27,6 @@ base_rollouts stage's draws run in this process, on one thread as the launched p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -39,7 +38,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from conftest import ROOT, one_thread
 from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
 from torchrun_jobs import launch
 
@@ -85,17 +84,6 @@ def env() -> dict:
     alignment and thread count). What runs in this process runs on one thread too (`one_thread`)."""
     return {**os.environ, "PYTHONPATH": str(ROOT / "workflow"), "HF_HUB_OFFLINE": "1",
             "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-
-
-@contextlib.contextmanager
-def one_thread():
-    """torch on one thread in this process, as env() has it in the processes started."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def train_argv(smoke, name: str, settings: dict, processes: int = 1, base_rollouts=(), extra=()):
