@@ -8,7 +8,6 @@ sitecustomize calls it in a subprocess when BOUNDARY_STANDIN_ENGINE is set)."""
 from __future__ import annotations
 
 import copy
-import os
 import types
 from pathlib import Path
 
@@ -103,6 +102,8 @@ def patch():
 def subprocess_env(env: dict, standin: bool) -> dict:
     """`env` for a `boundary train` subprocess: this checkout's package on PYTHONPATH and, with
     `standin`, this stand-in where TRL builds vLLM's engine (tests/standin_site's sitecustomize)."""
+    from conftest import pythonpath  # here, not at the top: a subprocess imports this module too
+
     tests = Path(__file__).parent
-    paths = [tests / "standin_site", tests, tests.parent / "workflow"] if standin else [tests.parent / "workflow"]
-    return {**env, "PYTHONPATH": os.pathsep.join(map(str, paths)), "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}
+    paths = pythonpath(tests / "standin_site", tests) if standin else pythonpath()
+    return {**env, "PYTHONPATH": paths, "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}

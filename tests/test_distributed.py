@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from conftest import ROOT, pythonpath
 from standin_engine import subprocess_env
 from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
 
@@ -71,7 +71,7 @@ def env() -> dict:
     threads among them) and the base_rollouts stage then compute alike, so the runs below that
     must agree to the bit do so by construction (MKL promises equal bits only at equal shapes,
     alignment and thread count)."""
-    return {**os.environ, "PYTHONPATH": str(ROOT / "workflow"), "HF_HUB_OFFLINE": "1",
+    return {**os.environ, "PYTHONPATH": pythonpath(), "HF_HUB_OFFLINE": "1",
             "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 

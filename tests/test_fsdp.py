@@ -9,7 +9,6 @@ file on one worker)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, pythonpath
 from test_distributed import env, smoke  # noqa: F401  (smoke: a fixture, built once in this module too)
 
 
@@ -84,7 +83,7 @@ def runs(smoke, accelerate_with_cpu_fsdp, tmp_path_factory) -> dict:
                              str(ROOT / "tests" / "fsdp_cpu_worker.py"), str(smoke / "base"),
                              str(smoke / "train.parquet")],
                             env={**env(), "JOBS": json.dumps(jobs), "OMP_NUM_THREADS": "1",
-                                 "PYTHONPATH": f"{accelerate_with_cpu_fsdp}{os.pathsep}{ROOT / 'workflow'}"},
+                                 "PYTHONPATH": pythonpath(accelerate_with_cpu_fsdp)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1200)
     assert launch.returncode == 0, launch.stdout[-6000:]
     lines = [json.loads(line) for line in launch.stdout.splitlines() if line.startswith('{"log"')]
