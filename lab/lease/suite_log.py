@@ -25,7 +25,7 @@ OTHER_KEPT = 60  # lines of any other section (the warnings)
 def _cut(lines: list[str], head: int, tail: int) -> list[str]:
     if len(lines) <= head + tail + 1:
         return lines
-    return [*lines[:head], f"[... {len(lines) - head - tail} lines cut ...]", *lines[-tail:]]
+    return [*lines[:head], f"[... {len(lines) - head - tail} lines cut ...]", *lines[len(lines) - tail:]]
 
 
 def _parts(lines: list[str]) -> tuple[list[str], list[tuple[str, list[str]]]]:

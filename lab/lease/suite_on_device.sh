@@ -8,6 +8,7 @@
 #       [--rev REV] [--pytest "ARGS"] [CORE...]     (default cores: SkylakeX Haswell)
 #   OUT=<folder> bash lab/lease/suite_on_device.sh collect [--wait SECONDS]
 #   bash lab/lease/suite_on_device.sh stop
+#   bash lab/lease/suite_on_device.sh check
 #
 # start   prepares, checks and returns; the run goes on in its own process session (a call may
 #         end): each kernel in turn (--together: side by side) runs `tests/kernels.sh --all`
@@ -29,6 +30,7 @@
 #         output, the short summary, the slowest tests) and suite.txt (the run's settings and
 #         each kernel's line); says which kernel runs and how far it is. --wait: until the run
 #         ends or SECONDS pass.
+# check   what start checks, alone: the modules the suite imports, and no vLLM (a cheap first look)
 # stop    SIGINT to each kernel's pytest (it then prints what failed so far, as at the time limit).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -52,6 +54,36 @@ suite_env() {
     TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
     NVSHMEM_DISABLE_NVLS=1
   unset PYTEST_ADDOPTS
+}
+
+check() {  # $LEASE_SITE's view (less vLLM), then what the suite needs, in the suite's environment
+  rm -rf "$VIEW" && mkdir -p "$VIEW" || return 1
+  # Links: nothing is copied, nothing there changes.
+  if [ -d "$SITE" ]; then
+    for entry in "$SITE"/* "$SITE"/.[!.]*; do
+      [ -e "$entry" ] || continue
+      case "$(basename "$entry")" in vllm|vllm-*.dist-info) continue ;; esac
+      ln -s "$entry" "$VIEW/"
+    done
+  fi
+  (
+    suite_env
+    # shellcheck disable=SC2086
+    "$PY" - $MODULES <<'PY'
+import importlib.util, os, shutil, sys
+missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]
+# conftest.py puts the interpreter's folder first on PATH: the tests run `snakemake` from there.
+if not shutil.which("snakemake", path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]):
+    missing.append("the snakemake command")
+if missing:
+    sys.exit(f"suite_on_device.sh: the suite needs {', '.join(missing)}, not installed here "
+             "(lease.sh's wheel sets, then start --wheels with device_kit.py's tests set)")
+vllm = importlib.util.find_spec("vllm")
+if vllm is not None:
+    sys.exit(f"suite_on_device.sh: vllm is importable ({vllm.origin}): the suite would use this build")
+print("suite_on_device.sh: the suite's modules are all here, vLLM is not")
+PY
+  )
 }
 
 start() {
@@ -81,44 +113,18 @@ start() {
   fi
   alive && { say "start: a run is going (pid $(cat "$RUN/pid")): collect it, or stop it" >&2; return 1; }
 
-  rm -rf "$RUN" "$RUN.tmp" "$VIEW" "$BIN" && mkdir -p "$RUN" "$VIEW" "$BIN" "$KIT" || return 1
-  # $LEASE_SITE less vLLM, as links: nothing is copied, nothing there changes.
-  if [ -d "$SITE" ]; then
-    for entry in "$SITE"/* "$SITE"/.[!.]*; do
-      [ -e "$entry" ] || continue
-      case "$(basename "$entry")" in vllm|vllm-*.dist-info) continue ;; esac
-      ln -s "$entry" "$VIEW/"
-    done
-  fi
+  rm -rf "$RUN" "$RUN.tmp" "$BIN" && mkdir -p "$RUN" "$BIN" "$KIT" || return 1
   if [ -n "$wheels" ]; then
     rm -rf "$KIT" && mkdir -p "$KIT" &&
       "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$KIT" "$wheels"/*.whl ||
       { say "start: installing the wheels of $wheels failed" >&2; return 1; }
   fi
-  cp lab/lease/suite_no_gpu.py "$KIT/" || return 1
+  cp lab/lease/suite_no_gpu.py "$KIT/" && check || return 1
   # The suite's own checkout: REV's files, with git (test_product_boundary lists them).
   git worktree remove --force "$SUITE_DIR" >/dev/null 2>&1; rm -rf "$SUITE_DIR"; git worktree prune
   git worktree add -q --detach "$SUITE_DIR" "$rev" ||
     { say "start: git worktree add $SUITE_DIR $rev failed" >&2; return 1; }
   printf '#!/bin/sh\nexec %s -m boundary.cli "$@"\n' "$(command -v "$PY")" > "$BIN/boundary" && chmod +x "$BIN/boundary"
-  (
-    suite_env
-    cd "$SUITE_DIR" || exit 1
-    # shellcheck disable=SC2086
-    "$PY" - $MODULES <<'PY'
-import importlib.util, os, shutil, sys
-missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]
-# conftest.py puts the interpreter's folder first on PATH: the tests run `snakemake` from there.
-if not shutil.which("snakemake", path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]):
-    missing.append("the snakemake command")
-if missing:
-    sys.exit(f"suite_on_device.sh: start: the suite imports {', '.join(missing)}, not installed here "
-             "(lease.sh's wheel sets, then --wheels with device_kit.py's tests set)")
-vllm = importlib.util.find_spec("vllm")
-if vllm is not None:
-    sys.exit(f"suite_on_device.sh: start: vllm is importable ({vllm.origin}): the suite would use this build")
-PY
-  ) || return 1
   {
     echo "suite: commit $(git -C "$SUITE_DIR" rev-parse HEAD), started $(date -u +%FT%TZ)"
     echo "suite: cores ${cores[*]}, ${workers} workers a kernel, ${limit} s a kernel${together:+, side by side}${extra:+, pytest $extra}"
@@ -195,6 +201,6 @@ stop() {
 }
 
 case "${1:-}" in
-  start|run|collect|stop) cmd=$1; shift; "$cmd" "$@" ;;
-  *) echo "usage: bash lab/lease/suite_on_device.sh start|collect|stop [options] (see its head)" >&2; exit 2 ;;
+  start|run|collect|stop|check) cmd=$1; shift; "$cmd" "$@" ;;
+  *) echo "usage: bash lab/lease/suite_on_device.sh start|collect|stop|check [options] (see its head)" >&2; exit 2 ;;
 esac
