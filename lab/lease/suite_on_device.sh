@@ -165,7 +165,7 @@ run() {  # LIMIT WORKERS TOGETHER EXTRA CORE...: the detached part of start
 }
 
 collect() {
-  local wait=0 waited=0 log pct
+  local wait=0 waited=0 log pct marks
   while [ $# -gt 0 ]; do
     case "$1" in
       --wait) wait="$2"; shift 2 ;;
@@ -181,8 +181,11 @@ collect() {
   if alive; then
     for log in "$RUN"/full/kernel-*.log; do
       [ -f "$log" ] && [ ! -f "$RUN/suite-$(basename "$log" .log | cut -d- -f2-).log" ] || continue
+      marks=$(grep -E '^[.sSFEXx]+( +\[ *[0-9]+%\])?$|^[.sSFEXx]+$' "$log" | sed 's/ *\[.*//' | tr -d '\n')
       pct=$(grep -o '\[ *[0-9]*%\]' "$log" | tail -n 1)
-      say "running: $(basename "$log" .log | cut -d- -f2-) at ${pct:-its start}, $(grep -c '^\[gw[0-9]*\] node down' "$log") worker(s) lost"
+      say "running: $(basename "$log" .log | cut -d- -f2-): ${#marks} tests done${pct:+ ($pct)}," \
+        "$(echo -n "$marks" | tr -cd 'FE' | wc -c) failed or in error so far," \
+        "$(grep -c '^\[gw[0-9]*\] node down' "$log") worker(s) lost"
     done
   else
     say "the run has ended"
