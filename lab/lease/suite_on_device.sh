@@ -189,6 +189,7 @@ collect() {
     done
   else
     say "the run has ended"
+    [ ! -s "$RUN/console.log" ] || { say "its console's end:"; tail -n 20 "$RUN/console.log"; }
   fi
 }
 
