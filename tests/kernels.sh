@@ -43,7 +43,10 @@ for core in "$@"; do
     -p no:cacheprovider $how ${PYTEST_ARGS:-} $tests > "$log" 2>&1
   rc=$?
   summary=$(tail -n 1 "$log")
-  [ $rc != 124 ] || summary="stopped at the ${limit}-s limit: $summary"
+  case $rc in
+    124) summary="stopped at the ${limit}-s limit: $summary" ;;
+    2) summary="interrupted: $summary" ;;  # pytest's code for a SIGINT (Ctrl-C)
+  esac
   echo "kernels.sh: $core (OpenBLAS took ${took:-?}): $summary"
   [ $rc = 0 ] || failed=1
 done

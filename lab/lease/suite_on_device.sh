@@ -31,7 +31,8 @@
 #         each kernel's line); says which kernel runs and how far it is. --wait: until the run
 #         ends or SECONDS pass.
 # check   what start checks, alone: the modules the suite imports, and no vLLM (a cheap first look)
-# stop    SIGINT to each kernel's pytest (it then prints what failed so far, as at the time limit).
+# stop    SIGINT to each kernel's pytest (it then prints what failed so far, as at the time limit);
+#         the kernels not started yet are not run.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 2
@@ -157,6 +158,7 @@ run() {  # LIMIT WORKERS TOGETHER EXTRA CORE...: the detached part of start
   suite_env
   cd "$SUITE_DIR" || exit 1
   for core in "$@"; do
+    [ ! -f "$RUN/stopped" ] || { echo "suite: $core not run: stopped" >> "$RUN/suite.txt"; continue; }
     if [ "$together" = 1 ]; then one_kernel "$core" "$limit" "$workers" "$extra" &
     else one_kernel "$core" "$limit" "$workers" "$extra"; fi
   done
@@ -199,7 +201,8 @@ stop() {
   # Each kernel's pytest runs under a `timeout` in a process group of its own: the timeout passes
   # the SIGINT on to that group, as at its limit.
   pids=$(ps -eo pid=,sid=,comm= | awk -v sid="$(cat "$RUN/pid")" '$2 == sid && $3 == "timeout" {print $1}')
-  [ -n "$pids" ] || { say "stop: no kernel is running yet"; return 1; }
+  touch "$RUN/stopped"  # the kernels not started yet are not started
+  [ -n "$pids" ] || { say "stop: no kernel is running yet; none will start"; return 0; }
   # shellcheck disable=SC2086
   kill -INT $pids && say "stop: SIGINT to the kernels' runs (timeout pids $(echo $pids))"
 }
