@@ -25,11 +25,11 @@
 #         (suite_no_gpu.py) before any test can set it. The SLURM test is off (it installs SLURM
 #         from Debian packages: no network there). Refuses, in one line, if a module the suite
 #         imports is missing or vLLM is importable.
-# collect copies into $OUT what has ended: suite-CORE.log for each kernel (its kernels.sh line,
-#         its time, and the pytest log cut by suite_log.py: each failure's code, assertion and
-#         output, the short summary, the slowest tests) and suite.txt (the run's settings and
-#         each kernel's line); says which kernel runs and how far it is. --wait: until the run
-#         ends or SECONDS pass.
+# collect copies into $OUT suite-CORE.log for each kernel that has ended (the run's commit and
+#         settings, the kernel's kernels.sh line and time, and its pytest log cut by suite_log.py:
+#         each failure's code, assertion and output, the short summary, the slowest tests: one
+#         file a kernel, nothing else), prints the run's summary (suite.txt: each kernel's line),
+#         and says how far a kernel still running is. --wait: until the run ends or SECONDS pass.
 # check   what start checks, alone: the modules the suite imports, and no vLLM (a cheap first look)
 # stop    SIGINT to each kernel's pytest (it then prints what failed so far, as at the time limit);
 #         the kernels not started yet are not run.
@@ -145,6 +145,7 @@ one_kernel() {  # CORE LIMIT WORKERS EXTRA
   line=$(TMPDIR="$RUN.tmp/$core" PYTHON="$PY" PYTEST_ARGS="-n $3 -p suite_no_gpu $4" \
     bash tests/kernels.sh --all --timeout "$2" --log "$RUN/full" "$core" 2>&1 | tail -n 1)
   {
+    head -n 3 "$RUN/suite.txt"  # the run's commit and settings
     echo "$line"
     echo "suite: $core took $(($(date +%s) - began)) s"
     [ ! -f "$RUN/full/kernel-$core.log" ] || "$PY" "$ROOT/lab/lease/suite_log.py" "$RUN/full/kernel-$core.log"
@@ -178,7 +179,7 @@ collect() {
   : "${OUT:?suite_on_device.sh: collect: set OUT to the folder that comes back}"
   [ -f "$RUN/suite.txt" ] || { say "collect: no run on this machine ($RUN): start one first" >&2; return 1; }
   while alive && [ "$waited" -lt "$wait" ]; do sleep 5; waited=$((waited + 5)); done
-  mkdir -p "$OUT" && cp "$RUN/suite.txt" "$OUT/" && cp "$RUN"/suite-*.log "$OUT/" 2>/dev/null
+  mkdir -p "$OUT" && cp "$RUN"/suite-*.log "$OUT/" 2>/dev/null
   cat "$RUN/suite.txt"
   if alive; then
     for log in "$RUN"/full/kernel-*.log; do
