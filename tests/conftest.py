@@ -33,6 +33,13 @@ LONGEST_FIRST = ["test_real_model.py", "test_workflow.py", "test_distributed.py"
                  "test_train.py", "test_lease.py"]
 
 
+def pythonpath(*first) -> str:
+    """PYTHONPATH for a subprocess of a test: `first`, this tree's package, then this process's own
+    PYTHONPATH (packages installed into a folder on it, not into the interpreter, stay importable)."""
+    paths = [*map(str, first), str(ROOT / "workflow"), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    return os.pathsep.join(dict.fromkeys(p for p in paths if p))
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order kept

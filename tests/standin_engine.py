@@ -8,7 +8,6 @@ sitecustomize calls it in a subprocess when BOUNDARY_STANDIN_ENGINE is set)."""
 from __future__ import annotations
 
 import copy
-import os
 import types
 from pathlib import Path
 
@@ -81,18 +80,33 @@ class StandInGeneration:
         return prompts, completions, (logprobs if self.logprobs is not None else None), None
 
 
+def no_engine(*args, **kwargs):
+    raise AssertionError("the stand-in builds no vLLM engine")
+
+
+def install(monkeypatch, generation=StandInGeneration):
+    """The stand-in (or a subclass) where TRL builds its engine, for a trainer made in this process,
+    undone after the test. TRL's `vllm_generation.LLM`, which the engine's overrides wrap, exists
+    only where vLLM is installed: without it, one that nothing calls."""
+    from trl.generation import vllm_generation
+    from trl.trainer import grpo_trainer
+
+    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", generation)
+    monkeypatch.setattr(rollout_engine, "VLLMEngine", lambda g: g.engine)
+    monkeypatch.setattr(vllm_generation, "LLM", getattr(vllm_generation, "LLM", no_engine), raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)  # the engine's start sets it: undone after
+
+
 def patch():
-    """The stand-in where TRL builds its engine; the CPU refusal lifted. It needs nothing of vLLM:
-    TRL takes vLLM as absent (trl_pin.without_vllm: ~10 s of each process's start), and the
-    engine's overrides (rollout_engine.engine_overrides) wrap an `LLM` that nothing calls."""
+    """The stand-in where TRL builds its engine, in a `boundary train` subprocess; the CPU refusal
+    lifted. It needs nothing of vLLM: TRL takes vLLM as absent (trl_pin.without_vllm: ~10 s of each
+    process's start), and the engine's overrides (rollout_engine.engine_overrides) wrap an `LLM`
+    that nothing calls."""
     from boundary.training import trl_pin
 
     trl_pin.without_vllm()
     from trl.generation import vllm_generation
     from trl.trainer import grpo_trainer
-
-    def no_engine(*args, **kwargs):
-        raise AssertionError("the stand-in builds no vLLM engine")
 
     vllm_generation.LLM = getattr(vllm_generation, "LLM", no_engine)
     grpo_trainer.VLLMGeneration = StandInGeneration
@@ -103,6 +117,8 @@ def patch():
 def subprocess_env(env: dict, standin: bool) -> dict:
     """`env` for a `boundary train` subprocess: this checkout's package on PYTHONPATH and, with
     `standin`, this stand-in where TRL builds vLLM's engine (tests/standin_site's sitecustomize)."""
+    from conftest import pythonpath  # here, not at the top: a subprocess imports this module too
+
     tests = Path(__file__).parent
-    paths = [tests / "standin_site", tests, tests.parent / "workflow"] if standin else [tests.parent / "workflow"]
-    return {**env, "PYTHONPATH": os.pathsep.join(map(str, paths)), "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}
+    paths = pythonpath(tests / "standin_site", tests) if standin else pythonpath()
+    return {**env, "PYTHONPATH": paths, "BOUNDARY_STANDIN_ENGINE": "1" if standin else ""}

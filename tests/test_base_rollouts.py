@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import pythonpath
 from test_train import SETTINGS, G, P, alternate, make_trainer, model_dir, scheduled_batch, split  # noqa: F401
 
 from boundary.core.errors import BoundaryError
@@ -82,7 +82,7 @@ def test_the_stage_does_not_import_the_trainer_so_not_vllm(model_dir, stage_inpu
     code = (f"import sys; from boundary.stages import base_rollouts as s; s.main({argv!r}); "
             "print(sorted(m for m in sys.modules if m == 'trl.trainer.grpo_trainer' or m.startswith('vllm')))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT / "workflow")})
+                         env={**os.environ, "PYTHONPATH": pythonpath()})
     assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout
 
 

@@ -38,7 +38,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import ROOT, one_thread
+from conftest import ROOT, one_thread, pythonpath
 from test_train import G, P, alternate, first_batch, make_trainer, model_dir, perturb, split  # noqa: F401
 from torchrun_jobs import launch
 
@@ -82,7 +82,7 @@ def env() -> dict:
     threads among them) and the base_rollouts stage then compute alike, so the runs below that
     must agree to the bit do so by construction (MKL promises equal bits only at equal shapes,
     alignment and thread count). What runs in this process runs on one thread too (`one_thread`)."""
-    return {**os.environ, "PYTHONPATH": str(ROOT / "workflow"), "HF_HUB_OFFLINE": "1",
+    return {**os.environ, "PYTHONPATH": pythonpath(), "HF_HUB_OFFLINE": "1",
             "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 

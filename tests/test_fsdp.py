@@ -9,7 +9,6 @@ file on one worker)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, pythonpath
 from test_distributed import env, smoke  # noqa: F401  (smoke: a fixture, built once in this module too)
 from torchrun_jobs import launch
 
@@ -82,7 +81,7 @@ def runs(smoke, accelerate_with_cpu_fsdp, tmp_path_factory) -> dict:
                          "copy": [str(root / name / "fsdp" / "checkpoint-2"), str(ck)]})
     done = launch(ROOT / "tests" / "fsdp_cpu_worker.py", [str(smoke / "base"), str(smoke / "train.parquet")], jobs,
                   {**env(), "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": f"{accelerate_with_cpu_fsdp}{os.pathsep}{ROOT / 'workflow'}"})
+                   "PYTHONPATH": pythonpath(accelerate_with_cpu_fsdp)})
     assert [r["out"] for r, _ in done] == [j["out"] for j in jobs]
     return {str(Path(r["out"]).relative_to(root)): {**r, "out": Path(r["out"])} for r, _ in done}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import pythonpath
 
 from boundary.core.errors import BoundaryError
 from boundary.stages import train as launch
@@ -233,7 +234,7 @@ def test_a_worker_dies_with_the_torchrun_that_started_it(tmp_path):
     launcher = ("import subprocess, sys; "
                 f"w = subprocess.Popen([sys.executable, '-c', {worker!r}], start_new_session=True); "
                 "print(w.pid, flush=True); w.wait()")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "workflow")}
+    env = {**os.environ, "PYTHONPATH": pythonpath()}
     job = subprocess.Popen([sys.executable, "-c", launcher], env=env, stdout=subprocess.PIPE, text=True,
                            start_new_session=True)
     pid = int(job.stdout.readline())
@@ -266,7 +267,7 @@ def test_a_worker_prints_its_stacks_on_sigusr1_and_trains_on(tmp_path):
         port = free.getsockname()[1]
     worker = ("import os, signal; from boundary.training.launch import start_processes; start_processes(); "
               "os.kill(os.getpid(), signal.SIGUSR1); print('trains on', flush=True)")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "workflow"), "WORLD_SIZE": "1", "RANK": "0",
+    env = {**os.environ, "PYTHONPATH": pythonpath(), "WORLD_SIZE": "1", "RANK": "0",
            "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": ""}
     run = subprocess.run([sys.executable, "-c", worker], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import ROOT, one_thread
+from conftest import ROOT, one_thread, pythonpath
 from standin_engine import StandInEngine
 from test_train import SETTINGS, alternate, first_batch, make_trainer, model_dir, split  # noqa: F401
 
@@ -243,7 +243,7 @@ def test_the_engine_sync_of_a_lora_trainer_sends_merged_weights_and_passes_its_c
 # --- outputs, checkpoints, resume, a time limit -----------------------------------------------
 
 def cli(args, **kwargs):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "workflow"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "PYTHONPATH": pythonpath(), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "PYTHONWARNINGS": "ignore"}
     return subprocess.Popen([sys.executable, "-m", "boundary.cli", "train", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import pythonpath
 
 from boundary import readers
 from boundary.core.errors import BoundaryError
@@ -448,7 +449,7 @@ def test_diagnose_imports_nothing_of_the_pipeline(tmp_path):
             sys.exit(code)
     """)
     (tmp_path / "run.py").write_text(script)
-    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1] / "workflow")}
+    env = {**__import__("os").environ, "PYTHONPATH": pythonpath()}
     run = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, env=env,
                          timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]

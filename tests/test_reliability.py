@@ -19,14 +19,14 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import pythonpath
 
 from boundary.cli import main as cli
 from boundary.core import artifacts
 from boundary.core.artifacts import atomic_dir, read_table, write_table
 from boundary.core.errors import BoundaryError
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "workflow")}  # this tree's package in subprocesses
+ENV = {**os.environ, "PYTHONPATH": pythonpath()}  # this tree's package in subprocesses
 SEEDS = pd.DataFrame({"method": ["a"] * 3 + ["b"] * 3, "metric": "m", "seed": [0, 1, 2] * 2,
                       "value": [1.0, 2.0, 3.0, 2.0, 3.0, 5.0]})
 

@@ -180,11 +180,8 @@ def test_an_engine_run_trains_without_trls_correction_unless_asked(mode, logged,
     no importance-sampling ratio (nor the old log-probs' forward it needs), and the engine is
     asked for no log-probs of its rollouts, which nothing then reads; set, it does both."""
     import standin_engine
-    from trl.trainer import grpo_trainer
 
-    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", standin_engine.StandInGeneration)
-    monkeypatch.setattr(rollout_engine, "VLLMEngine", lambda generation: generation.engine)
-    monkeypatch.delenv("MASTER_PORT", raising=False)  # the engine's start sets it: undone after
+    standin_engine.install(monkeypatch)
     extra = {} if mode is None else {"vllm_importance_sampling": mode}
     trainer = make_trainer(model_dir, split, tmp_path, rollout_engine="vllm", steps=1, checkpoints=[], **extra)
     assert trainer.vllm_importance_sampling_correction is logged
@@ -360,7 +357,6 @@ def test_every_method_of_every_config_trains_on_the_engine_s_rollouts(name, meth
     the base_rollouts stage's file (as the train rule passes it), and after each sync the engine
     scores as the policy."""
     import standin_engine
-    from trl.trainer import grpo_trainer
 
     from boundary.stages import base_rollouts
     from boundary.training.anchors import BASE_SAMPLED
@@ -372,9 +368,7 @@ def test_every_method_of_every_config_trains_on_the_engine_s_rollouts(name, meth
             drawn.append(len(prompts))
             return super().generate(prompts, *args, **kwargs)
 
-    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", Counted)
-    monkeypatch.setattr(rollout_engine, "VLLMEngine", lambda generation: generation.engine)
-    monkeypatch.delenv("MASTER_PORT", raising=False)  # the engine's start sets it: undone after
+    standin_engine.install(monkeypatch, Counted)
     settings = {**SETTINGS, "rollout_engine": "vllm", "vllm_check_every": 1, "steps": 2, "checkpoints": [], **method}
     weights, pre_drawn = None, None
     if method["mask"]:  # every other prompt anchored

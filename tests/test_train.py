@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import benchmark_main
+from conftest import benchmark_main, pythonpath
 
 from boundary.core.errors import BoundaryError
 from boundary.core.settings import resolve
@@ -318,7 +318,7 @@ def test_fsdp_settings_map_onto_accelerate_s_fsdp2_plugin(tmp_path):
 # --- the CLI: outputs, and a killed job resumes ------------------------------------------------
 
 def cli(args, **kwargs):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "workflow"), "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, "PYTHONPATH": pythonpath(), "HF_HUB_OFFLINE": "1",
            "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "boundary.cli", "train", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)

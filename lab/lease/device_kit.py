@@ -1,7 +1,7 @@
 """The wheels a GPU lease carries, made here from PyPI (the device has no network), into `.whl/`
 (ignored). Run from the repository root:
 
-    python lab/lease/device_kit.py [--out .whl] [--only smk,fidelity,deps,vllm]
+    python lab/lease/device_kit.py [--out .whl] [--only smk,fidelity,deps,vllm,tests]
 
 - `smk/`: Snakemake 9.27.1 and what it needs (pulp left out: lease.sh runs the greedy scheduler;
   connection_pool has no wheel on PyPI, so it is built here).
@@ -11,6 +11,11 @@
   (found on an H100 by importing its engine, worker, model, attention and sampler modules with
   every other package blocked: lab/studies/2026-11-27-sampling-speed-h100/README.md), each with the
   dependencies of its wheel that the image lacks.
+- `tests/`: what the product's whole test suite (tests/) needs beyond the image, `smk/` and `deps/`
+  (made first: their wheels are left out, and their versions must meet the kit's requirements):
+  pyproject's `test` extra less the linters (the suite runs none), its pins taken even where the
+  image has the package (pytest-xdist: the image's may lack an option test.sh passes), for
+  lab/lease/suite_on_device.sh.
 - `p1/`, `p2/`, ...: vLLM 0.26.0's wheel without what a dense model on Hopper never loads (the
   FA2 kernels: vLLM picks FA3 there; the MoE kernels, vllm-rs, DeepGEMM, the SM100 attention),
   unpacked, tar'd, xz'd and cut in parts of PART_MIB, one folder a device call; lease.sh and
@@ -76,6 +81,9 @@ triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkz
 zipp""".split()))
 
 
+LINTERS = {"ruff", "snakefmt"}  # in the test extra for CI's lint step; no test runs them
+
+
 class KitError(Exception):
     pass
 
@@ -124,17 +132,24 @@ def fetch(requirement: str, dest: Path, replace: Path | None = None) -> tuple[Pa
     return dest / wheel.name, metadata(dest / wheel.name)
 
 
-def closure(roots: list[str], dest: Path) -> dict[str, Version]:
-    """Each root and each dependency the image lacks, as wheels in `dest`: name -> version. A
-    requirement that the version chosen earlier does not meet sends the package that states it
-    back to its newest older version that asks for nothing the choice misses (pip's resolver
-    backtracks likewise; it cannot run here, since it would also fetch what the image has)."""
-    chosen, wheels, wants = {}, {}, {}
+def closure(roots: list[str], dest: Path, skip: set[str] = IMAGE,
+            have: dict[str, Version] | None = None) -> dict[str, Version]:
+    """Each root and each dependency not in `skip` (the image) nor `have` (another kit's wheels:
+    name -> version, which must meet every requirement naming it), as wheels in `dest`: name ->
+    version. A requirement that the version chosen earlier does not meet sends the package that
+    states it back to its newest older version that asks for nothing the choice misses (pip's
+    resolver backtracks likewise; it cannot run here, since it would also fetch what the image has)."""
+    chosen, wheels, wants, have = {}, {}, {}, have or {}
     queue = [(Requirement(r), None) for r in roots]  # (requirement, the package stating it)
     while queue:
         req, parent = queue.pop(0)
         name = canonicalize_name(req.name)
-        if name in IMAGE:
+        if name in skip:
+            continue
+        if name in have:
+            if have[name] not in req.specifier:
+                raise KitError(f"{parent or 'the kit'} asks for {req}, not met by {name} {have[name]} "
+                               "of the kit it goes with")
             continue
         wants.setdefault(name, []).append(req)
         if name in chosen:
@@ -193,6 +208,37 @@ def make_vllm_parts(wheel: Path, out: Path) -> list[Path]:
     return parts
 
 
+def test_roots(pyproject: Path = Path("pyproject.toml")) -> list[str]:
+    """pyproject's `test` extra less the linters."""
+    import tomllib
+
+    extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["test"]
+    return [r for r in extra if canonicalize_name(Requirement(r).name) not in LINTERS]
+
+
+def wheel_versions(*folders: Path) -> dict[str, Version]:
+    """name -> version of the wheels in `folders` (from their file names)."""
+    out = {}
+    for folder in folders:
+        for wheel in folder.glob("*.whl"):
+            name, version = wheel.name.split("-")[:2]
+            out[canonicalize_name(name)] = Version(version)
+    return out
+
+
+def check_install(folder: Path) -> None:
+    """pip's own check that the wheels install together for the device's interpreter (no two
+    versions of a package, each wheel's tags taken), as lease.sh installs them, without installing."""
+    with tempfile.TemporaryDirectory() as target:
+        run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--no-index", "--no-deps",
+                              "--target", target, *TARGET, *map(str, sorted(folder.glob("*.whl")))],
+                             capture_output=True, text=True)
+    if run.returncode:
+        errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR")]
+        raise KitError(f"{folder}: pip would not install these wheels together: "
+                       f"{errors[0] if errors else run.stderr.strip()[-300:]}")
+
+
 def mib(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
@@ -200,7 +246,7 @@ def mib(folder: Path) -> float:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".whl")
-    ap.add_argument("--only", default="smk,fidelity,deps,vllm")
+    ap.add_argument("--only", default="smk,fidelity,deps,vllm,tests")
     args = ap.parse_args(argv)
     out, only = Path(args.out), set(args.only.split(","))
     try:
@@ -229,6 +275,19 @@ def main(argv=None) -> None:
                 (out / kit).mkdir(parents=True)
                 chosen = closure(roots, out / kit)
                 print(f"device_kit: {out}/{kit}: {len(chosen)} wheels, {mib(out / kit):.1f} MiB: "
+                      + " ".join(f"{n}=={v}" for n, v in sorted(chosen.items())))
+            if "tests" in only:
+                missing = [f"{out}/{k}" for k in ("smk", "deps") if not list((out / k).glob("*.whl"))]
+                if missing:
+                    raise KitError(f"the tests kit goes with {' and '.join(missing)}: make them first "
+                                   "(--only smk,deps)")
+                roots = test_roots()
+                pinned = {canonicalize_name(Requirement(r).name) for r in roots if Requirement(r).specifier}
+                shutil.rmtree(out / "tests", ignore_errors=True)
+                (out / "tests").mkdir(parents=True)
+                chosen = closure(roots, out / "tests", skip=IMAGE - pinned, have=wheel_versions(out / "smk", out / "deps"))
+                check_install(out / "tests")
+                print(f"device_kit: {out}/tests: {len(chosen)} wheels, {mib(out / 'tests'):.2f} MiB: "
                       + " ".join(f"{n}=={v}" for n, v in sorted(chosen.items())))
             if "vllm" in only:
                 parts = make_vllm_parts(vllm, out)

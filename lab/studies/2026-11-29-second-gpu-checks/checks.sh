@@ -58,6 +58,9 @@ run_steps() {  # in the detached session: GPU STEPS
         kill $sampler 2>/dev/null
         say "engine: lease.sh exit $rc; $(cat .snakemake/log/*.log 2>/dev/null | grep -c 'Finished jobid') jobs finished; $(grep -h 'steps (100%) done\|Exiting because\|Error in rule' .snakemake/log/*.log 2>/dev/null | tail -3 | tr '\n' ' ')"
         grep -l "profiling\|Initial free memory" results/smollm2_gpus/logs -r 2>/dev/null | sed 's/^/  memory-profiling message in: /' | tee -a "$W/checks.txt"
+        python3 "$ROOT/$HERE/ownership.py" "$(ls -t .snakemake/log/*.log | head -n 1)" --gpu-apps "$W/gpu_apps.csv" \
+          > "$W/ownership.txt" 2>&1
+        tail -n 4 "$W/ownership.txt" | tee -a "$W/checks.txt"
         ;;
       lora7b)
         CUDA_VISIBLE_DEVICES=$gpu python3 benchmarks/bench_lora.py --only 7b:lora:grpo,7b:lora:pba \
@@ -104,7 +107,7 @@ case "${1:-}" in
     : "${OUT:?OUT must name a folder}"
     cp "$W/checks.txt" "$OUT/" 2>/dev/null
     (cd "$W" && tar -czf "$OUT/checks.tgz" --exclude=tree/workflow --exclude='*.safetensors' --exclude='*.gguf' \
-      checks.txt run.log engine.log gpu_apps.csv lora7b.log lora7b loraeval.log decode.log decode engine_out \
+      checks.txt run.log engine.log gpu_apps.csv ownership.txt lora7b.log lora7b loraeval.log decode.log decode engine_out \
       tree/.snakemake/log tree/results/smollm2_gpus/logs tree/results/smollm2_gpus/benchmarks 2>/dev/null)
     ls -la "$OUT"
     ;;
