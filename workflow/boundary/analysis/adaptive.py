@@ -27,7 +27,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import signal, special
+from scipy import special
 
 from boundary.analysis.regimes import PAPER, Thresholds, label
 from boundary.core.errors import BoundaryError
@@ -104,6 +104,8 @@ class StoppingRule:
     def error_and_draws(self, table: dict, p, outs: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
         """P_p(adaptive label != full label) and E_p[draws] for each p, exactly, for the stop
         table {r: bool array over c = 0..r}. `outs`: `_out` of each round at these p, if known."""
+        from scipy import signal  # here: the regimes stage and the report import this module, not the rule
+
         p = np.atleast_1d(np.asarray(p, dtype=float))
         alive = np.ones((len(p), 1))  # P(c correct so far and not stopped), c = 0..prev
         prev, wrong, draws = 0, np.zeros(len(p)), np.zeros(len(p))
