@@ -30,7 +30,6 @@ import pandas as pd
 
 from boundary.core.errors import BoundaryError
 from boundary.core.settings import refresh_epochs
-from boundary.training.schedule import step_weights
 
 COLUMNS = ["epoch", "block", "step", "position", "prompt_id", "prompt_hash", "completion_ids",
            "base_logps", "finish_reason"]
@@ -47,6 +46,8 @@ def plan_blocks(batches: list[list[int]], anchor_weights: np.ndarray, num_genera
          refresh_steps: int, seed: int, block_size: int) -> list[Block]:
     """Every base rollout of a run's schedule, in blocks: refresh epoch by epoch, keys in
     (step, position) order, `block_size` at a time."""
+    from boundary.training.schedule import step_weights  # here: schedule.py imports torch, the stage's parser must not
+
     G, blocks = num_generations, []
     for epoch in range(refresh_epochs(len(batches), refresh_steps)):  # one batch a step
         keys = []
