@@ -1,0 +1,120 @@
+"""What a `boundary` process imports: each stage pays for its imports before any work (torch and
+transformers about 8 CPU-seconds, TRL or vLLM seconds more), and a workflow starts one process a
+job. The stages that need no model never import the model stack; evaluation with the hf sampler
+never imports the trainer's (TRL, vLLM, peft, datasets). A guarantee, checked in one fresh
+interpreter that records every import as it happens; timings are benchmarks/bench_stage_starts.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import yaml
+from conftest import ROOT, pythonpath
+
+from boundary.core import settings
+from boundary.core.config import validate_config
+from boundary.stages.evaluate import counts_from_samples
+
+MODEL_STACK = ("torch", "transformers", "trl", "vllm", "peft", "accelerate", "datasets")
+TRAINER_STACK = ("trl", "vllm", "peft", "datasets")
+
+# Runs the commands as a rule does (boundary.cli.main), recording the stack of the first import
+# of each package above; prints what each step imported of them.
+PROBE = textwrap.dedent("""
+    import json, sys, traceback
+    FIRST = {}
+
+    def hook(event, args):
+        if event == "import" and args[0] in %(watched)r and args[0] not in FIRST:
+            FIRST[args[0]] = "".join(f for f in traceback.format_stack()[:-1] if "<frozen" not in f)
+
+    sys.addaudithook(hook)
+    from boundary.cli import main, parsers
+
+    if __name__ == "__main__":
+        steps = json.load(open(sys.argv[1]))
+        for name, commands in steps:
+            for argv in commands:
+                assert main(argv) == 0, argv
+            if name == "light":
+                for _ in parsers():  # every command's options
+                    pass
+            print("IMPORTED", name, json.dumps({m: FIRST[m] for m in sorted(FIRST)}), flush=True)
+""")
+
+
+def run_probe(tmp_path, steps) -> dict[str, dict[str, str]]:
+    (tmp_path / "probe.py").write_text(PROBE % {"watched": MODEL_STACK})
+    (tmp_path / "steps.json").write_text(json.dumps(steps))
+    run = subprocess.run([sys.executable, str(tmp_path / "probe.py"), str(tmp_path / "steps.json")], cwd=tmp_path,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath()}, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    found = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("IMPORTED "):
+            _, name, first = line.split(" ", 2)
+            found[name] = json.loads(first)
+    return found
+
+
+def light_inputs(tmp_path) -> list[list[str]]:
+    """The smoke config's data, regimes, masks and report commands, with their rules' settings,
+    on small inputs of the columns each reads."""
+    config = validate_config(yaml.safe_load((ROOT / "tests" / "configs" / "smoke.yaml").read_text()))
+    run = tmp_path / "run"
+    rng = np.random.default_rng(0)
+    (run / "rollouts").mkdir(parents=True)
+    data = ["data", "--settings", settings.text(settings.data_key(config)), "--out", str(run / "splits")]
+    # The calibration and gate draws of the diagnostic and train splits the data command writes.
+    diagnostic = [f"d{i}" for i in range(48)]
+    train = [f"t{i}" for i in range(64)]
+    pd.DataFrame([(p, j, bool(rng.random() < w), True) for p, w in zip(diagnostic, rng.beta(0.5, 1, 48))
+                  for j in range(64)], columns=["prompt_id", "sample_idx", "correct", "verified"]).to_parquet(
+        run / "rollouts" / "base_calibration.parquet")
+    mask = settings.mask_key(config, "pba")
+    pd.DataFrame([(p, e, j, bool(rng.random() < 0.3)) for p in train for e in range(mask["epochs"])
+                  for j in range(mask["G0"])], columns=["prompt_id", "epoch", "draw_idx", "correct"]).to_parquet(
+        run / "rollouts" / "base_gate.parquet")
+    split = run / "train_ids.parquet"
+    pd.DataFrame({"prompt_id": train}).to_parquet(split)
+    regimes = ["regimes", "--calibration", str(run / "rollouts" / "base_calibration.parquet"),
+               "--settings", settings.text(settings.regimes_key(config)), "--out", str(run / "regimes" / "regimes.parquet")]
+    masks = ["masks", "--kind", "gate", "--gate-draws", str(run / "rollouts" / "base_gate.parquet"),
+             "--train-split", str(split), "--settings", settings.text(mask), "--out", str(run / "masks" / "pba.parquet")]
+    # The base's counts on the diagnostic split: what a report reads at the least.
+    (run / "eval" / "diagnostic" / "base" / "seed0").mkdir(parents=True)
+    samples = pd.read_parquet(run / "rollouts" / "base_calibration.parquet").assign(answer="1", entropy=0.5)
+    counts_from_samples(samples.loc[samples["sample_idx"] < 32], [1, 4, 16, 32]).to_parquet(
+        run / "eval" / "diagnostic" / "base" / "seed0" / "counts.parquet")
+    few = {**settings.report_key(config), "bootstrap": {"resamples": 100, "seed": 0}}  # its imports, not its intervals
+    report = ["report", "--results", str(run), "--settings", settings.text(few),
+              "--out", str(tmp_path / "report")]
+    return [data, regimes, masks, report]
+
+
+def evaluate_inputs(tmp_path, model) -> list[str]:
+    split = tmp_path / "split.parquet"
+    pd.DataFrame({"prompt_id": ["p0", "p1"], "prompt": ["12+34=", "56+78="], "answer": ["1234", "5678"]}).to_parquet(split)
+    stage = {"evaluate": {"n": 4, "temperature": 1.0, "top_p": 1.0, "seed": 3, "ks": [1, 4]},
+             "sampling": {"backend": "hf", "batch_size": 16, "max_new_tokens": 4},
+             "verify": {"extractor": "last_number", "timeout": 5, "workers": 1}}
+    return ["evaluate", "--model", str(model), "--split", str(split), "--settings", settings.text(stage),
+            "--samples", str(tmp_path / "samples.parquet"), "--counts", str(tmp_path / "counts.parquet")]
+
+
+def test_stages_import_only_the_stack_they_use(tmp_path, tiny_model_dir):
+    """data (the testbed's), regimes, masks and report, then every command's parser: not one
+    module of the model stack; then evaluation with the hf sampler: torch and transformers, but
+    none of the trainer's packages. A failure shows the stack of the import that broke it."""
+    found = run_probe(tmp_path, [["light", light_inputs(tmp_path)], ["evaluate", [evaluate_inputs(tmp_path, tiny_model_dir)]]])
+    assert found["light"] == {}, "\n".join(f"{m} imported at:\n{stack}" for m, stack in found["light"].items())
+    trainer = {m: stack for m, stack in found["evaluate"].items() if m in TRAINER_STACK}
+    assert trainer == {}, "\n".join(f"{m} imported at:\n{stack}" for m, stack in trainer.items())
+    assert {"torch", "transformers"} <= set(found["evaluate"])  # the probe sees what a stage imports
+    assert (tmp_path / "counts.parquet").exists() and (tmp_path / "report" / "report.html").exists()
