@@ -175,6 +175,25 @@ def test_a_worker_killed_from_outside_is_noticed_and_replaced(monkeypatch, tmp_p
         v.close()
 
 
+def equal(gold, answer, timeout):
+    """A check without math-verify: its worker starts at once."""
+    return gold == answer
+
+
+def test_workers_start_as_the_work_needs_them():
+    """A worker holds two chunks at a time: a batch one worker takes whole starts no second
+    (a worker's start is math-verify's import, seconds of CPU); a larger batch grows the pool,
+    up to `workers`."""
+    v = Verifier(timeout=5, workers=3, chunk=4, check_one=equal)
+    try:
+        assert v.check(["1"] * 8, [str(i) for i in range(8)]) == [i == 1 for i in range(8)]
+        assert len(v._workers) == 1
+        assert v.check([str(i) for i in range(100)], [str(i) for i in range(100)]) == [True] * 100
+        assert len(v._workers) == 3
+    finally:
+        v.close()
+
+
 @pytest.mark.parametrize("check_one, why", [
     (ExitsOnLoad(), "exit code 3 before it was ready"),
     (cannot_import, "ImportError: No module named 'math_verify'"),

@@ -198,7 +198,8 @@ class _Worker:
 class Verifier:
     """Checks (gold, answer) pairs with math-verify in worker processes, each check bounded.
 
-    Workers get chunks of pairs (the next one queued while they work) and record in shared
+    Workers start as the work needs them (one for every two chunks pending, at most `workers`),
+    get chunks of pairs (the next one queued while they work) and record in shared
     memory when each pair began, so every check has its own deadline: 2 x timeout + 1 s after
     it began (math-verify stops itself at `timeout` per parse and comparison, except in C
     code). A check past its deadline has its worker killed and replaced and is given up on; a
@@ -291,7 +292,10 @@ class Verifier:
     def _run(self, pending: deque) -> None:
         limit = 2 * self.timeout + 1
         crashes: dict[tuple[str, str], int] = {}
-        while len(self._workers) < self.workers:
+        # A worker for every two chunks pending (what `_dispatch` keeps in flight on one), up to
+        # `workers`: a batch that one worker takes whole never starts another (math-verify's
+        # import, seconds of CPU) to leave it idle. The pool grows when a larger batch comes.
+        while len(self._workers) < min(self.workers, -(-len(pending) // (2 * self.chunk))):
             self._workers.append(self._spawn())
         while pending or any(w.sent for w in self._workers):
             for w in self._workers:
