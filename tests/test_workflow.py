@@ -156,9 +156,6 @@ def test_html_report_holds_the_figures(smoke_run):
     assert "passk_testbed.png" in html and "benchmark_curves.csv" in html
 
 
-def test_nothing_reruns_after_a_complete_run(smoke_run):
-    workdir, config = smoke_run
-    assert planned_jobs(workdir, config) == set()
 
 
 def _variant(config: Path, edit) -> Path:
@@ -202,7 +199,8 @@ def test_an_evaluation_setting_never_retrains(smoke_run):
     assert len([1 for rule, _ in jobs if rule == "evaluate"]) == 2 * 6  # base, GRPO, PBA, early stop, the LoRA two
 
 
-def test_touching_code_without_changing_it_reruns_nothing(smoke_run):
+def test_nothing_reruns_after_a_complete_run_nor_after_code_is_touched(smoke_run):
+    """One dry run for both: a touch reruns nothing only where the complete run reruns nothing."""
     workdir, config = smoke_run
     (workdir / "workflow" / "boundary" / "stages" / "evaluate.py").touch()
     assert planned_jobs(workdir, config) == set()
