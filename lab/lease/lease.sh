@@ -319,7 +319,7 @@ watch_steps() {
       if [ "$done" -ge $(($1 - 1)) ] && kill -TERM "$pid" 2>/dev/null; then
         asked="$asked $pid"
         echo "${out#results/*/train/} $done" >> "$detached.stopped"
-        echo "lease.sh: training process $pid (${out#results/*/train/}) has logged step $done: asked to stop after step $((done + 1)) (SIGTERM, --stop-train-at-step $1)"
+        echo "lease.sh: training process $pid (${out#results/*/train/}) has logged step $done: asked to stop at its next step boundary (SIGTERM, --stop-train-at-step $1)"
       fi
     done
   done

@@ -565,7 +565,7 @@ kill $watcher
     assert "stopped after step 7 of 12" in logs["grpo/seed1"], logs  # resumed after step 6: the step it is in
     recorded = dict(line.rsplit(" ", 1) for line in (tmp_path / ".snakemake/lease/detached.stopped").read_text().splitlines())
     assert recorded == {"grpo_full/seed0": "3", "grpo/seed0": "3", "grpo/seed1": "6"}, recorded
-    assert "(grpo_full/seed0) has logged step 3: asked to stop after step 4" in done.stdout, done.stdout
+    assert "(grpo_full/seed0) has logged step 3: asked to stop at its next step boundary" in done.stdout, done.stdout
 
 
 def test_the_step_stop_and_its_company_need_a_detached_run(tmp_path):

@@ -5,11 +5,13 @@
 #   1. the base and the splits (what the hold's carry and import give)
 #   2. dry runs: the LoRA runs' targets without the override; the bridge's with it (train_grpo_full
 #      alone); the same LoRA targets with it (their training's lr changes: never together)
-#   3. the bridge's run call: lease.sh --detach --tag bridge --stop-train-at-step 30 --after-run
-#      evaluate_snapshot.py: full fine-tuning stopped after step 30 (exit 75), then the step-30
-#      snapshot evaluated by the evaluate job's own command; its checkpoint (full weights) is not
-#      packed; the counts, the run's log and trainer state come back in the lease's pack
-#   4. a later call: the stopped run is not started again; it packs
+#   3. the hold's first run call as on 2 GPUs: the bridge's lease.sh --detach --tag bridge
+#      --stop-train-at-step 30 --after-run evaluate_snapshot.py --no-wait, then the LoRA side's
+#      (two base draws, no override) --tag lora --keep-locks beside it in the same checkout
+#   4. the bridge waited on: full fine-tuning stopped after step 30 (exit 75), then the step-30
+#      snapshot evaluated by the evaluate job's own command; its checkpoint (full weights) not
+#      packed; the counts, the run's log and trainer state in the lease's pack
+#   5. a last call: the stopped run is not started again; both pack
 # Run from the repository root (a few minutes on 2 cores):
 #   bash lab/studies/2026-11-29-qwen15b-phase1/bridge/bridge_cpu.sh [SCRATCH]   (default /tmp/bridge_cpu)
 set -euo pipefail
@@ -21,7 +23,7 @@ rm -rf "$S" && mkdir -p "$S"
 git -C "$REPO" worktree add -q --detach "$S/dev" HEAD
 cd "$S/dev"
 git checkout -q "$PIN" -- workflow/
-export PYTHON="$(command -v python)" LEASE_SITE="$S/site" BOUNDARY_GPU_LOCKS="$S/locks" LEASE_CKPT_OUT="$S/ckpt-out"
+export PYTHON="$(command -v python)" LEASE_SITE="$S/site" BOUNDARY_GPU_LOCKS="$S/locks"
 export PYTHONPATH="$S/dev/workflow" LEASE_POLL=0.5  # the testbed's steps take about a second: poll faster than the device's 3 s
 HERE=lab/studies/2026-11-29-qwen15b-phase1/bridge
 CFG=$HERE/bridge_cpu.yaml OV=$HERE/grpo_full.yaml R=results/bridge_cpu
@@ -42,15 +44,25 @@ echo "the bridge's target, with it:"; plan $BRIDGE --configfile $CFG $OV
 echo "the LoRA runs' targets with it (their settings' lr):"
 python -m snakemake -n -p $LORA --cores 2 --configfile $CFG $OV 2>&1 | grep -o '"lr":[^,]*' | sort | uniq -c
 
-t "3. the bridge's run call"
-call() {
-  OUT="$S/$1" bash lab/lease/lease.sh --configfile $CFG --override $OV --cores 2 --gpus 0 --detach --tag bridge \
-    --pin $PIN --stop-train-at-step 30 --budget 580 \
+t "3. the hold's first run call: the bridge started (--no-wait), then the LoRA side beside it, waited on"
+bridge() {  # the bridge's lease.sh call, its files into $S/$1/bridge
+  local out=$1; shift
+  OUT="$S/$out/bridge" LEASE_CKPT_OUT="$S/ckpt-bridge" bash lab/lease/lease.sh --configfile $CFG --override $OV \
+    --cores 2 --gpus 0 --detach --tag bridge --keep-locks --pin $PIN --stop-train-at-step 30 "$@" \
     --after-run "python $HERE/evaluate_snapshot.py --configfile $CFG --override $OV --method grpo_full_step30" $BRIDGE
 }
-call out1
-t "4. a later call"
-call out2
+lora() {  # the LoRA side's (here: two base draws, without the override), its files into $S/$1/lora
+  local out=$1; shift
+  OUT="$S/$out/lora" bash lab/lease/lease.sh --configfile $CFG --cores 2 --gpus 0 --detach --tag lora --keep-locks \
+    --pin $PIN "$@" $E/base/seed0/counts.parquet $E/base/seed1/counts.parquet
+}
+bridge call1 --no-wait
+lora call1 --budget 580
+t "4. the next call: the bridge waited on (its step-30 stop, then its snapshot's evaluation)"
+bridge call2 --budget 580
+t "5. a last call, both --no-wait: the stopped run is not started again; each packs"
+bridge call3 --no-wait
+lora call3 --no-wait
 
 t "checks"
 log=$R/bridge/grpo_full/seed0/log.parquet
@@ -63,11 +75,12 @@ print(f"the bridge's log: steps {int(log.step.min())}-{int(log.step.max())}, KL 
       f"{log[log.step.between(21, 30)].reward.mean():.3f}")
 print(f"the snapshot's counts: {counts.prompt_id.nunique()} prompts, columns {sorted(counts.columns)[:8]}...")
 PY
-grep -h "stopped after step\|asked to stop\|full weights\|not started again\|evaluate_snapshot:\|after-run exit" \
-  "$S/out1/lease.log" "$S/out2/lease.log" .snakemake/lease/detached-bridge.log | cut -c1-220 | awk '!seen[$0]++'
-for f in "$E/grpo_full_step30/seed0/counts.parquet" "$log" "$R/bridge/grpo_full/seed0/trainer_state.json"; do
-  grep -q "^packed $f" "$S/out2/lease_bridge_cpu.manifest" && echo "packed to come back: $f" || { echo "NOT packed: $f"; exit 1; }
+grep -h "stopped after step\|asked to stop\|full weights\|not started again\|evaluate_snapshot:\|after-run exit\|snakemake exit" \
+  "$S"/call*/*/lease.log .snakemake/lease/detached-*.log $R/logs/train/grpo_full/seed0.log | cut -c1-220 | awk '!seen[$0]++'
+for f in "$E/grpo_full_step30/seed0/counts.parquet" "$log" "$R/bridge/grpo_full/seed0/trainer_state.json" \
+  "$E/base/seed0/counts.parquet" "$E/base/seed1/counts.parquet"; do
+  grep -q "^packed $f" "$S/call3/bridge/lease_bridge_cpu.manifest" && echo "packed to come back: $f" || { echo "NOT packed: $f"; exit 1; }
 done
-ls "$S/ckpt-out" 2>/dev/null | grep -q . && { echo "checkpoint parts were packed: $(ls "$S/ckpt-out")"; exit 1; } || echo "no checkpoint part packed (full weights stay)"
+ls "$S/ckpt-bridge" 2>/dev/null | grep -q . && { echo "checkpoint parts were packed: $(ls "$S/ckpt-bridge")"; exit 1; } || echo "no checkpoint part packed (full weights stay)"
 t "done"
 cd "$REPO" && git worktree remove --force "$S/dev"
