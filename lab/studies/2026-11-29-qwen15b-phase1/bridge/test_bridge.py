@@ -85,3 +85,37 @@ def test_collect_takes_the_bridges_log_and_record(tmp_path):
     copied = bridge.collect(results, tmp_path / "inputs")
     assert sorted(p.relative_to(tmp_path / "inputs").as_posix() for p in copied) == [
         "bridge/grpo_full/seed0/evaluate_step30.json", "bridge/grpo_full/seed0/log.parquet"]
+
+
+def test_the_override_adds_the_full_run_and_changes_only_the_lr(tmp_path):
+    """grpo_full.yaml over qwen15b_phase1.yaml (merged as Snakemake merges config files): a
+    method training every weight at lr 1e-6 at seed 0 with the LoRA runs' other settings, and the
+    step-30 snapshot's evaluation with the LoRA step-30 evaluation's settings. The LoRA runs' own
+    settings change by the lr alone: why the override never goes with their targets."""
+    import yaml
+    from snakemake.utils import update_config
+
+    from boundary.core import settings
+    from boundary.core.config import validate_config
+
+    study = yaml.safe_load((HERE.parents[1] / "2026-11-28-qwen15b-preregistration/qwen15b_phase1.yaml").read_text())
+    merged = yaml.safe_load((HERE.parents[1] / "2026-11-28-qwen15b-preregistration/qwen15b_phase1.yaml").read_text())
+    update_config(merged, yaml.safe_load((HERE / "grpo_full.yaml").read_text()))
+    plain, bridged = validate_config(study), validate_config(merged)
+    full, lora = settings.train_key(bridged, "grpo_full"), settings.train_key(plain, "grpo")
+    assert full["lr"] == 1e-6 and lora["lr"] == 1e-5 and "lora" in lora and "lora" not in full
+    assert {k: v for k, v in full.items() if k not in ("lr", "lora")} == {k: v for k, v in lora.items() if k not in ("lr", "lora")}
+    assert settings.train_key(bridged, "grpo") == {**lora, "lr": 1e-6}
+    assert settings.seeds_of(bridged, "grpo_full") == settings.seeds_of(bridged, "grpo_full_step30") == [0]
+    assert (settings.evaluate_key(bridged, "diagnostic", "grpo_full_step30", 0)
+            == settings.evaluate_key(plain, "diagnostic", "grpo_step30", 0))
+
+
+def test_the_hold_calls_fit_the_run_tool():
+    import subprocess
+
+    for call in sorted((HERE / "hold").glob("*.sh")):
+        text = call.read_text()
+        assert len(text.strip()) < 2000, call.name
+        assert subprocess.run(["bash", "-n", str(call)]).returncode == 0, call.name
+        assert "--pin c5e8ba9" in text and "grpo_full.yaml" in text, call.name
