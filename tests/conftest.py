@@ -20,6 +20,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The `boundary` CLI lives beside this interpreter; subprocesses must find it.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+# TRL takes vLLM as absent in the test processes, as in `boundary train` without the vLLM engine
+# (the stand-in engine's runs too): TRL 1.16.0 imports vLLM wherever it is installed, ~10 s of
+# CPU a worker that imports the trainer (every worker: collection imports test_train). The tests
+# of vLLM itself import it directly.
+from boundary.training import trl_pin  # noqa: E402
+
+trl_pin.without_vllm()
 
 # The files whose tests run whole pipelines or several processes, longest first (tests/README.md
 # says what each runs; test_qwen15b's and test_lease's are the project's own study tests, which load

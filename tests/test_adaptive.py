@@ -227,7 +227,7 @@ def test_the_regimes_stage_labels_each_prompt_from_its_own_n_and_says_so(tmp_pat
     assert "calibration n varies by prompt (16-256: adaptive or extended)" in capsys.readouterr().err
 
 
-def test_replay_on_a_full_runs_own_draws(tmp_path, capsys):
+def test_replay_on_a_full_runs_own_draws(tmp_path, capsys, monkeypatch):
     """bench_adaptive_calibration --replay: an adaptive run whose rows are the full run's prefixes
     (a CPU's) agrees on every label, matches verdict for verdict, and keeps the rule's draws."""
     import importlib.util
@@ -238,7 +238,10 @@ def test_replay_on_a_full_runs_own_draws(tmp_path, capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     resolved = bench._settings(None, {})  # config/config.yaml's, as main() without --config
-    rule = StoppingRule.from_settings(resolved["calibration"], resolved["regimes"])
+    # The script's own rule (_rule: from the resolved settings, designed), made once for this
+    # test and both runs of main() below, which resolve the same settings: a design is ~10 s.
+    rule = bench._rule(resolved)
+    monkeypatch.setattr(bench, "_rule", lambda config: rule if config == resolved else pytest.fail(config))
     rng = np.random.default_rng(7)
     rows, kept = [], 0
     for i, p in enumerate([0.0, 0.004, 0.03, 0.09, 0.3, 0.7, 0.95, 1.0]):

@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
+from test_workflow import paper_placeholders
 
 from boundary import cli
 from boundary.core import cluster
@@ -26,17 +27,19 @@ PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
 
 def paper_workdir(tmp_path):
     """The paper config's model and data as empty placeholders: enough for a dry run."""
-    (tmp_path / "models" / "Qwen2.5-7B").mkdir(parents=True)
-    for spec in [PAPER["data"]["train"], PAPER["data"]["diagnostic"], *PAPER["data"]["benchmarks"].values()]:
-        (tmp_path / spec["path"]).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / spec["path"]).write_text("")
+    paper_placeholders(tmp_path)
     return tmp_path
 
 
+def dry_run_command(profile, configfile=ROOT / "config" / "paper.yaml") -> list[str]:
+    """The dry run `boundary cluster-check --profile PROFILE --configfile FILE` runs."""
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(cluster.SNAKEFILE), "--profile", str(profile),
+            "--dry-run", "--configfile", str(configfile)]
+
+
 def dry_run(workdir, profile=PROFILE, configfile=ROOT / "config" / "paper.yaml") -> str:
-    run = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-                          "--profile", str(profile), "--dry-run", "--configfile", str(configfile)],
-                         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = subprocess.run(dry_run_command(profile, configfile), cwd=workdir, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
     assert run.returncode == 0, run.stdout[-5000:]
     return run.stdout
 
@@ -56,13 +59,21 @@ def jobs_of(text: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def paper_jobs(tmp_path_factory):
+def paper_dry_run(tmp_path_factory):
+    """The paper config dry-run with the shipped profile, a user's account and partitions set:
+    (working directory, profile, what it printed), once for the tests that read it (a dry run of
+    this config is ~9 CPU-seconds)."""
     workdir = paper_workdir(tmp_path_factory.mktemp("paper"))
     profile = tmp_path_factory.mktemp("profile")
     settings = yaml.safe_load((PROFILE / "config.yaml").read_text())
     settings["config"]["slurm"].update(account="proj42", cpu_partition="cpu", gpu_partition="gpu")
     (profile / "config.yaml").write_text(yaml.safe_dump(settings))  # what a user edits, only
-    return jobs_of(dry_run(workdir, profile))
+    return workdir, profile, dry_run(workdir, profile)
+
+
+@pytest.fixture(scope="module")
+def paper_jobs(paper_dry_run):
+    return jobs_of(paper_dry_run[2])
 
 
 def test_paper_jobs_ask_for_what_the_config_says(paper_jobs):
@@ -160,19 +171,16 @@ def test_nodes_and_times_are_read_from_scontrol():
     assert cluster._gres_gpus("gpu:h100:4(S:0-1),shard:8") == 4 and cluster._gres_gpus("gpu:2") == 2
 
 
-def test_cluster_check_reads_the_paper_dry_run_and_names_each_rule(tmp_path, monkeypatch, capsys):
+def test_cluster_check_reads_the_paper_dry_run_and_names_each_rule(paper_dry_run, monkeypatch, capsys):
     """The real command on the paper config, against the described cluster: every training
-    rule (8 GPUs on 4-GPU nodes) is named once, with its job count; the rest fits."""
-    workdir = paper_workdir(tmp_path)
-    profile = tmp_path / "profile"
-    settings = yaml.safe_load((PROFILE / "config.yaml").read_text())
-    settings["config"]["slurm"] = {"account": "proj42", "cpu_partition": "cpu", "gpu_partition": "gpu"}
-    profile.mkdir()
-    (profile / "config.yaml").write_text(yaml.safe_dump(settings))
-    real_run = cluster._run
+    rule (8 GPUs on 4-GPU nodes) is named once, with its job count; the rest fits. Its dry run
+    is the command paper_dry_run ran in the same folder, so that run's output stands in for it
+    (`boundary cluster-check` runs it for real against a real SLURM in test_slurm.py)."""
+    workdir, profile, printed = paper_dry_run
     fake = {"partition": PARTITIONS, "node": NODES}
+    ran = []
     monkeypatch.setattr(cluster, "_run", lambda command: fake[command[2]] if command[0] == "scontrol"
-                        else real_run(command))
+                        else ran.append(command) or printed)
     monkeypatch.chdir(workdir)
     with pytest.raises(BoundaryError, match="12 request"):
         cluster.main(["--profile", str(profile), "--configfile", str(ROOT / "config" / "paper.yaml")])
@@ -180,3 +188,4 @@ def test_cluster_check_reads_the_paper_dry_run_and_names_each_rule(tmp_path, mon
     assert len(lines) == 12 and all(re.match(r"rule train_\w+ \(\d jobs?: 8 GPUs", line) for line in lines)
     assert any(line.startswith("rule train_pba (3 jobs:") for line in lines)
     assert all("no node of partition gpu has 8 GPUs" in line for line in lines)
+    assert ran == [dry_run_command(profile)]

@@ -123,7 +123,8 @@ def test_without_offline_mode_a_failed_download_names_the_network_and_the_name(m
 def test_a_gguf_is_parsed_once_for_the_eos_lookup_and_every_transformers_load(monkeypatch, tmp_path):
     """transformers parses a GGUF afresh for its config, tokenizer and weights, each looking
     GGUFReader up in the gguf module at the call: inside gguf_parsed_once they share one reader a
-    file (a 151k-token vocabulary's metadata is about 10 s a parse), and the module is restored."""
+    file (a 151k-token vocabulary's metadata is about 10 s a parse), and one tensor-name map an
+    (arch, layers), which transformers builds again for every submodule; the module is restored."""
     import gguf
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
@@ -151,4 +152,7 @@ def test_a_gguf_is_parsed_once_for_the_eos_lookup_and_every_transformers_load(mo
                 load_gguf_checkpoint(str(path))
         with pytest.raises(Parsed):
             models._gguf_eos_ids(path)
+        arch = next(iter(gguf.MODEL_ARCH_NAMES))  # the name map transformers asks for once a submodule
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
     assert made == [str(path)] and gguf.GGUFReader is Reader
+    assert gguf.get_tensor_name_map(arch, 2) is not gguf.get_tensor_name_map(arch, 2)  # restored

@@ -301,5 +301,7 @@ def test_the_report_reads_sequential_evaluations(tmp_path):
         mine = m[(m["metric"] == metric) & ((m["k"] == k) if k else m["k"].isna())]["value"].to_numpy()
         theirs = want.metrics[(want.metrics["metric"] == metric) & ((want.metrics["k"] == k) if k
                                                                      else want.metrics["k"].isna())]["value"].to_numpy()
-        assert np.array_equal(mine, theirs), metric
+        # The same per-prompt values: counts exactly, pass@64's means to the last bits (read back from
+        # the CSV text, averaged in pandas' order; the device image's pandas differs in the last bit).
+        assert np.allclose(mine, theirs, rtol=0, atol=1e-12) and (k or np.array_equal(mine, theirs)), metric
     assert (tmp_path / "report.html").is_file()

@@ -1,6 +1,7 @@
 """The PBA trainer: sampler layout, per-prompt actions, where rollouts and frozen-base passes
 come from, the loss of each action, the CLI outputs, and resuming a killed job."""
 
+import io
 import json
 import os
 import re
@@ -23,7 +24,7 @@ from boundary.stages.train import run_key
 from boundary.tasks.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
 from boundary.training.anchors import base_cross_entropy, policy_kl, support_floor
 from boundary.training.schedule import ActionSampler
-from boundary.training.trainer import PBATrainer
+from boundary.training.trainer import PBATrainer, restorable_on_cpu_processes
 from boundary.training.trainer_config import make_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +94,17 @@ def test_sampler_layout_drop_and_determinism():
     assert batches == list(sampler.batches())  # a resumed run sees the same batches
     seen = [i for b in batches[:3] for i in b]
     assert len(set(seen)) == 9  # without replacement within a pass
+
+
+def test_state_saved_by_a_cpu_process_loads_onto_its_indexed_device():
+    """A resumed run of several CPU processes: transformers before 5.19 loads the optimizer state
+    with map_location "cpu:N", which torch alone refuses; the trainer lets it restore."""
+    buf = io.BytesIO()
+    torch.save({"exp_avg": torch.arange(3.0)}, buf)
+    restorable_on_cpu_processes()
+    buf.seek(0)
+    state = torch.load(buf, map_location=torch.device("cpu", 1), weights_only=True)
+    assert state["exp_avg"].tolist() == [0.0, 1.0, 2.0] and state["exp_avg"].device.type == "cpu"
 
 
 def test_sampler_refuses_too_few_prompts():

@@ -5,7 +5,8 @@
 #
 #   OUT=<folder> bash lab/lease/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
 #       [--wheels DIR]... [--seed S [--methods M,...]] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
-#       [--checkpoints DIR] [--detach [--run-budget SECONDS] [--stop-train SECONDS]]
+#       [--checkpoints DIR] [--detach [--run-budget SECONDS] [--stop-train SECONDS]
+#       [--stop-train-at-step N] [--after-run CMD] [--tag NAME] [--no-wait]]
 #       [--prioritize TARGET]... [--pin COMMIT] [TARGET...]
 #
 #   --configfile  the study's config (its `run:` names results/RUN)
@@ -52,6 +53,23 @@
 #                 run's adapters), they are packed into
 #                 $LEASE_CKPT_OUT (default /tmp/lease-ckpt-out, 15-MiB parts: too large for one
 #                 call's return, so later calls copy them to $OUT, 4 parts a call)
+#   --stop-train-at-step  with --detach: each training job of the detached run gets a SIGTERM
+#                 once its log shows step N-1 done (the run's checkpoint it resumed from, and a
+#                 logged line a step since), so it stops after step N, with its checkpoint-N and
+#                 its snapshot at N if train.checkpoints names N (a job first seen later stops
+#                 after the step it is in). A watcher in the detached run's session sends it,
+#                 between calls too; once it has, the run is not started again by a later call.
+#                 A checkpoint holding full weights (full fine-tuning: about 21 GB at 1.5B) is
+#                 never packed; its snapshots stay on the machine (lab/lease/README.md)
+#   --after-run   with --detach: a shell command run in the detached run's session once Snakemake
+#                 has ended, whatever its status (e.g. evaluating a stopped run's snapshot:
+#                 lab/studies/2026-11-29-qwen15b-phase1/bridge/); the calls wait for it as for
+#                 the run, and pack what it wrote
+#   --tag         with --detach: the detached run's name (.snakemake/lease/detached-NAME), so
+#                 that two runs of one checkout go on side by side (e.g. one a GPU, each with its
+#                 CUDA_VISIBLE_DEVICES and --gpus 1; the second with --keep-locks)
+#   --no-wait     with --detach: return once the run is started (or found running), without
+#                 waiting for it; a later call waits and packs
 #   --prioritize  Snakemake's --prioritize: this target's jobs start first (a training job before the
 #                 base's draws that share a 2-GPU hold, so the draws take the other GPU, one at a time)
 #   --pin         refuse to run unless workflow/ is as at COMMIT (a study whose runs span holds pins
@@ -76,7 +94,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
 cfg="" carry="" ckpts="" stop_train="" seed="" methods="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
-overrides=() prio=() code_pin=""
+overrides=() prio=() code_pin="" stop_at="" after_run="" tag="" no_wait=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
@@ -84,6 +102,10 @@ while [ $# -gt 0 ]; do
     --carry) carry="$2"; shift 2 ;;
     --checkpoints) ckpts="$2"; shift 2 ;;
     --stop-train) stop_train="$2"; shift 2 ;;
+    --stop-train-at-step) stop_at="$2"; shift 2 ;;
+    --after-run) after_run="$2"; shift 2 ;;
+    --tag) tag="$2"; shift 2 ;;
+    --no-wait) no_wait=1; shift ;;
     --seed) seed="$2"; shift 2 ;;
     --methods) methods="$2"; shift 2 ;;
     --wheels) wheels+=("$2"); shift 2 ;;
@@ -103,7 +125,12 @@ done
 : "${OUT:?lease.sh: set OUT to the folder that comes back}"
 [ -f "$cfg" ] || { echo "lease.sh: --configfile ${cfg:-(none)}: no such file" >&2; exit 2; }
 [ -z "$methods" ] || [ -n "$seed" ] || { echo "lease.sh: --methods $methods: needs --seed" >&2; exit 2; }
-[ -z "$stop_train" ] || [ -n "$detach" ] || { echo "lease.sh: --stop-train: needs --detach" >&2; exit 2; }
+for opt in stop_train:--stop-train stop_at:--stop-train-at-step after_run:--after-run tag:--tag no_wait:--no-wait; do
+  var=${opt%%:*}
+  [ -z "${!var}" ] || [ -n "$detach" ] || { echo "lease.sh: ${opt#*:}: needs --detach" >&2; exit 2; }
+done
+[ -z "$stop_at" ] || [[ "$stop_at" =~ ^[1-9][0-9]*$ ]] || { echo "lease.sh: --stop-train-at-step $stop_at: not a step (1, 2, ...)" >&2; exit 2; }
+[ -z "$tag" ] || [[ "$tag" =~ ^[A-Za-z0-9_]+$ ]] || { echo "lease.sh: --tag $tag: letters, digits and _ only" >&2; exit 2; }
 if [ -n "$code_pin" ]; then
   git rev-parse --verify -q "$code_pin^{commit}" >/dev/null || { echo "lease.sh: --pin $code_pin: no such commit in this checkout" >&2; exit 2; }
   changed=$(git diff --name-only "$code_pin" -- workflow/ | head -n 3 | paste -sd ' ')
@@ -214,7 +241,7 @@ run_smk() {
 }
 ngpu=${gpus:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
 ngpu=${ngpu:-0}
-detached=.snakemake/lease/detached  # .pid, .log and .rc of a --detach run
+detached=.snakemake/lease/detached${tag:+-$tag}  # .pid, .log and .rc of a --detach run (.stopped, .after-rc)
 alive() { [ -f "$detached.pid" ] && kill -0 "$(cat "$detached.pid")" 2>/dev/null; }
 # A lock left by a killed call is cleared; never the locks of a detached run still going.
 [ -n "$keep_locks" ] || alive || $PY -m snakemake --unlock --configfile "${cfgs[@]}" >/dev/null 2>&1 || true
@@ -260,13 +287,42 @@ fi
 TRAIN_RE='boundary(\.cli)? (--gpus [0-9]+ )?(--own )?train '
 # train_pids: the detached run's training processes (its own session), by id, once they have run
 # 20 s: a SIGTERM in a process's first moments, before it installs its stop handler, would end it
-# without a checkpoint.
+# without a checkpoint. (A test shortens it: $LEASE_TERM_AFTER, and the step watcher's poll,
+# $LEASE_POLL, 3 s.)
 train_pids() {
   local pid
-  for pid in $(pgrep -s "$(cat "$detached.pid")" -f "$TRAIN_RE" 2>/dev/null); do
-    [ "$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')" -ge 20 ] 2>/dev/null && echo "$pid"
+  for pid in $(pgrep -s "${1:-$(cat "$detached.pid")}" -f "$TRAIN_RE" 2>/dev/null); do
+    [ "$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')" -ge "${LEASE_TERM_AFTER:-20}" ] 2>/dev/null && echo "$pid"
   done
   return 0
+}
+# logged_steps LOG: the steps a training job's log shows done: the checkpoint it resumed from, and
+# the trainer's logged line a step since (train.py: logging_steps 1; a line "{'loss': ...}").
+logged_steps() {
+  local from done
+  from=$(sed -n 's/^train: resuming from .*checkpoint-\([0-9][0-9]*\);.*/\1/p' "$1" 2>/dev/null | tail -n 1)
+  done=$(tr '\r' '\n' < "$1" 2>/dev/null | grep -c "{'loss': ")
+  echo $((${from:-0} + ${done:-0}))
+}
+# watch_steps N: in the detached run's session, while it runs: a SIGTERM to each of its training
+# processes, once, when its log shows step N-1 done (--stop-train-at-step), so that the stop falls
+# at step N's boundary; each signal is recorded in $detached.stopped.
+watch_steps() {
+  local asked="" pid out log done
+  while sleep "${LEASE_POLL:-3}"; do
+    for pid in $(train_pids 0); do
+      case " $asked " in *" $pid "*) continue ;; esac
+      out=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | sed -n '/^--out$/{n;p;q}')
+      [ -n "$out" ] || continue
+      log="${out/\/train\//\/logs\/train\/}.log"  # the train rule's log: results/RUN/logs/train/M/seedS.log
+      done=$(logged_steps "$log")
+      if [ "$done" -ge $(($1 - 1)) ] && kill -TERM "$pid" 2>/dev/null; then
+        asked="$asked $pid"
+        echo "${out#results/*/train/} $done" >> "$detached.stopped"
+        echo "lease.sh: training process $pid (${out#results/*/train/}) has logged step $done: asked to stop at its next step boundary (SIGTERM, --stop-train-at-step $1)"
+      fi
+    done
+  done
 }
 stopped_train="" fresh=""
 
@@ -276,17 +332,27 @@ if [ -f .snakemake/lease/pending ] || [ -f .snakemake/lease/ckpt-pending ]; then
 elif [ -n "$detach" ]; then
   if alive; then
     say "the detached run goes on (pid $(cat "$detached.pid"))"
+  elif [ -n "$stop_at" ] && [ -s "$detached.stopped" ]; then
+    # --stop-train-at-step: a run stopped there ends there (a new start would resume and train on)
+    say "the run's training was stopped by --stop-train-at-step ($(paste -sd ',' "$detached.stopped")): not started again"
   elif [ "$(left)" -gt 90 ]; then
-    say "snakemake on $ngpu GPU(s), detached, $run_budget s: ${targets[*]:-the default target}"
-    rm -f "$detached.rc"
-    setsid nohup bash -c "$(declare -f smk run_smk); $(declare -p PY cores ngpu cfgs); run_smk \"\$@\"; echo \$? > $detached.rc" \
+    say "snakemake on $ngpu GPU(s), detached, $run_budget s: ${targets[*]:-the default target}${stop_at:+; training stops after step $stop_at}${after_run:+; then: $after_run}"
+    rm -f "$detached.rc" "$detached.after-rc"
+    # the session: Snakemake (and the step watcher beside it), then --after-run's command
+    STOP_AT="$stop_at" AFTER_RUN="$after_run" setsid nohup bash -c "$(declare -f smk run_smk train_pids logged_steps watch_steps); $(declare -p PY cores ngpu cfgs TRAIN_RE detached)
+      if [ -n \"\$STOP_AT\" ]; then watch_steps \"\$STOP_AT\" & watcher=\$!; fi
+      run_smk \"\$@\"; echo \$? > $detached.rc
+      [ -z \"\${watcher:-}\" ] || kill \$watcher 2>/dev/null
+      if [ -n \"\$AFTER_RUN\" ]; then
+        echo \"lease.sh: after the run: \$AFTER_RUN\"; bash -c \"\$AFTER_RUN\"; echo \$? > $detached.after-rc
+      fi" \
       _ "$run_budget" "${targets[@]}" ${prio[@]+--prioritize "${prio[@]}"} > "$detached.log" 2>&1 < /dev/null &
     echo $! > "$detached.pid"
   else
     say "too little time left to start the run"
   fi
   shown=0
-  while alive && [ "$(left)" -gt 60 ]; do
+  while [ -z "$no_wait" ] && alive && [ "$(left)" -gt 60 ]; do
     sleep 5
     if [ -n "$stop_train" ] && [ "$(left)" -le "$stop_train" ]; then
       # every training process of the run, once each (a second SIGTERM would stop it at once),
@@ -322,11 +388,12 @@ elif [ -n "$detach" ]; then
       done
     fi
   done
-  grep -E "^Finished jobid|of [0-9]+ steps|^Error|^Exiting because" "$detached.log" 2>/dev/null | tail -n 20
+  grep -E "^Finished jobid|of [0-9]+ steps|^Error|^Exiting because|^lease.sh: |^train: stopped" "$detached.log" 2>/dev/null | tail -n 20
   if alive; then
     say "the detached run goes on after this call: call again to wait for it and pack"
   elif [ -f "$detached.pid" ]; then
     say "detached snakemake exit status $(cat "$detached.rc" 2>/dev/null || echo unknown)"
+    [ -z "$after_run" ] || say "--after-run exit status $(cat "$detached.after-rc" 2>/dev/null || echo unknown)"
   fi
 elif [ "$(left)" -gt 90 ]; then
   say "snakemake on $ngpu GPU(s), $(($(left) - 60)) s: ${targets[*]:-the default target}"

@@ -32,7 +32,8 @@ those stages as done instead of redoing them.
           optimizer, scheduler, random and trainer state; a few hundred MB at 1.5B): of every
           run folder under checkpoints/RUN its newest complete checkpoint-N and its step
           snapshots (the adapters of train.checkpoints, which reach results/ only when the run
-          ends); with --results, also every finished LoRA run's adapter folders
+          ends; never a checkpoint holding full weights, a full fine-tuning run's: said in one
+          line); with --results, also every finished LoRA run's adapter folders
           (train/M/seedS/final and step*, those holding adapter_config.json: a later lease
           evaluates them without training again). As DIR/ckpt_RUN.tgz.00, ... and
           DIR/ckpt_RUN.manifest; nothing (and an old pack removed) when there is neither.
@@ -242,14 +243,27 @@ def touch(args) -> None:
     print(f"lease_pack: {len(paths)} restored files dated now, newer than what this machine made before them")
 
 
+def full_weights(checkpoint: Path) -> bool:
+    """Whether a checkpoint holds the model's full weights (full fine-tuning: about 21 GB with
+    its optimizer state at 1.5B), not a LoRA adapter (adapter_model.safetensors)."""
+    return any(checkpoint.glob("model*.safetensors")) or any(checkpoint.glob("pytorch_model*.bin"))
+
+
 def resumable(root: Path) -> list[Path]:
     """What a LoRA run needs to go on elsewhere: under each run folder (a checkpoint-N's parent)
-    its newest complete checkpoint-N and its snapshots/ folder."""
+    its newest complete checkpoint-N and its snapshots/ folder. A run whose checkpoint holds full
+    weights is left where it is, said in one line: weights never travel."""
     members = []
     for run_dir in sorted({p.parent for p in root.rglob("checkpoint-*")}):
         done = [p for p in run_dir.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
         if done:
-            members.append(max(done, key=lambda p: int(p.name.split("-")[1])))
+            newest = max(done, key=lambda p: int(p.name.split("-")[1]))
+            if full_weights(newest):
+                size = sum(f.stat().st_size for f in newest.rglob("*") if f.is_file())
+                print(f"lease_pack: {newest}: full weights ({size / 2**30:.1f} GiB), not packed: a full "
+                      "fine-tuning run's state and snapshots stay on this machine")
+                continue
+            members.append(newest)
             if (run_dir / "snapshots").is_dir():
                 members.append(run_dir / "snapshots")
     return members

@@ -499,3 +499,106 @@ def test_a_pinned_hold_refuses_a_checkout_whose_workflow_moved(tmp_path):
     unknown = subprocess.run([*call, "0" * 40], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 2 and "no such commit" in unknown.stderr, unknown.stderr
     assert not (tmp_path / "out").exists()  # nothing ran, nothing packed
+
+
+FAKE_TRAINER = r'''
+import signal, sys, time
+from pathlib import Path
+
+args = sys.argv[1:]
+out = args[args.index("--out") + 1]
+resume = int(args[args.index("--resume") + 1])
+log = Path(out.replace("/train/", "/logs/train/", 1) + ".log")
+log.parent.mkdir(parents=True, exist_ok=True)
+asked = []
+signal.signal(signal.SIGTERM, lambda *_: asked.append(1))  # training/launch.py's StopRequest
+with log.open("w") as f:
+    print(f"train: resuming from checkpoints/r/m/k/checkpoint-{resume}; 12 steps" if resume
+          else "train: starting in checkpoints/r/m/k; 12 steps", file=f, flush=True)
+    for step in range(resume + 1, 13):
+        time.sleep(1.0)
+        stop = bool(asked)  # read at the step's end (on_step_end); the step's line is logged after it
+        print("{'loss': '0', 'reward': '0.25', 'step_time': '1.0'}", file=f, flush=True)
+        if stop:
+            print(f"train: stopped after step {step} of 12 (SIGTERM)", file=f, flush=True)
+            sys.exit(75)
+'''
+
+
+def test_a_training_job_stops_after_the_step_named_fresh_or_resumed(tmp_path):
+    """--stop-train-at-step N: the watcher in the detached run's session signals each training
+    process once its log shows step N-1 done (the checkpoint it resumed from plus a logged line a
+    step), so it stops at step N's boundary (exit 75); a job first seen past N stops after the
+    step it is in. Each signal is recorded (a later call then does not start the run again). Fake
+    training processes under the train rule's command line, 1-s steps; lease.sh's own functions."""
+    import re
+    import subprocess
+    import sys
+
+    text = (ROOT / "lab/lease/lease.sh").read_text()
+    functions = "\n".join(re.search(rf"^{name}\(\) {{\n.*?^}}\n", text, re.M | re.S).group(0)
+                          for name in ("train_pids", "logged_steps", "watch_steps"))
+    train_re = re.search(r"^TRAIN_RE=.*$", text, re.M).group(0)
+    shim = tmp_path / "bin" / "boundary"
+    shim.parent.mkdir()
+    shim.write_text(f"#!{sys.executable}\n{FAKE_TRAINER}")
+    shim.chmod(0o755)
+    jobs = {"grpo_full/seed0": 0, "grpo/seed0": 2, "grpo/seed1": 6}  # resumed from checkpoint-N
+    starts = "\n".join(f"{shim} --gpus 1 --own train --out results/r/train/{job} --resume {n} &"
+                       for job, n in jobs.items())
+    script = f"""{train_re}
+detached=.snakemake/lease/detached
+{functions}
+mkdir -p .snakemake/lease
+{starts}
+watch_steps 4 & watcher=$!
+for job in $(jobs -p); do [ "$job" = "$watcher" ] || {{ wait "$job"; echo "rc $?"; }}; done
+kill $watcher
+"""
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LEASE_TERM_AFTER": "0", "LEASE_POLL": "0.2"}, start_new_session=True)
+    assert done.stdout.count("rc 75") == 3, done.stdout + done.stderr
+    logs = {job: (tmp_path / f"results/r/logs/train/{job}.log").read_text() for job in jobs}
+    assert "stopped after step 4 of 12" in logs["grpo_full/seed0"], logs
+    assert logs["grpo_full/seed0"].count("{'loss'") == 4
+    assert "stopped after step 4 of 12" in logs["grpo/seed0"], logs  # resumed after step 2
+    assert "stopped after step 7 of 12" in logs["grpo/seed1"], logs  # resumed after step 6: the step it is in
+    recorded = dict(line.rsplit(" ", 1) for line in (tmp_path / ".snakemake/lease/detached.stopped").read_text().splitlines())
+    assert recorded == {"grpo_full/seed0": "3", "grpo/seed0": "3", "grpo/seed1": "6"}, recorded
+    assert "(grpo_full/seed0) has logged step 3: asked to stop at its next step boundary" in done.stdout, done.stdout
+
+
+def test_the_step_stop_and_its_company_need_a_detached_run(tmp_path):
+    import subprocess
+
+    for option in (["--stop-train-at-step", "30"], ["--after-run", "true"], ["--tag", "b"], ["--no-wait"]):
+        done = subprocess.run(["bash", "lab/lease/lease.sh", "--configfile", "tests/configs/smoke.yaml", *option],
+                              cwd=ROOT, env={**os.environ, "OUT": str(tmp_path / "out")}, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and done.stderr.strip() == f"lease.sh: {option[0]}: needs --detach", done.stderr
+    bad = subprocess.run(["bash", "lab/lease/lease.sh", "--configfile", "tests/configs/smoke.yaml", "--detach",
+                          "--stop-train-at-step", "0"], cwd=ROOT, env={**os.environ, "OUT": str(tmp_path / "out")},
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--stop-train-at-step 0: not a step" in bad.stderr, bad.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_full_fine_tuning_runs_checkpoint_never_travels(tmp_path, monkeypatch, capsys):
+    """pack-checkpoints beside a full fine-tuning run stopped at a step (the bridge: checkpoint-30
+    with the model's full weights and AdamW's moments, about 21 GB at 1.5B, and a full snapshot):
+    its folder is left out, in one line; a LoRA run's state beside it is packed as before."""
+    monkeypatch.chdir(tmp_path)
+    full = Path("checkpoints/r/grpo_full/seed0/fedcba9876543210")
+    for name in ("model.safetensors", "config.json", "optimizer.pt", "trainer_state.json"):
+        write(full / "checkpoint-30" / name, 2000)
+    write(full / "snapshots/step30/model.safetensors", 2000)
+    lora = Path("checkpoints/r/grpo/seed1/0123456789abcdef")
+    for name in ("adapter_config.json", "adapter_model.safetensors", "optimizer.pt", "trainer_state.json"):
+        write(lora / "checkpoint-49" / name, 1000)
+    write(lora / "snapshots/step30/adapter_model.safetensors", 1000)
+    lease_pack.main(["pack-checkpoints", "--checkpoints", "checkpoints/r", "--out", "back"])
+    said = capsys.readouterr().out
+    assert f"lease_pack: {full / 'checkpoint-30'}: full weights (0.0 GiB), not packed" in said, said
+    manifest = Path("back/ckpt_r.manifest").read_text()
+    assert "grpo_full" not in manifest
+    assert f"packed {lora / 'checkpoint-49'}" in manifest and f"packed {lora / 'snapshots'}" in manifest

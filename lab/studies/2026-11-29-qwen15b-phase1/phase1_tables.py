@@ -6,8 +6,8 @@ Inputs (INPUTS, the layout the pipeline writes under results/qwen15b, merged fro
   eval/diagnostic/{grpo_step50,grpo_step100,grpo}/seed{s}/counts.parquet
                                                      each seed's checkpoints at steps 50, 100, 150
   train/grpo/seed{s}/log.parquet                     the training logs (reward, entropy a step; kl_base_k1, kl_base_k3 every 10th)
-  bridge/train/grpo/seed0/log.parquet, bridge/eval/diagnostic/grpo/seed0/counts.parquet
-                                                     the full fine-tuning run of the bridge
+  eval/diagnostic/{grpo_step30,grpo_full_step30}/seed0/counts.parquet, bridge/grpo_full/seed0/log.parquet
+                                                     the bridge: both seed-0 runs at step 30 (bridge/bridge_table.py)
 and the committed calibration's regimes (REGIMES: prompt_id, n, c, p_base, regime).
 
 Tables (OUT/NAME.md and .csv; every statistic is a package function):
@@ -30,8 +30,8 @@ Tables (OUT/NAME.md and .csv; every statistic is a package function):
                     checkpoint's seeds with prompt-bootstrap intervals (diagnose.bootstrap), and
                     each checkpoint's pooled Δ with the nested interval (attribution)
   trajectories      reward, entropy and KL to the base a logged step, per seed
-  bridge            the full fine-tuning run against LoRA seed 0 at the bridge's last step:
-                    reward (last 10 logged steps), entropy, KL, Δpass@1 (the block's estimate)
+  bridge            the full fine-tuning run against LoRA seed 0 at step 30 (bridge/bridge_table.py):
+                    reward and entropy over steps 21-30, KL at 10/20/30, Δpass@1 with its interval
   stage_times       every job's wall time and peak memory (analysis.stage_times, from the
                     benchmark files; a training job stopped at a hold's end writes none: the
                     holds' consoles give those)
@@ -39,7 +39,7 @@ Tables (OUT/NAME.md and .csv; every statistic is a package function):
     python lab/studies/2026-11-29-qwen15b-phase1/phase1_tables.py [--inputs DIR] [--regimes FILE]
         [--out DIR] [--resamples 10000] [--sims 1000]
     python lab/studies/2026-11-29-qwen15b-phase1/phase1_tables.py --collect results/qwen15b
-        [--collect-bridge results/qwen15b_bridge]     # the merged holds' files -> INPUTS (commit them)
+                                                      # the merged holds' files -> INPUTS (commit them)
 """
 
 from __future__ import annotations
@@ -73,8 +73,6 @@ N_EVAL = 256
 K = 256
 KS = (1, 4, 16, 64, 256)
 RISE, WINDOW = 0.10, 20  # the checkpoint rule: the reward 10 points above its first 20 steps
-BRIDGE_WINDOW = 10
-BRIDGE_STEP, BRIDGE_LORA = 30, "grpo_step30"  # Amendment 11: the bridge at N = 30, seed 0's LoRA snapshot
 KL = ("kl_base_k1", "kl_base_k3")  # train.log_base_kl's columns, every 10th step (Amendment 11)
 REGIME_ORDER = ("SolvedEasy", "Reachable", "Boundary", "OutOfReach")
 NOT_RUN = "not yet run"
@@ -85,18 +83,12 @@ def counts_path(inputs: Path, method: str, seed: int) -> Path:
 
 
 def load(inputs: Path) -> dict:
-    """What exists of the committed inputs: base draws, checkpoint counts, training logs, bridge."""
+    """What exists of the committed inputs: base draws, checkpoint counts, training logs."""
     base = [read_table(p) for i in range(BASE_DRAWS) if (p := counts_path(inputs, BASE, i)).exists()]
     runs = {(step, s): read_table(p) for step, method in CHECKPOINTS.items() for s in SEEDS
             if (p := counts_path(inputs, method, s)).exists()}
     logs = {s: read_table(p) for s in SEEDS if (p := inputs / "train" / "grpo" / f"seed{s}" / "log.parquet").exists()}
-    bridge_log = inputs / "bridge" / "train" / "grpo" / "seed0" / "log.parquet"
-    bridge_counts = counts_path(inputs / "bridge", "grpo", 0)
-    bridge_lora = counts_path(inputs, BRIDGE_LORA, 0)
-    return {"base": base, "runs": runs, "logs": logs,
-            "bridge_log": read_table(bridge_log) if bridge_log.exists() else None,
-            "bridge_counts": read_table(bridge_counts) if bridge_counts.exists() else None,
-            "bridge_lora_counts": read_table(bridge_lora) if bridge_lora.exists() else None}
+    return {"base": base, "runs": runs, "logs": logs}
 
 
 def reward_rise(log: pd.DataFrame, step: int, window: int = WINDOW) -> float:
@@ -272,35 +264,15 @@ def trajectories_table(logs: dict) -> Table:
     return Table(name, caption, ["Seed", "Step", "Reward", "Entropy", "KL k1", "KL k3"], rows, data, notes)
 
 
-def bridge_table(loaded: dict) -> Table:
-    name, caption = "bridge", "The bridge: full fine-tuning against LoRA (seed 0) at the same step"
-    full, lora = loaded["bridge_log"], loaded["logs"].get(0)
-    if full is None or lora is None:
-        return Table(name, caption, ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
-    step = int(full["step"].max())
+def bridge_module():
+    """bridge/bridge_table.py (it reads this module's inputs and Δ; loaded here, not imported at
+    the top, since it loads this file in turn)."""
+    import importlib.util
 
-    def readout(log, counts):
-        r = log.sort_values("step")
-        r = r[r["step"] <= step]
-        tail = r.tail(BRIDGE_WINDOW)
-        d1 = np.nan
-        if counts is not None and len(loaded["base"]) == BASE_DRAWS:
-            diag = diagnosis(loaded["base"], {("x", 0): counts}, None, resamples=200)
-            d1 = float(diag.metrics.query("metric == 'delta_passk' and k == 1 and regime == 'all'")["value"].iloc[0])
-        at = r[r["step"] == step].reindex(columns=list(KL))
-        kl = {k: float(at[k].iloc[0]) if len(at) else np.nan for k in KL}
-        return {"reward": tail["reward"].mean(), "entropy": tail["entropy"].mean(), **kl, "delta_pass1": d1}
-
-    lora_counts = loaded["bridge_lora_counts"] if step == BRIDGE_STEP else None
-    values = {"full fine-tuning": readout(full, loaded["bridge_counts"]), "LoRA": readout(lora, lora_counts)}
-    fmt = lambda v, s=1.0, sign="": "n/a" if pd.isna(v) else f"{s * v:{sign}.3f}"
-    rows = [[who, str(step), fmt(v["reward"]), fmt(v["entropy"]), fmt(v["kl_base_k1"]), fmt(v["kl_base_k3"]),
-             fmt(v["delta_pass1"], 100, "+")] for who, v in values.items()]
-    notes = [f"Reward and entropy: means over the last {BRIDGE_WINDOW} logged steps up to step {step}; KL to the base "
-             f"(k1, k3): logged at step {step}; Δpass@1 (points) from the sequential block against the pooled base; "
-             f"n/a: not logged, or not step {BRIDGE_STEP} (Amendment 11's N, where seed 0's LoRA snapshot is evaluated)."]
-    data = pd.DataFrame([{"run": who, "step": step, **v} for who, v in values.items()])
-    return Table(name, caption, ["Run", "Step", "Reward", "Entropy", "KL k1", "KL k3", "Δpass@1"], rows, data, notes)
+    spec = importlib.util.spec_from_file_location("bridge_table", HERE / "bridge" / "bridge_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def stage_times(inputs: Path) -> Table:
@@ -310,7 +282,7 @@ def stage_times(inputs: Path) -> Table:
 
 
 def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 10_000, sims: int = 1000) -> list[Table]:
-    loaded = load(Path(inputs))
+    loaded, bridge = load(Path(inputs)), bridge_module()
     regimes = read_table(regimes_path)
     regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
     rule, step, _ = checkpoint_rule(loaded["logs"])
@@ -318,7 +290,7 @@ def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 
     lost, boundary = lost_gained_table(loaded["base"], loaded["runs"], step, regimes, sims)
     return [rule, primary, lost, phase2_table(primary, boundary),
             passk_table(loaded["base"], loaded["runs"], regimes, resamples), trajectories_table(loaded["logs"]),
-            bridge_table(loaded), stage_times(Path(inputs))]
+            bridge.bridge_table(bridge.load(Path(inputs)), regimes, resamples), stage_times(Path(inputs))]
 
 
 def figures(tables: list[Table], out: Path) -> list[Path]:
@@ -378,7 +350,7 @@ def write(tables: list[Table], out: Path) -> None:
     figures(tables, out)
 
 
-def collect(results: Path, inputs: Path, prefix: str = "") -> list[Path]:
+def collect(results: Path, inputs: Path) -> list[Path]:
     """The committed inputs from a merged results folder: the diagnostic split's counts, the
     training logs and every job's benchmark file (stage times); nothing with problem text."""
     import shutil
@@ -386,7 +358,7 @@ def collect(results: Path, inputs: Path, prefix: str = "") -> list[Path]:
     copied = []
     for pattern in ("eval/diagnostic/*/seed*/counts.parquet", "train/*/seed*/log.parquet", "benchmarks/**/*.tsv"):
         for path in sorted(results.glob(pattern)):
-            target = inputs / prefix / path.relative_to(results)
+            target = inputs / path.relative_to(results)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
             copied.append(target)
@@ -401,11 +373,10 @@ def main(argv=None) -> None:
     ap.add_argument("--resamples", type=int, default=10_000)
     ap.add_argument("--sims", type=int, default=1000)
     ap.add_argument("--collect", type=Path, help="copy a merged results/qwen15b's inputs into --inputs, then build")
-    ap.add_argument("--collect-bridge", type=Path, help="the same for the bridge's results folder (into bridge/)")
     args = ap.parse_args(argv)
-    for folder, prefix in ((args.collect, ""), (args.collect_bridge, "bridge")):
-        if folder is not None:
-            print(f"phase1_tables: {len(collect(folder, args.inputs, prefix))} files of {folder} into {args.inputs / prefix}")
+    if args.collect is not None:
+        copied = collect(args.collect, args.inputs) + bridge_module().collect(args.collect, args.inputs)
+        print(f"phase1_tables: {len(copied)} files of {args.collect} into {args.inputs}")
     tables = build(args.inputs, args.regimes, args.resamples, args.sims)
     write(tables, args.out)
     for t in tables:

@@ -44,10 +44,14 @@ def gguf_parsed_once():
     """One GGUFReader a file inside the block. transformers parses the file afresh for its config,
     its tokenizer and its weights (`from gguf import GGUFReader` at each call), and a parse of a
     151k-token vocabulary's metadata is about 10 s of Python: with the eos lookup, 4 parses were
-    42 of the 0.5B import's 76 s. The reader is read-only (a memmap), so one serves every call."""
+    42 of the 0.5B import's 76 s. The reader is read-only (a memmap), so one serves every call.
+    Likewise the tensor-name map: transformers builds it again for every submodule of the model
+    (~400 builds of one map for SmolLM2, ~6 s); it is only read, so one a (arch, layers) serves."""
+    import functools
+
     import gguf
 
-    real, readers = gguf.GGUFReader, {}
+    real, readers, real_names = gguf.GGUFReader, {}, gguf.get_tensor_name_map
 
     def shared(path, mode="r"):
         key = (str(Path(path).resolve()), mode)
@@ -55,11 +59,11 @@ def gguf_parsed_once():
             readers[key] = real(path, mode)
         return readers[key]
 
-    gguf.GGUFReader = shared
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared, functools.cache(real_names)
     try:
         yield readers
     finally:
-        gguf.GGUFReader = real
+        gguf.GGUFReader, gguf.get_tensor_name_map = real, real_names
 
 
 def _load_source(source: str):

@@ -77,6 +77,7 @@ from boundary.training import trl_pin  # noqa: F401
 # isort: split
 import contextlib
 import copy
+import functools
 import time
 
 import numpy as np
@@ -121,6 +122,16 @@ def needs_frozen_base(cfg: PBAConfig, anchoring: bool, pre_drawn: bool) -> bool:
     were drawn ahead (with their log-probs)."""
     return (cfg.beta_kl > 0 or cfg.log_base_kl
             or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn)))
+
+
+@functools.cache
+def restorable_on_cpu_processes() -> None:
+    """Let torch restore tensors saved to an indexed CPU device ("cpu:0"). transformers before
+    5.19 resumes a run of several CPU processes with map_location = the process's device, which
+    torch (2.13 too) cannot restore: the resume would die in loading the optimizer state."""
+    def restore(obj, location: str):
+        return obj if location.startswith("cpu:") else None
+    torch.serialization.register_package(11, lambda obj: None, restore)
 
 
 class PBATrainer(GRPOTrainer):
@@ -172,6 +183,8 @@ class PBATrainer(GRPOTrainer):
         self.engine_sync = rollout_engine.install(self) if colocated else None
         # The engine's log-probs of its rollouts go on to TRL only where it reads them.
         self._engine_logprobs = self.use_vllm and (not colocated or rollout_engine.reads_engine_logprobs(self.args))
+        if self.args.world_size > 1 and self.args.device.type == "cpu":
+            restorable_on_cpu_processes()
         # Under FSDP every forward of a sharded model is a collective (training/sharding.py).
         self._sharded = sharding.is_fsdp(self.accelerator)
         if self._sharded:
