@@ -30,7 +30,7 @@ def imports_of(module: str) -> frozenset[str]:
     if path is None:
         return frozenset()
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _statements(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -45,6 +45,15 @@ def imports_of(module: str) -> frozenset[str]:
     parts = module.split(".")
     found.update(".".join(parts[:i]) for i in range(1, len(parts)))
     return frozenset(found - {module})
+
+
+def _statements(node: ast.AST):
+    """Every statement in `node`, nested ones included: an import is a statement, so the walk
+    never enters an expression (a third of ast.walk's nodes, every Snakemake start pays it)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+            yield child
+            yield from _statements(child)
 
 
 def closure(*modules: str) -> list[str]:
