@@ -118,3 +118,53 @@ def test_stages_import_only_the_stack_they_use(tmp_path, tiny_model_dir):
     assert trainer == {}, "\n".join(f"{m} imported at:\n{stack}" for m, stack in trainer.items())
     assert {"torch", "transformers"} <= set(found["evaluate"])  # the probe sees what a stage imports
     assert (tmp_path / "counts.parquet").exists() and (tmp_path / "report" / "report.html").exists()
+
+
+def test_the_import_graph_walks_every_statement_that_can_hold_an_import():
+    """core/sources.py reads imports from statements only (an import is never an expression):
+    nested in functions, classes, branches, loops, with, try (handlers, else, finally) and match,
+    each is found, and so is every import of every package module."""
+    import ast
+
+    from boundary.core import sources
+
+    code = textwrap.dedent("""
+        import a
+        def f():
+            import b
+            class C:
+                import c
+            if x:
+                import d
+            else:
+                import e
+            for i in y:
+                import f
+            while z:
+                import g
+            with w:
+                import h
+            try:
+                import i
+            except E:
+                import j
+            else:
+                import k
+            finally:
+                import l
+            match v:
+                case 1:
+                    import m
+            async def g():
+                async with u:
+                    import n
+        lambda: __import__("not_a_statement")
+    """)
+    def imports(nodes):
+        return sorted((n.lineno, n.col_offset) for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+    tree = ast.parse(code)
+    assert len(imports(sources._statements(tree))) == 14 and imports(sources._statements(tree)) == imports(ast.walk(tree))
+    for path in sources.PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        assert imports(sources._statements(tree)) == imports(ast.walk(tree)), path
