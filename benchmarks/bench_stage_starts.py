@@ -12,6 +12,7 @@ processes) are in its CPU seconds, not in its start.
     snakemake --cores 2 --configfile smoke.yaml             # once, in a copy of the workflow
     python benchmarks/bench_stage_starts.py --workdir DIR --configfile DIR/smoke.yaml
     python benchmarks/bench_stage_starts.py --workdir DIR --configfile DIR/smoke.yaml --rules regimes mask
+    python benchmarks/bench_stage_starts.py --workdir DIR --configfile DIR/smoke.yaml --jobs testbed/grpo report
 
 The jobs rewrite their outputs in DIR (a scratch copy: the same commands as the run's).
 """
@@ -113,6 +114,7 @@ def main() -> None:
     ap.add_argument("--workdir", required=True, type=Path, help="a finished run's working directory (a scratch copy)")
     ap.add_argument("--configfile", required=True, help="its config file")
     ap.add_argument("--rules", nargs="*", help="only these rules (default: every job)")
+    ap.add_argument("--jobs", nargs="*", help="only the jobs whose log path holds one of these")
     ap.add_argument("--first", action="store_true", help="one job a rule (the first the dry run lists)")
     ap.add_argument("--repeat", type=int, default=3, help="fresh interpreters a start is measured in (the best)")
     args = ap.parse_args()
@@ -120,7 +122,8 @@ def main() -> None:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     seen, rows = set(), []
     for rule, log, command in jobs(args.workdir, args.configfile, env):
-        if (args.rules and rule not in args.rules) or (args.first and rule in seen):
+        if ((args.rules and rule not in args.rules) or (args.first and rule in seen)
+                or (args.jobs and not any(j in log for j in args.jobs))):
             continue
         seen.add(rule)
         cpu, wall = children_cpu(), time.perf_counter()
