@@ -43,8 +43,11 @@ PROBE = textwrap.dedent("""
             for argv in commands:
                 assert main(argv) == 0, argv
             if name == "light":
-                for _ in parsers():  # every command's options
-                    pass
+                for command, _ in parsers():  # every command's options, and its --help
+                    try:
+                        main([command, "--help"])
+                    except SystemExit:
+                        pass
             print("IMPORTED", name, json.dumps({m: FIRST[m] for m in sorted(FIRST)}), flush=True)
 """)
 
@@ -109,8 +112,8 @@ def evaluate_inputs(tmp_path, model) -> list[str]:
 
 
 def test_stages_import_only_the_stack_they_use(tmp_path, tiny_model_dir):
-    """data (the testbed's), regimes, masks and report, then every command's parser: not one
-    module of the model stack; then evaluation with the hf sampler: torch and transformers, but
+    """data (the testbed's), regimes, masks and report, then every command's parser and
+    `--help`: not one module of the model stack; then evaluation with the hf sampler: torch and transformers, but
     none of the trainer's packages. A failure shows the stack of the import that broke it."""
     found = run_probe(tmp_path, [["light", light_inputs(tmp_path)], ["evaluate", [evaluate_inputs(tmp_path, tiny_model_dir)]]])
     assert found["light"] == {}, "\n".join(f"{m} imported at:\n{stack}" for m, stack in found["light"].items())

@@ -36,13 +36,13 @@ def make_parser() -> ArgumentParser:
 
 
 def main(argv=None):
+    args = make_parser().parse_args(argv)  # first: --help and a bad option import nothing of torch or TRL
     from boundary.core.artifacts import read_table, write_table
     from boundary.sampling.scoring import parse_shard
     from boundary.training.gate import read_mask
     from boundary.training.schedule import action_sampler, anchor_weights_for
     from boundary.training.trainer_config import make_config
 
-    args = make_parser().parse_args(argv)
     index, count = parse_shard(args.shard)
     cfg = make_config(stage_settings.load("base-rollouts", args.settings), args.seed, "unused")  # as training reads them
     if cfg.anchor not in BASE_SAMPLED or not stage_settings.anchoring(True, cfg.masked_action):  # --mask: required
