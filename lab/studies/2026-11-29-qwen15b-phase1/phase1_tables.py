@@ -350,13 +350,16 @@ def write(tables: list[Table], out: Path) -> None:
     figures(tables, out)
 
 
-def collect(results: Path, inputs: Path) -> list[Path]:
+PATTERNS = ("eval/diagnostic/*/seed*/counts.parquet", "train/*/seed*/log.parquet", "benchmarks/**/*.tsv")
+
+
+def collect(results: Path, inputs: Path, patterns: tuple = PATTERNS) -> list[Path]:
     """The committed inputs from a merged results folder: the diagnostic split's counts, the
     training logs and every job's benchmark file (stage times); nothing with problem text."""
     import shutil
 
     copied = []
-    for pattern in ("eval/diagnostic/*/seed*/counts.parquet", "train/*/seed*/log.parquet", "benchmarks/**/*.tsv"):
+    for pattern in patterns:
         for path in sorted(results.glob(pattern)):
             target = inputs / path.relative_to(results)
             target.parent.mkdir(parents=True, exist_ok=True)

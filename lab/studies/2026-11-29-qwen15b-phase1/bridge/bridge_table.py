@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -123,14 +122,7 @@ def bridge_table(loaded: dict, regimes: pd.DataFrame, resamples: int = 10_000) -
 def collect(results: Path, inputs: Path) -> list[Path]:
     """The bridge's own files from a merged results folder into inputs/bridge/: the full
     fine-tuning run's log and its evaluation's record (evaluate_snapshot.py)."""
-    copied = []
-    for path in sorted(results.glob("bridge/*/seed*/*")):
-        if path.name in ("log.parquet",) or path.name.startswith("evaluate_step"):
-            target = inputs / path.relative_to(results)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-            copied.append(target)
-    return copied
+    return phase1.collect(results, inputs, ("bridge/*/seed*/log.parquet", "bridge/*/seed*/evaluate_step*"))
 
 
 def main(argv=None) -> None:
