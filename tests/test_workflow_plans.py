@@ -225,7 +225,7 @@ def _planned(workdir, config, targets) -> set[tuple[str, str]]:
 
 def test_a_data_file_edited_in_place_reruns_exactly_its_split(real_data_run):
     """A corrected gold answer (same size, mtime kept) reruns the one split read from that
-    file, and what depends on it; a touch reruns nothing."""
+    file, and what depends on it (that a touch reruns nothing: the next test's last dry run)."""
     workdir, config, targets = real_data_run
     data = workdir / "data" / "a.jsonl"
     original = data.read_bytes()
@@ -234,11 +234,11 @@ def test_a_data_file_edited_in_place_reruns_exactly_its_split(real_data_run):
         assert _planned(workdir, config, targets) == {("splits", "results/real/splits/bench_a.parquet")}
     finally:
         _rewrite_in_place(data, original)
-    data.touch()
-    assert _planned(workdir, config, targets) == set()
 
 
 def test_a_base_model_folder_re_saved_in_place_reruns_the_import(real_data_run):
+    """Put back, nothing reruns, with a data file and the model's weights touched besides (one
+    dry run for both: a touch reruns nothing only where the restored run reruns nothing)."""
     workdir, config, targets = real_data_run
     weights = workdir / "source_model" / "model.safetensors"
     original = weights.read_bytes()
@@ -248,6 +248,8 @@ def test_a_base_model_folder_re_saved_in_place_reruns_the_import(real_data_run):
     finally:
         _rewrite_in_place(weights, original)
     assert planned == {("import_base", "results/real/models/base")}
+    (workdir / "data" / "a.jsonl").touch()
+    weights.touch()
     assert _planned(workdir, config, targets) == set()
 
 
