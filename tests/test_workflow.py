@@ -199,13 +199,6 @@ def test_an_evaluation_setting_never_retrains(smoke_run):
     assert len([1 for rule, _ in jobs if rule == "evaluate"]) == 2 * 6  # base, GRPO, PBA, early stop, the LoRA two
 
 
-def test_nothing_reruns_after_a_complete_run_nor_after_code_is_touched(smoke_run):
-    """One dry run for both: a touch reruns nothing only where the complete run reruns nothing."""
-    workdir, config = smoke_run
-    (workdir / "workflow" / "boundary" / "stages" / "evaluate.py").touch()
-    assert planned_jobs(workdir, config) == set()
-
-
 def _planned_reasons(workdir, configfile) -> dict[str, set[str]]:
     """Each rule a dry run schedules, with the reasons of its jobs. Snakemake gives a job
     downstream of another only that reason ("Input files updated by another job"), without
@@ -329,7 +322,9 @@ def _rewrite_in_place(path: Path, data: bytes) -> None:
 
 def test_an_artifact_changed_by_hand_is_named_before_anything_runs(smoke_run):
     """A final samples.parquet truncated, or a policy re-saved in place: one line naming it
-    (nothing reads them, so no rerun would notice); put back, nothing is to be done."""
+    (nothing reads them, so no rerun would notice); put back, nothing is to be done, and
+    nothing after a complete run nor after code is touched (one dry run for the three: a touch
+    reruns nothing only where the complete run reruns nothing)."""
     workdir, config = smoke_run
     out = workdir / "results" / "smoke"
     samples = out / "eval" / "testbed" / "grpo" / "seed0" / "samples.parquet"
@@ -342,14 +337,17 @@ def test_an_artifact_changed_by_hand_is_named_before_anything_runs(smoke_run):
         edit(original)
         try:
             run = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=workdir, check=False)
-            # Clearing the way stays possible: --unlock after a kill reads the Snakefile too.
-            unlock = snakemake("--unlock", "--configfile", str(config), cwd=workdir, check=False)
+            # Clearing the way stays possible: --unlock after a kill reads the Snakefile too (the
+            # check skips it whichever artifact changed: once is enough).
+            unlock = None if path == weights else snakemake("--unlock", "--configfile", str(config), cwd=workdir,
+                                                             check=False)
         finally:
             _rewrite_in_place(path, original) if path == weights else path.write_bytes(original)
         line = (f"{named.relative_to(workdir)}: changed since the pipeline wrote it; delete it to have it "
                 "made again (with what depends on it), or move it elsewhere to keep it")
         assert run.returncode != 0 and line in run.stdout.splitlines(), run.stdout[-2000:]
-        assert unlock.returncode == 0, unlock.stdout[-2000:]
+        assert unlock is None or unlock.returncode == 0, unlock.stdout[-2000:]
+    (workdir / "workflow" / "boundary" / "stages" / "evaluate.py").touch()
     assert planned_jobs(workdir, config) == set()
 
 
