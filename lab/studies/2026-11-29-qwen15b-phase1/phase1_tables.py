@@ -257,8 +257,10 @@ def trajectories_table(logs: dict) -> Table:
     data = pd.concat([log.assign(seed=s).reindex(columns=["seed", "step", "reward", "entropy", *KL])
                       for s, log in logs.items()], ignore_index=True)
     every = data[data["step"] % 10 == 0]  # the page shows every 10th step (the KL's); the CSV holds each
-    fmt = lambda v: "not logged" if pd.isna(v) else f"{v:.3f}"
-    rows = [[str(int(r.seed)), str(int(r.step)), fmt(r.reward), fmt(r.entropy), fmt(r.kl_base_k1), fmt(r.kl_base_k3)]
+    fmt = lambda v, digits=3: "not logged" if pd.isna(v) else f"{v:.{digits}f}"
+    # The KL to the base is of order 1e-4 to 1e-3 here: 5 decimals, or every row reads 0.000.
+    rows = [[str(int(r.seed)), str(int(r.step)), fmt(r.reward), fmt(r.entropy), fmt(r.kl_base_k1, 5),
+             fmt(r.kl_base_k3, 5)]
             for r in every.itertuples()]
     notes = ["KL to the base (train.log_base_kl) is not in these logs."] if data[list(KL)].isna().all().all() else []
     return Table(name, caption, ["Seed", "Step", "Reward", "Entropy", "KL k1", "KL k3"], rows, data, notes)
@@ -278,7 +280,11 @@ def bridge_module():
 def stage_times(inputs: Path) -> Table:
     if not (inputs / "benchmarks").is_dir():
         return Table("stage_times", "Stage times", ["Note"], [[NOT_RUN]], pd.DataFrame({"note": [NOT_RUN]}))
-    return stage_times_table(read_benchmarks(inputs), "Phase 1 (qwen15b)")
+    table = stage_times_table(read_benchmarks(inputs), "Phase 1 (qwen15b)")
+    # A run resumed across holds is one job a hold, and each job writes the same benchmark file.
+    table.notes.append("A training run that spans holds is one job a hold, and its benchmark file holds the "
+                       "last job only (its start and its last steps); each hold's training minutes are on the page.")
+    return table
 
 
 def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 10_000, sims: int = 1000) -> list[Table]:
@@ -295,8 +301,9 @@ def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 
 
 def figures(tables: list[Table], out: Path) -> list[Path]:
     """passk.png (each checkpoint's pooled Δpass@k against the base, with its nested interval,
-    overall and on Boundary) and trajectories.png (reward and entropy a step, per seed), where
-    their tables hold numbers."""
+    overall and on Boundary) and trajectories.png (reward and entropy a step, faint, with their
+    trailing 10-step means, and the KL to the base where logged, per seed), where their tables
+    hold numbers."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -326,12 +333,21 @@ def figures(tables: list[Table], out: Path) -> list[Path]:
         plt.close(fig)
     traj = by.get("trajectories")
     if traj is not None and "step" in traj:
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-        for ax, col in zip(axes, ("reward", "entropy")):
-            for seed, x in traj.groupby("seed"):
-                ax.plot(x["step"], x[col], label=f"seed {seed}")
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
+        for ax, col in zip(axes, ("reward", "entropy", "kl_base_k3")):
+            for i, (seed, x) in enumerate(traj.groupby("seed")):
+                x = x.sort_values("step")
+                color = f"C{i}"
+                if col == "kl_base_k3":  # logged every 10th step: points, not a noisy line
+                    k = x.dropna(subset=[col])
+                    ax.plot(k["step"], k[col], marker="o", ms=3, color=color, label=f"seed {seed}")
+                    continue
+                ax.plot(x["step"], x[col], color=color, alpha=0.25, lw=0.8)
+                ax.plot(x["step"], x[col].rolling(10, min_periods=10).mean(), color=color,
+                        label=f"seed {seed} (10-step mean)")
             ax.set_xlabel("step")
-            ax.set_title(col)
+            ax.set_title({"reward": "training reward", "entropy": "token entropy",
+                          "kl_base_k3": "KL to the base (k3)"}[col])
         axes[0].legend(fontsize=8)
         fig.tight_layout()
         written.append(out / "trajectories.png")

@@ -108,7 +108,7 @@ def test_the_tables_say_what_the_synthetic_study_holds(tmp_path):
     curves = tables["passk_curves"].data
     assert set(curves["k"]) == set(phase1.KS) and (curves["boot_low"] <= curves["boot_high"]).all()
     traj = tables["trajectories"]
-    assert not traj.notes and [r[4] for r in traj.rows[:2]] == ["0.010", "0.020"]  # seed 0's k1 at steps 10, 20
+    assert not traj.notes and [r[4] for r in traj.rows[:2]] == ["0.01000", "0.02000"]  # seed 0's k1 at steps 10, 20 (5 decimals)
     assert tables["bridge"].rows == [[phase1.NOT_RUN]] and tables["stage_times"].rows == [[phase1.NOT_RUN]]
     for t in tables.values():
         assert t.md().startswith("**")
