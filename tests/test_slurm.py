@@ -110,6 +110,8 @@ def test_a_small_config_runs_as_slurm_jobs(slurm, tmp_path):
     start = datetime.datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
     code, out = run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
                      "--profile", str(profile), "--slurm-init-seconds-before-status-checks", "2",
+                     # Snakemake asks SLURM every 10 s by default: idle wall time per job of the chain.
+                     "--seconds-between-status-checks", "1",
                      *TARGETS, "--configfile", str(config)], tmp_path)
     assert code == 0, out[-6000:]
     assert all((tmp_path / t).exists() for t in TARGETS)
