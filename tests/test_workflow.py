@@ -15,16 +15,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+import zygote
 from conftest import ROOT
 
 
 def snakemake(*args, cwd=ROOT, check=True, env=None):
     """Snakemake on the workflow in `cwd` where it holds a copy (the smoke run's), else ROOT's
-    (`env`: variables set on top of this process's)."""
+    (`env`: variables set on top of this process's). Its `boundary` jobs fork from a warm server
+    (zygote.py: the imports paid once a test process, not once a job)."""
     snakefile = Path(cwd) / "Snakefile" if (Path(cwd) / "Snakefile").is_file() else ROOT / "Snakefile"
     run = subprocess.run(["snakemake", "--snakefile", str(snakefile), *args],
                          cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=None if env is None else {**os.environ, **env})
+                         env={**os.environ, **zygote.job_env(), **(env or {})})
     if check and run.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{run.stdout[-5000:]}")
     return run
