@@ -99,6 +99,37 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def stage_here():
+    """A stage's own code run in this process (where the check is not about a process: torch and
+    transformers are imported already, a process would start them again, 8-12 CPU-seconds), on
+    one thread as a test's subprocess runs (`one_thread`), leaving nothing behind for the next
+    test: the environment (the training arguments and accelerate export settings into it), the
+    working directory, the global random streams the trainer seeds, and accelerate's singletons."""
+    import random
+
+    import numpy as np
+    import torch
+
+    environ, cwd = dict(os.environ), os.getcwd()
+    streams = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        with one_thread():
+            yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        random.setstate(streams[0])
+        np.random.set_state(streams[1])
+        torch.set_rng_state(streams[2])
+        if "accelerate.state" in sys.modules:
+            from accelerate.state import AcceleratorState, GradientState
+
+            AcceleratorState._reset_state(reset_partial_state=True)
+            GradientState._reset_state()
+
+
 def benchmark_main(monkeypatch, capsys, script: str, *argv) -> str:
     """benchmarks/<script>.py's main() run with `argv` in this process (its command line is not
     what is tested; a process would start torch, transformers and TRL again): what it prints."""

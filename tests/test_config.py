@@ -263,20 +263,20 @@ def test_the_schema_and_the_rules_share_the_name_pattern():
                                        "spaces) (ScannerError)"),
     (b"run: a\n\xd0\xff\x00\x01", "not a text file (byte 7 is not UTF-8)"),
 ])
-def test_check_config_names_the_file(tmp_path, content, message):
+def test_check_config_names_the_file(tmp_path, content, message, boundary_cli):
     """Snakemake reads --configfile before the workflow and names no file for these;
-    `boundary check-config` (run.sh runs it first) does, in one line."""
-    import subprocess
-
+    `boundary check-config` (run.sh runs it first) does, in one line. (In this process: the
+    installed command's exit status and lines: the test below.)"""
     path = tmp_path / "c.yaml"
     if content is not None:
         path.write_bytes(content)
-    run = subprocess.run(["boundary", "check-config", str(path)], capture_output=True, text=True)
-    assert run.returncode == 1
-    assert run.stderr.splitlines() == [f"boundary check-config: error: {path}: {message}"]
+    code, _, err = boundary_cli(["check-config", path])
+    assert code == 1
+    assert err.splitlines() == [f"boundary check-config: error: {path}: {message}"]
 
 
 def test_check_config_validates_the_merge_of_several_files(tmp_path):
+    """The installed `boundary` command, as run.sh runs it: its exit status, and one line."""
     import subprocess
 
     extra = tmp_path / "extra.yaml"

@@ -19,9 +19,10 @@ FSDP against DDP: test_fsdp.py.
 How the runs are made: a launch of 2 processes is three process starts (the launcher, torchrun,
 2 workers importing torch, transformers and TRL), more than a toy run trains. The command
 itself (`boundary train --processes 2`) runs where its launch is what is tested: one plain
-2-process run (the reference of the others), the resume, and processes that cannot connect.
-The other 2-process runs are made by the train stage's own code in one launch of
-train_cpu_worker.py (`batch`), one job after another; the one-process runs and the
+2-process run (the reference of the others) and processes that cannot connect (the command's
+resume of a 2-process launch: test_lora.py's SIGTERM test). The other 2-process runs, the
+resume from the plain run's checkpoint among them, are made by the train stage's own code in
+one launch of train_cpu_worker.py (`batch`), one job after another; the one-process runs and the
 base_rollouts stage's draws run in this process, on one thread as the launched processes run.
 """
 
@@ -153,28 +154,19 @@ def test_two_processes_train_like_one(pba_runs):
         assert (out / "final" / "model.safetensors").exists() and (out / "step4" / "config.json").exists()
 
 
-def test_a_resumed_two_process_run_repeats_the_uninterrupted_one(smoke, pba_runs):
+def test_a_resumed_two_process_run_repeats_the_uninterrupted_one(pba_runs, batch):
     """Kill after checkpoint 6 of 8 (here: delete what came after it): the resumed run trains
-    steps 7-8 on the same rollouts, per process, as the uninterrupted run did."""
-    out, ck, _ = pba_runs[2]
-    copy = smoke / "resumed"
-    shutil.copytree(ck, copy / "ck")
-    (key,) = [p for p in (copy / "ck").iterdir()]
-    last = max(key.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    shutil.rmtree(last)
-    settings = smoke_settings("pba")
-    args = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
-            "--mask", str(smoke / "mask.parquet"), "--settings", json.dumps(settings), "--seed", "0",
-            "--out", str(copy / "out"), "--checkpoint-dir", str(copy / "ck"), "--processes", "2"]
-    run = subprocess.run([sys.executable, "-m", "boundary.cli", "train", *args], env=env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert run.returncode == 0, run.stdout[-6000:]
-    assert f"resuming from {key}/checkpoint-6" in run.stdout
-    full, resumed = (pd.read_parquet(p / "log.parquet").drop(columns=list(TIMING)).sort_index(axis=1)
-                     for p in (out, copy / "out"))
-    pd.testing.assert_frame_equal(full, resumed)
+    steps 7-8 on the same rollouts, per process, as the uninterrupted run did. (The command's
+    own resume of a 2-process launch: test_lora.py's SIGTERM test.)"""
+    out = pba_runs[2][0]
+    (resumed, text), key = batch["pba_resumed_2proc"], batch["resumed_from"]
+    assert "in 2 process(es)" in text
+    assert f"resuming from {key}/checkpoint-6" in text
+    full, again = (pd.read_parquet(p / "log.parquet").drop(columns=list(TIMING)).sort_index(axis=1)
+                   for p in (out, resumed))
+    pd.testing.assert_frame_equal(full, again)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "actions.parquet"),
-                                  pd.read_parquet(copy / "out" / "actions.parquet"))
+                                  pd.read_parquet(resumed / "actions.parquet"))
 
 
 @pytest.fixture(scope="module")
@@ -206,20 +198,31 @@ ENGINE = dict(rollout_engine="vllm", vllm_check_every=1, steps=4, checkpoints=[4
 
 
 @pytest.fixture(scope="module")
-def batch(smoke, pre_drawn):
+def batch(smoke, pre_drawn, pba_runs):
     """The 2-process runs whose launch is not what their test checks, each as the train stage
     runs it in `boundary train --processes 2`'s workers, all in one launch of
     train_cpu_worker.py: name -> (out, what the launch printed during that run). PBA on the
     pre-drawn rollouts comes first, so that it trains in processes that have trained nothing
     yet, as the command's run it must equal to the bit does; the engine run, which patches the
-    stand-in engine into TRL, comes last."""
+    stand-in engine into TRL, comes after the methods; last the resume of the command's PBA run
+    from its checkpoint 6 (a copy without checkpoint 8, as a kill after checkpoint 6 leaves it;
+    "resumed_from": the checkpoint folder it holds)."""
+    copy = smoke / "resumed"
+    shutil.copytree(pba_runs[2][1], copy / "ck")
+    (key,) = [p for p in (copy / "ck").iterdir()]
+    shutil.rmtree(max(key.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])))
+    resume = ["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
+              "--mask", str(smoke / "mask.parquet"), "--settings", json.dumps(smoke_settings("pba")), "--seed", "0",
+              "--out", str(copy / "out"), "--checkpoint-dir", str(copy / "ck"), "--processes", "2"]
     jobs = {"pba_pre_2proc": train_argv(smoke, "pba_pre_2proc", smoke_settings("pba"), 2, pre_drawn),
             **{f"{m}_2proc": train_argv(smoke, f"{m}_2proc", method_settings(m), 2) for m in METHODS},
-            "pba_engine_2proc": train_argv(smoke, "pba_engine_2proc", smoke_settings("pba", **ENGINE), 2, pre_drawn)}
+            "pba_engine_2proc": train_argv(smoke, "pba_engine_2proc", smoke_settings("pba", **ENGINE), 2, pre_drawn),
+            "pba_resumed_2proc": (resume, copy / "out", copy / "ck")}
     done = launch(ROOT / "tests" / "train_cpu_worker.py", [],
                   [{"argv": args, "standin": name == "pba_engine_2proc"} for name, (args, _, _) in jobs.items()],
                   {**env(), "CUDA_VISIBLE_DEVICES": ""})  # as the command's launcher sets them on a CPU
-    return {name: (out, text) for (name, (_, out, _)), (_, text) in zip(jobs.items(), done, strict=True)}
+    return {**{name: (out, text) for (name, (_, out, _)), (_, text) in zip(jobs.items(), done, strict=True)},
+            "resumed_from": key}
 
 
 @pytest.mark.parametrize("processes", [1, 2])

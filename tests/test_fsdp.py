@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT, pythonpath
+from conftest import ROOT, pythonpath, stage_here
 from test_distributed import env, smoke  # noqa: F401  (smoke: a fixture, built once in this module too)
 from torchrun_jobs import launch
+
+from boundary.stages import base_rollouts as base_rollouts_stage
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +63,10 @@ def runs(smoke, accelerate_with_cpu_fsdp, tmp_path_factory) -> dict:
     pd.DataFrame({"prompt_id": split["prompt_id"], "epoch": 0, "weight": w,
                   "action": np.where(w > 0, "anchor", "sharpen")}).to_parquet(root / "mask.parquet")
     drawn = root / "base_rollouts.parquet"
-    run = subprocess.run([sys.executable, "-m", "boundary.cli", "base-rollouts", "--model", str(smoke / "base"),
-                          "--train-split", str(smoke / "train.parquet"), "--mask", str(root / "mask.parquet"),
-                          "--settings", json.dumps({**SETTINGS, **SUPPORT}), "--seed", "0", "--out", str(drawn)],
-                         env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert run.returncode == 0, run.stdout[-6000:]
+    with stage_here():  # the stage's own code; its process start is not what is tested
+        base_rollouts_stage.main(["--model", str(smoke / "base"), "--train-split", str(smoke / "train.parquet"),
+                                  "--mask", str(root / "mask.parquet"), "--settings",
+                                  json.dumps({**SETTINGS, **SUPPORT}), "--seed", "0", "--out", str(drawn)])
     jobs = []
     for name, method, extra, resumed in [("policy", POLICY_GLOBAL_KL, {}, True),
                                          ("drop", DROP_AND_FIELD, {}, False),

@@ -16,10 +16,13 @@ import numpy as np
 import pandas as pd
 import yaml
 from conftest import ROOT, pythonpath
+from test_base_rollouts import stage_argv
+from test_train import alternate
 
 from boundary.core import settings
 from boundary.core.config import validate_config
 from boundary.stages.evaluate import counts_from_samples
+from boundary.tasks.testbed import TestbedTask, make_prompts
 
 MODEL_STACK = ("torch", "transformers", "trl", "vllm", "peft", "accelerate", "datasets")
 TRAINER_STACK = ("trl", "vllm", "peft", "datasets")
@@ -49,21 +52,29 @@ PROBE = textwrap.dedent("""
                     except SystemExit:
                         pass
             print("IMPORTED", name, json.dumps({m: FIRST[m] for m in sorted(FIRST)}), flush=True)
+            print("MODULES", name, json.dumps(sorted(m for m in sys.modules if m in %(modules)r
+                                                     or m.split(".")[0] in %(modules)r)), flush=True)
 """)
+# Modules a step must not import, printed after each step (a submodule or a package): TRL's
+# GRPOTrainer imports vLLM where it is installed, and a sampling stage that imported it drew other
+# bf16 logits on a GPU where vLLM had been installed (an H100), and paid vLLM's import.
+WATCHED_MODULES = ("trl.trainer.grpo_trainer", "vllm")
 
 
-def run_probe(tmp_path, steps) -> dict[str, dict[str, str]]:
-    (tmp_path / "probe.py").write_text(PROBE % {"watched": MODEL_STACK})
+def run_probe(tmp_path, steps) -> tuple[dict[str, dict[str, str]], dict[str, list[str]]]:
+    """Each step's first imports of the model stack (with their stacks), and the WATCHED_MODULES
+    loaded after it."""
+    (tmp_path / "probe.py").write_text(PROBE % {"watched": MODEL_STACK, "modules": WATCHED_MODULES})
     (tmp_path / "steps.json").write_text(json.dumps(steps))
     run = subprocess.run([sys.executable, str(tmp_path / "probe.py"), str(tmp_path / "steps.json")], cwd=tmp_path,
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath()}, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    found = {}
+    found, loaded = {}, {}
     for line in run.stdout.splitlines():
-        if line.startswith("IMPORTED "):
-            _, name, first = line.split(" ", 2)
-            found[name] = json.loads(first)
-    return found
+        if line.startswith(("IMPORTED ", "MODULES ")):
+            kind, name, what = line.split(" ", 2)
+            (found if kind == "IMPORTED" else loaded)[name] = json.loads(what)
+    return found, loaded
 
 
 def light_inputs(tmp_path) -> list[list[str]]:
@@ -111,11 +122,29 @@ def evaluate_inputs(tmp_path, model) -> list[str]:
             "--samples", str(tmp_path / "samples.parquet"), "--counts", str(tmp_path / "counts.parquet")]
 
 
+def base_rollouts_inputs(tmp_path, model) -> list[str]:
+    """The base_rollouts stage on a support anchor's mask (odd rows anchored), as its own tests run it."""
+    root = tmp_path / "base_rollouts"
+    root.mkdir()
+    split = make_prompts(TestbedTask(), {"train": 16})["train"]
+    split.to_parquet(root / "train.parquet")
+    w = alternate(split)
+    pd.DataFrame([{"prompt_id": p, "epoch": e, "weight": w[e, i], "action": "anchor" if w[e, i] else "sharpen"}
+                  for i, p in enumerate(split["prompt_id"]) for e in range(w.shape[0])]
+                 ).to_parquet(root / "mask.parquet")
+    return ["base-rollouts", *stage_argv(model, root, root / "drawn.parquet")]
+
+
 def test_stages_import_only_the_stack_they_use(tmp_path, tiny_model_dir):
     """data (the testbed's), regimes, masks and report, then every command's parser and
     `--help`: not one module of the model stack; then evaluation with the hf sampler: torch and transformers, but
-    none of the trainer's packages. A failure shows the stack of the import that broke it."""
-    found = run_probe(tmp_path, [["light", light_inputs(tmp_path)], ["evaluate", [evaluate_inputs(tmp_path, tiny_model_dir)]]])
+    none of the trainer's packages; then the base_rollouts stage (TRL's trainer config, for the trainer's own
+    schedule): not TRL's GRPOTrainer, so not vLLM. A failure shows the stack of the import that broke it."""
+    found, loaded = run_probe(tmp_path, [["light", light_inputs(tmp_path)],
+                                         ["evaluate", [evaluate_inputs(tmp_path, tiny_model_dir)]],
+                                         ["base-rollouts", [base_rollouts_inputs(tmp_path, tiny_model_dir)]]])
+    assert loaded["base-rollouts"] == [], loaded  # nor before it: the steps run one after another
+    assert len(pd.read_parquet(tmp_path / "base_rollouts" / "drawn.parquet"))
     assert found["light"] == {}, "\n".join(f"{m} imported at:\n{stack}" for m, stack in found["light"].items())
     trainer = {m: stack for m, stack in found["evaluate"].items() if m in TRAINER_STACK}
     assert trainer == {}, "\n".join(f"{m} imported at:\n{stack}" for m, stack in trainer.items())

@@ -7,6 +7,7 @@ pass@k memory in test_passk.py, and Snakemake's recovery steps in test_workflow.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -19,7 +20,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import pythonpath
+from conftest import pythonpath, stage_here
 
 from boundary.cli import main as cli
 from boundary.core import artifacts
@@ -279,15 +280,30 @@ def test_seeds_on_a_full_disk(files):
     assert not [p for p in files.iterdir() if p.name.startswith((".o", "o"))]
 
 
-def test_pretrain_on_a_full_disk_leaves_no_model_folder(tmp_path):
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """Writes in this process past `limit` bytes refused by the kernel (EFBIG, as on a full disk;
+    Python ignores SIGXFSZ): the soft limit only, put back after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_pretrain_on_a_full_disk_leaves_no_model_folder(tmp_path, capsys):
+    """The stage's own code in this process (a process's exit status and stderr on a full disk:
+    the seeds test above)."""
     settings = {"task": {"seed": 0, "n_cells": 2}, "model": {"hidden": 32, "layers": 1, "heads": 2,
                                                              "intermediate": 64},
                 "pretrain": {"steps": 2, "batch_prompts": 4, "lr": 1e-3, "warmup": 1, "seed": 0}}
-    run = boundary_cli("pretrain", "--settings", json.dumps(settings), "--out", str(tmp_path / "base"),
-                       limit=20_000)
-    assert run.returncode == 1 and "Traceback" not in run.stderr
-    assert run.stderr.splitlines()[-1] == (f"boundary pretrain: error: {tmp_path / 'base'}: cannot be "
-                                           "written: file size limit exceeded")
+    with stage_here(), file_size_limit(20_000):
+        code = cli(["pretrain", "--settings", json.dumps(settings), "--out", str(tmp_path / "base")])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert err.splitlines()[-1] == (f"boundary pretrain: error: {tmp_path / 'base'}: cannot be "
+                                    "written: file size limit exceeded")
     assert list(tmp_path.iterdir()) == []  # no model folder without weights, no scratch
 
 
