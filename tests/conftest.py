@@ -27,6 +27,9 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PAT
 from boundary.training import trl_pin  # noqa: E402
 
 trl_pin.without_vllm()
+# The environment as the session begins: the test pipelines' jobs get it (test_workflow.snakemake),
+# whatever in-process libraries set later (vLLM sets torch's variables and its own at import).
+START_ENV = dict(os.environ)
 
 # The files whose tests run whole pipelines or several processes, longest first (tests/README.md
 # says what each runs; test_qwen15b's and test_lease's are the project's own study tests, which load

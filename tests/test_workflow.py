@@ -6,7 +6,6 @@ test_workflow_plans.py."""
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shutil
 import subprocess
@@ -16,17 +15,18 @@ import pandas as pd
 import pytest
 import yaml
 import zygote
-from conftest import ROOT
+from conftest import ROOT, START_ENV
 
 
 def snakemake(*args, cwd=ROOT, check=True, env=None):
     """Snakemake on the workflow in `cwd` where it holds a copy (the smoke run's), else ROOT's
-    (`env`: variables set on top of this process's). Its `boundary` jobs fork from a warm server
-    (zygote.py: the imports paid once a test process, not once a job)."""
+    (`env`: variables set on top of the session's own, as it began: conftest.START_ENV). Its
+    `boundary` jobs fork from a warm server (zygote.py: the imports paid once a test process, not
+    once a job)."""
     snakefile = Path(cwd) / "Snakefile" if (Path(cwd) / "Snakefile").is_file() else ROOT / "Snakefile"
     run = subprocess.run(["snakemake", "--snakefile", str(snakefile), *args],
                          cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env={**os.environ, **zygote.job_env(), **(env or {})})
+                         env={**START_ENV, **zygote.job_env(), **(env or {})})
     if check and run.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{run.stdout[-5000:]}")
     return run

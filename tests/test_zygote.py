@@ -16,9 +16,9 @@ import zygote
 def probe_env(tmp_path, **extra) -> dict:
     """The environment of a test pipeline's job (the server started on first use), running
     zygote_probe.py's main, its log in tmp_path."""
-    if not (jobs := zygote.job_env()):
+    if not (env := zygote.server_env()):
         pytest.skip("no zygote server here (BOUNDARY_TEST_ZYGOTE=0)")
-    return {**os.environ, **jobs, "BOUNDARY_ZYGOTE_ENTRY": "zygote_probe:main",
+    return {**env, "BOUNDARY_ZYGOTE_ENTRY": "zygote_probe:main",
             "BOUNDARY_ZYGOTE_LOG": str(tmp_path / "jobs.log"), **extra}
 
 
@@ -40,7 +40,8 @@ def test_a_forked_job_has_the_callers_streams_directory_environment_and_status(t
 
 
 def test_the_installed_boundary_runs_where_an_import_time_variable_differs(tmp_path):
-    env = probe_env(tmp_path, HF_HUB_OFFLINE="0" if os.environ.get("HF_HUB_OFFLINE") == "1" else "1")
+    env = probe_env(tmp_path)
+    env["HF_HUB_OFFLINE"] = "0" if env.get("HF_HUB_OFFLINE") == "1" else "1"
     env.pop("BOUNDARY_ZYGOTE_ENTRY")  # the installed boundary has no probe: its own --version
     run = subprocess.run(["boundary", "--version"], capture_output=True, text=True, env=env)
     assert run.returncode == 0 and run.stdout.startswith("boundary "), run.stderr

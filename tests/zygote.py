@@ -76,7 +76,8 @@ def job_env() -> dict:
         path = Path(tempfile.mkdtemp(prefix="boundary-zygote-")) / "socket"
         # The test configs' jobs run on one thread, and Snakemake says so to each job in these
         # variables (its shell.py): the server loads its libraries under the same values.
-        env = {**os.environ, **dict.fromkeys(THREADS, os.environ.get("OMP_NUM_THREADS", "1"))}
+        base = start_env()
+        env = {**base, **dict.fromkeys(THREADS, base.get("OMP_NUM_THREADS", "1"))}
         proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), str(path)], env=env,
                                 stdout=subprocess.PIPE, text=True)
         ready = proc.stdout.readline().strip()
@@ -87,9 +88,24 @@ def job_env() -> dict:
             _server["env"] = {}
             return {}
         atexit.register(_stop, proc, path)
-        _server["env"] = {"PATH": f"{CLIENT_DIR}{os.pathsep}{os.environ['PATH']}", "BOUNDARY_ZYGOTE": str(path),
+        _server["started"] = env
+        _server["env"] = {"PATH": f"{CLIENT_DIR}{os.pathsep}{base['PATH']}", "BOUNDARY_ZYGOTE": str(path),
                           "BOUNDARY_ZYGOTE_REAL": real, **{k: env[k] for k in THREADS}}
     return dict(_server["env"])
+
+
+def start_env() -> dict:
+    """The test session's environment as it began (conftest.START_ENV), else this process's."""
+    try:
+        from conftest import START_ENV
+    except ImportError:
+        return dict(os.environ)
+    return dict(START_ENV)
+
+
+def server_env() -> dict:
+    """The environment the server started in, with job_env's on top: a job's that forks."""
+    return {**_server["started"], **job_env()} if job_env() else {}
 
 
 def _stop(proc, path: Path) -> None:
