@@ -194,6 +194,15 @@ def _send(conn: socket.socket, message: dict) -> None:
         pass
 
 
+def read_message(stream) -> dict:
+    """One length-prefixed JSON message from a binary stream (the client's side)."""
+    head = stream.read(HEADER.size)
+    body = stream.read(HEADER.unpack(head)[0]) if len(head) == HEADER.size else b""
+    if len(head) < HEADER.size or len(body) < HEADER.unpack(head)[0]:
+        raise ConnectionError("the server closed the connection")
+    return json.loads(body)
+
+
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     head, ancillary, _, _ = conn.recvmsg(HEADER.size, socket.CMSG_SPACE(3 * 4))
     fds = []
