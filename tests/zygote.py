@@ -105,7 +105,8 @@ def start_env() -> dict:
 
 def server_env() -> dict:
     """The environment the server started in, with job_env's on top: a job's that forks."""
-    return {**_server["started"], **job_env()} if job_env() else {}
+    jobs = job_env()
+    return {**_server["started"], **jobs} if jobs else {}
 
 
 def _stop(proc, path: Path) -> None:
