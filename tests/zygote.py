@@ -1,4 +1,5 @@
-"""A warm parent for the test pipelines' `boundary` jobs: their imports paid once, not once a job.
+"""Warm parents for the test pipelines' `boundary` jobs and their `snakemake` runs: their imports
+paid once, not once a process.
 
 A Snakemake job of a test pipeline runs `boundary <stage>` on a tiny model, and almost all of its
 CPU time is the process start: torch, transformers' model classes and the package, about 8
@@ -19,9 +20,17 @@ script, a cold import), which the tests that start `boundary` as a real process 
 run, the README's commands, the kill tests, the CLI's own tests). Snakemake's benchmark files of
 a forked job measure the client, not the job: no test of a pipeline here reads their figures.
 
-    job_env()          the variables that route a test pipeline's jobs here (the server starts on
-                       first use, one a test process; {} where BOUNDARY_TEST_ZYGOTE=0 or it fails)
-    python tests/zygote.py SOCKET     the server (job_env starts it)
+Snakemake itself, as `test_workflow.snakemake` runs it, forks the same way from a second server
+that has imported Snakemake, its plugins and the third-party packages the workflow's parse
+imports (about 2.5 of a dry run's 4.7 CPU-seconds), and nothing of this package: the smoke run
+parses its own edited copy of the workflow, which must be what its Snakemake imports. The tests
+whose point is Snakemake's own process (`kill -9` of the controller, the SLURM run) start it
+themselves.
+
+    job_env()          the variables that route a test pipeline's `snakemake` and its jobs here (the
+                       servers start on first use, one of each a test process; {} where
+                       BOUNDARY_TEST_ZYGOTE=0 or they fail)
+    python tests/zygote.py SOCKET [KIND]     a server (job_env starts them; KIND: boundary, snakemake)
 """
 
 from __future__ import annotations
@@ -50,8 +59,17 @@ IMPORT_TIME = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "CUD
                "ARROW_", "XDG_", "HOME", "BOUNDARY_SEAT_ATTENTION")  # the package's one (sampling/hf.py)
 THREADS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
            "NUMEXPR_NUM_THREADS")
-OWN = ("BOUNDARY_ZYGOTE", "BOUNDARY_ZYGOTE_REAL", "BOUNDARY_ZYGOTE_ENTRY", "BOUNDARY_ZYGOTE_LOG", "BOUNDARY_TEST_ZYGOTE")
+OWN = ("BOUNDARY_ZYGOTE", "BOUNDARY_ZYGOTE_REAL", "BOUNDARY_ZYGOTE_SNAKEMAKE", "BOUNDARY_ZYGOTE_SNAKEMAKE_REAL",
+       "BOUNDARY_ZYGOTE_ENTRY", "BOUNDARY_ZYGOTE_LOG", "BOUNDARY_TEST_ZYGOTE")
 HEADER = struct.Struct("!I")
+# The commands that fork from a server of their own (zygote_bin/ holds a client for each), and
+# the installed entry point each child runs.
+KINDS = {"boundary": "boundary.cli:main", "snakemake": "snakemake.cli:main"}
+
+
+def socket_variable(kind: str) -> str:
+    """The variable that names a kind's socket; its installed command's is this + "_REAL"."""
+    return "BOUNDARY_ZYGOTE" if kind == "boundary" else f"BOUNDARY_ZYGOTE_{kind.upper()}"
 
 
 def import_time_env(env: dict) -> dict:
@@ -64,33 +82,36 @@ _server: dict = {}
 
 
 def job_env() -> dict:
-    """PATH and the socket for a test pipeline's Snakemake: its `boundary` jobs fork from this
-    process's server (started now if it is not running). {} (real processes) where
-    BOUNDARY_TEST_ZYGOTE=0, or where the server does not start, which it says in one line."""
+    """PATH and the sockets for a test pipeline's Snakemake: it and its `boundary` jobs fork from
+    this process's servers (started now if they are not running). {} (real processes) where
+    BOUNDARY_TEST_ZYGOTE=0, or where a server does not start, which it says in one line."""
     if os.environ.get("BOUNDARY_TEST_ZYGOTE") == "0" or sys.platform != "linux":
         return {}
     if not _server:
-        real = shutil.which("boundary")
-        if real is None:
+        _server["env"] = {}
+        reals = {kind: shutil.which(kind) for kind in KINDS}
+        if None in reals.values():
             return {}
-        path = Path(tempfile.mkdtemp(prefix="boundary-zygote-")) / "socket"
+        folder = Path(tempfile.mkdtemp(prefix="boundary-zygote-"))
         # The test configs' jobs run on one thread, and Snakemake says so to each job in these
-        # variables (its shell.py): the server loads its libraries under the same values.
+        # variables (its shell.py): the servers load their libraries under the same values.
         base = start_env()
         env = {**base, **dict.fromkeys(THREADS, base.get("OMP_NUM_THREADS", "1"))}
-        proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), str(path)], env=env,
-                                stdout=subprocess.PIPE, text=True)
-        ready = proc.stdout.readline().strip()
-        if ready != "ready":
-            proc.kill()
-            print(f"tests/zygote.py: the server did not start ({ready!r}): the pipelines' jobs run as real "
-                  "processes", file=sys.stderr)
-            _server["env"] = {}
-            return {}
-        atexit.register(_stop, proc, path)
+        servers = {kind: subprocess.Popen([sys.executable, str(HERE / "zygote.py"), str(folder / kind), kind],
+                                          env=env, stdout=subprocess.PIPE, text=True) for kind in KINDS}
+        routes = {}
+        for kind, proc in servers.items():
+            atexit.register(_stop, proc)
+            ready = proc.stdout.readline().strip()
+            if ready != "ready":
+                print(f"tests/zygote.py: the {kind} server did not start ({ready!r}): the pipelines run as real "
+                      "processes", file=sys.stderr)
+                return {}
+            routes |= {socket_variable(kind): str(folder / kind), f"{socket_variable(kind)}_REAL": reals[kind]}
+        atexit.register(shutil.rmtree, folder, True)
         _server["started"] = env
-        _server["env"] = {"PATH": f"{CLIENT_DIR}{os.pathsep}{base['PATH']}", "BOUNDARY_ZYGOTE": str(path),
-                          "BOUNDARY_ZYGOTE_REAL": real, **{k: env[k] for k in THREADS}}
+        _server["env"] = {"PATH": f"{CLIENT_DIR}{os.pathsep}{base['PATH']}", **routes,
+                          **{k: env[k] for k in THREADS}}
     return dict(_server["env"])
 
 
@@ -109,19 +130,21 @@ def server_env() -> dict:
     return {**_server["started"], **jobs} if jobs else {}
 
 
-def _stop(proc, path: Path) -> None:
+def _stop(proc) -> None:
     proc.terminate()
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
-    shutil.rmtree(path.parent, ignore_errors=True)
 
 
 # ---- the server ----------------------------------------------------------------------------
 
-def preload() -> None:
-    """What a model stage imports before its work (tests/README.md: the start of a job)."""
+def preload(kind: str = "boundary") -> None:
+    """What a model stage imports before its work (tests/README.md: the start of a job), or a
+    Snakemake start before it reads the workflow."""
+    if kind == "snakemake":
+        return preload_snakemake()
     import numpy  # noqa: F401
     import pandas  # noqa: F401
     import torch  # noqa: F401
@@ -135,9 +158,22 @@ def preload() -> None:
     import boundary.tasks.verify  # noqa: F401
 
 
-def serve(path: str) -> None:
+def preload_snakemake() -> None:
+    """Snakemake's CLI, its plugins (the argument parser asks each registry for them) and what
+    the workflow's parse imports that is not this package (whose modules must come from the
+    workflow the run parses: the smoke run's is an edited copy)."""
+    import jsonschema  # noqa: F401
+    import smart_open  # noqa: F401
+    import snakemake.report.html_reporter  # noqa: F401
+    import yaml  # noqa: F401
+    from snakemake.cli import get_argument_parser
+
+    get_argument_parser()
+
+
+def serve(path: str, kind: str = "boundary") -> None:
     parent, before = os.getppid(), dict(os.environ)
-    preload()
+    preload(kind)
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     # What the imports set where it is unset (torch's inductor its cache folder, at
@@ -156,7 +192,7 @@ def serve(path: str) -> None:
         for conn in readable:
             if conn is listener:
                 client, _ = listener.accept()
-                pid = start(client, listener, jobs, baseline, imported)
+                pid = start(client, listener, jobs, baseline, imported, kind)
                 if pid:
                     jobs[client] = pid
                 else:
@@ -172,11 +208,11 @@ def serve(path: str) -> None:
                 del jobs[conn]
 
 
-def _log(what: str, argv: list, env: dict) -> None:
+def _log(what: str, argv: list, env: dict, kind: str = "boundary") -> None:
     """The job's BOUNDARY_ZYGOTE_LOG (a file): one line a job, forked (its CPU-seconds) or real (why)."""
     if path := env.get("BOUNDARY_ZYGOTE_LOG"):
         with open(path, "a") as log:
-            log.write(f"{what}: boundary {' '.join(argv[:4])}\n")
+            log.write(f"{what}: {kind} {' '.join(argv[:4])}\n")
 
 
 def _kill(pid: int) -> None:
@@ -220,7 +256,8 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(body), fds
 
 
-def start(conn: socket.socket, listener: socket.socket, jobs: dict, baseline: dict, imported: dict) -> int | None:
+def start(conn: socket.socket, listener: socket.socket, jobs: dict, baseline: dict, imported: dict,
+          kind: str = "boundary") -> int | None:
     """Fork the job a client asks for; its pid, or None when the client is told to run the real
     `boundary` (an import-time variable differs) or the request is broken."""
     try:
@@ -233,7 +270,7 @@ def start(conn: socket.socket, listener: socket.socket, jobs: dict, baseline: di
         for fd in fds:
             os.close(fd)
         reason = f"{differs[0][0]} differs" if differs else "no streams"
-        _log(f"real ({reason})", request.get("argv", []), request.get("env", {}))
+        _log(f"real ({reason})", request.get("argv", []), request.get("env", {}), kind)
         _send(conn, {"exec": reason})
         return None
     sys.stdout.flush()
@@ -250,9 +287,12 @@ def start(conn: socket.socket, listener: socket.socket, jobs: dict, baseline: di
                 os.dup2(fd, target)
                 os.close(fd)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            code = run_job(request, imported)
+            code = run_job(request, imported, kind)
+            # What the interpreter runs at exit (logging's flush among them), as in a real process.
+            atexit._run_exitfuncs()
             usage = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-            _log(f"forked {sum(u.ru_utime + u.ru_stime for u in usage):.1f} CPU-s, exit {code}", request["argv"], os.environ)
+            _log(f"forked {sum(u.ru_utime + u.ru_stime for u in usage):.1f} CPU-s, exit {code}", request["argv"],
+                 os.environ, kind)
         except BaseException:  # as Python itself would: the traceback, status 1
             traceback.print_exc()
         finally:
@@ -274,25 +314,26 @@ def entry(name: str):
     import importlib
 
     module, function = name.split(":")
-    if module != "boundary.cli":
+    if name not in KINDS.values():
         sys.path.insert(0, str(HERE))
     return getattr(importlib.import_module(module), function)
 
 
-def run_job(request: dict, imported: dict) -> int:
-    """The installed entry point's work (`boundary = "boundary.cli:main"`), in the job's own
-    directory and environment, with a fresh process's unseeded random state."""
-    import numpy
-    import torch
-
+def run_job(request: dict, imported: dict, kind: str = "boundary") -> int:
+    """The installed entry point's work (`boundary = "boundary.cli:main"`, `snakemake =
+    "snakemake.cli:main"`), in the job's own directory and environment, with a fresh process's
+    unseeded random state, argv and first import folder (the installed script's)."""
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update({**imported, **request["env"]})
     tempfile.tempdir = None  # TMPDIR is the job's (Snakemake's tmpdir resource)
-    numpy.random.seed()
-    torch.seed()
-    sys.argv = ["boundary", *request["argv"]]
-    main = entry(request["env"].get("BOUNDARY_ZYGOTE_ENTRY", "boundary.cli:main"))
+    for module in ("numpy.random", "torch"):  # `random` reseeds itself in a forked child
+        if module in sys.modules:
+            sys.modules[module].seed()
+    script = request["env"].get(f"{socket_variable(kind)}_REAL") or kind
+    sys.argv = [script, *request["argv"]]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    main = entry(request["env"].get("BOUNDARY_ZYGOTE_ENTRY", KINDS[kind]))
 
     try:
         code = main(request["argv"])
@@ -307,4 +348,4 @@ def run_job(request: dict, imported: dict) -> int:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(*sys.argv[1:3])
