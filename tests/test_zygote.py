@@ -39,6 +39,17 @@ def test_a_forked_job_has_the_callers_streams_directory_environment_and_status(t
     assert (tmp_path / "jobs.log").read_text().startswith("forked ")
 
 
+def test_snakemake_forks_from_a_server_that_imported_none_of_this_package(tmp_path):
+    """The smoke run's Snakemake parses its own (edited) copy of the workflow: its `boundary`
+    modules must come from there, so its server imports Snakemake and not this package; the child
+    runs as the installed script, with its path and folder."""
+    run = subprocess.run(["snakemake", "modules", str(tmp_path / "m"), "snakemake.cli", "boundary", "torch"],
+                         capture_output=True, text=True, env=probe_env(tmp_path))
+    script = probe_env(tmp_path)["BOUNDARY_ZYGOTE_SNAKEMAKE_REAL"]
+    assert run.stdout.split() == ["True", "False", "False", script, os.path.dirname(script)], run.stderr
+    assert (tmp_path / "jobs.log").read_text().startswith("forked "), run.stderr
+
+
 def test_the_installed_boundary_runs_where_an_import_time_variable_differs(tmp_path):
     env = probe_env(tmp_path)
     env["HF_HUB_OFFLINE"] = "0" if env.get("HF_HUB_OFFLINE") == "1" else "1"

@@ -174,12 +174,14 @@ def preload_snakemake() -> None:
 def serve(path: str, kind: str = "boundary") -> None:
     parent, before = os.getppid(), dict(os.environ)
     preload(kind)
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
     # What the imports set where it is unset (torch's inductor its cache folder, at
     # transformers' import): a job's real process would set it too, so a job without it is one
     # with it, and its child gets it.
-    imported = {"TORCHINDUCTOR_CACHE_DIR": default_cache_dir()}
+    imported = {}
+    if "torch" in sys.modules:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        imported["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
     baseline = import_time_env({**imported, **before})
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -315,7 +317,7 @@ def entry(name: str):
 
     module, function = name.split(":")
     if name not in KINDS.values():
-        sys.path.insert(0, str(HERE))
+        sys.path.append(str(HERE))
     return getattr(importlib.import_module(module), function)
 
 
