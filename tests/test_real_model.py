@@ -45,9 +45,13 @@ def _every_stage_once(config: dict) -> None:
     benchmark (the diagnostic split reads the same GSM8K test file the same way, its first
     prompts being the benchmark's) and its GRPO method (PBA's run trains, saves and evaluates a
     policy of the real model through the same rules and trainer, plus its gate, mask and base
-    rollouts; GRPO without an anchor is the smoke run's, test_workflow.py). Seven jobs fewer."""
+    rollouts; GRPO without an anchor is the smoke run's, test_workflow.py). Seven jobs fewer. Its
+    import on one thread, as every other job of the test configs (tests/configs/smoke.yaml): a
+    second thread only spins against the other xdist worker, and the job then forks from the
+    warm server (tests/zygote.py) rather than start Python."""
     config["data"]["benchmarks"].pop("gsm8k")
     config["methods"].pop("grpo")
+    config.setdefault("resources", {})["base"] = {"cpus": 1}
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ import sys
 
 import pytest
 import yaml
-from conftest import ROOT
+import zygote
+from conftest import ROOT, START_ENV
 from test_cluster import PAPER, paper_workdir
 
 SCRIPTS = ROOT / "workflow" / "scripts" / "slurm"
@@ -96,9 +97,9 @@ def user_profile(folder, partition):
     return folder
 
 
-def run(command, cwd, timeout=900):
+def run(command, cwd, timeout=900, env=None):
     done = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
     return done.returncode, done.stdout
 
 
@@ -108,11 +109,16 @@ def test_a_small_config_runs_as_slurm_jobs(slurm, tmp_path):
                      *TARGETS, "--configfile", str(config)], tmp_path)
     assert code == 0 and "5 jobs of 5 rules fit this cluster" in out, out
     start = datetime.datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
+    # Snakemake is a real process (the controller the profile configures) and so is each job's own
+    # Snakemake under slurmd; the jobs' `boundary` commands fork from the test pipelines' warm
+    # server (sbatch exports the controller's environment: tests/zygote.py), except the base
+    # model's, whose two threads (resources.base's default) keep it a real process: a cold
+    # start of the installed command under SLURM.
     code, out = run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
                      "--profile", str(profile), "--slurm-init-seconds-before-status-checks", "2",
                      # Snakemake asks SLURM every 10 s by default: idle wall time per job of the chain.
                      "--seconds-between-status-checks", "1",
-                     *TARGETS, "--configfile", str(config)], tmp_path)
+                     *TARGETS, "--configfile", str(config)], tmp_path, env={**START_ENV, **zygote.job_env()})
     assert code == 0, out[-6000:]
     assert all((tmp_path / t).exists() for t in TARGETS)
     code, acct = run(["sacct", "-X", "-n", "-P", "-a", "-S", start,
