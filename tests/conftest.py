@@ -38,8 +38,10 @@ START_ENV = dict(os.environ)
 # so the two workers end together: xdist's own order (most tests first) left the longest file for
 # last, about 90 s of one worker alone. A file is one worker's: runs that must go side by side
 # sit in separate files (test_workflow / test_workflow_plans, test_distributed / test_fsdp).
-LONGEST_FIRST = ["test_real_model.py", "test_workflow.py", "test_distributed.py", "test_qwen15b.py", "test_lora.py",
-                 "test_workflow_plans.py", "test_slurm.py", "test_fsdp.py", "test_rollout_engine.py", "test_sampling.py",
+# The SLURM run is second, beside the real model's: its worker mostly waits on the plugin's status
+# checks, and the real model's pipeline (--cores 2) takes the idle core meanwhile.
+LONGEST_FIRST = ["test_real_model.py", "test_slurm.py", "test_workflow.py", "test_distributed.py", "test_qwen15b.py",
+                 "test_lora.py", "test_workflow_plans.py", "test_fsdp.py", "test_rollout_engine.py", "test_sampling.py",
                  "test_train.py", "test_lease.py"]
 
 
