@@ -5,7 +5,7 @@
 #
 #   OUT=<folder> bash lab/lease/lease.sh --configfile CFG [--override FILE]... [--carry DIR]
 #       [--wheels DIR]... [--seed S [--methods M,...]] [--budget SECONDS] [--cores N] [--gpus N] [--setup] [--keep-locks]
-#       [--checkpoints DIR] [--detach [--run-budget SECONDS] [--stop-train SECONDS]
+#       [--checkpoints DIR [--no-checkpoint-pack]] [--detach [--run-budget SECONDS] [--stop-train SECONDS]
 #       [--stop-train-at-step N] [--after-run CMD] [--tag NAME] [--no-wait]]
 #       [--prioritize TARGET]... [--pin COMMIT] [TARGET...]
 #
@@ -45,6 +45,9 @@
 #                 (before Snakemake), so that the training job resumes where an earlier lease stopped,
 #                 and a finished LoRA run's adapters (train/M/seedS/final, step*), dated after the
 #                 base, so that a later lease evaluates them without training again
+#   --no-checkpoint-pack  this call packs no checkpoint parts (a hold that only evaluates restored
+#                 adapters: the parts would be the ones that went in, and 540 MiB take about 30 s
+#                 of the call to pack)
 #   --stop-train  with --detach: when this call has SECONDS left, the detached run's training jobs
 #                 get a SIGTERM (they stop at the next step boundary with a checkpoint, exit 75),
 #                 and the call waits for the run to end; SECONDS: 60 for the pack, a training step
@@ -94,13 +97,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
 cfg="" carry="" ckpts="" stop_train="" seed="" methods="" budget=590 cores=all gpus="" setup="" keep_locks="" detach="" run_budget=1700 wheels=() targets=()
-overrides=() prio=() code_pin="" stop_at="" after_run="" tag="" no_wait=""
+overrides=() prio=() code_pin="" stop_at="" after_run="" tag="" no_wait="" no_ckpt_pack=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) cfg="$2"; shift 2 ;;
     --override) overrides+=("$2"); shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
     --checkpoints) ckpts="$2"; shift 2 ;;
+    --no-checkpoint-pack) no_ckpt_pack=1; shift ;;
     --stop-train) stop_train="$2"; shift 2 ;;
     --stop-train-at-step) stop_at="$2"; shift 2 ;;
     --after-run) after_run="$2"; shift 2 ;;
@@ -408,11 +412,16 @@ fi
 # adapters beside it in $ckpt_out (later calls bring its parts back), whenever no training process
 # is running (one could be writing its checkpoint); evaluations that go on read the adapters only.
 training_now() { alive && pgrep -s "$(cat "$detached.pid")" -f "$TRAIN_RE" >/dev/null 2>&1; }
-if ! training_now && { [ -d "checkpoints/$run" ] || ls "results/$run"/train/*/seed*/*/adapter_config.json >/dev/null 2>&1; }; then
-  $PY lab/lease/lease_pack.py pack-checkpoints --checkpoints "checkpoints/$run" --results "results/$run" \
-    --out "$ckpt_out" &&
-    ls "$ckpt_out"/ckpt_"$run".tgz.* >/dev/null 2>&1 &&
-    say "the checkpoint parts to bring back, 4 a call: $(cd "$ckpt_out" && ls ckpt_"$run".tgz.* | tr '\n' ' ')(each call: cp $ckpt_out/ckpt_$run.manifest and its next parts to \$OUT)"
-fi
+pack_checkpoints() {
+  if [ -n "$no_ckpt_pack" ]; then
+    say "no checkpoint parts packed (--no-checkpoint-pack)"
+  elif ! training_now && { [ -d "checkpoints/$run" ] || ls "results/$run"/train/*/seed*/*/adapter_config.json >/dev/null 2>&1; }; then
+    $PY lab/lease/lease_pack.py pack-checkpoints --checkpoints "checkpoints/$run" --results "results/$run" \
+      --out "$ckpt_out" &&
+      ls "$ckpt_out"/ckpt_"$run".tgz.* >/dev/null 2>&1 &&
+      say "the checkpoint parts to bring back, 4 a call: $(cd "$ckpt_out" && ls ckpt_"$run".tgz.* | tr '\n' ' ')(each call: cp $ckpt_out/ckpt_$run.manifest and its next parts to \$OUT)"
+  fi
+}
+pack_checkpoints
 [ -d "results/$run" ] && $PY lab/lease/lease_pack.py pack --results "results/$run" --out "$OUT"
 say "done"

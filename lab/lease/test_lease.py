@@ -602,3 +602,37 @@ def test_a_full_fine_tuning_runs_checkpoint_never_travels(tmp_path, monkeypatch,
     manifest = Path("back/ckpt_r.manifest").read_text()
     assert "grpo_full" not in manifest
     assert f"packed {lora / 'checkpoint-49'}" in manifest and f"packed {lora / 'snapshots'}" in manifest
+
+
+def test_a_hold_that_only_evaluates_packs_no_checkpoint_parts(tmp_path):
+    """--no-checkpoint-pack: a call whose run only evaluates restored adapters packs no parts (they
+    would be the ones that went in); without it, a finished LoRA run's adapters are packed as
+    parts to bring back. lease.sh's own pack_checkpoints, its training_now stubbed (no run)."""
+    import re
+    import subprocess
+    import sys
+
+    text = (ROOT / "lab/lease/lease.sh").read_text()
+    function = re.search(r"^pack_checkpoints\(\) {\n.*?^}\n", text, re.M | re.S).group(0)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        write(tmp_path / "results/r/train/grpo/seed0/final" / name, 1000)
+    (tmp_path / "lab/lease").mkdir(parents=True)
+    (tmp_path / "lab/lease/lease_pack.py").write_bytes((ROOT / "lab/lease/lease_pack.py").read_bytes())
+
+    def call(flag: str) -> str:
+        script = f"""say() {{ echo "lease.sh: $*"; }}
+training_now() {{ false; }}
+PY={sys.executable} run=r ckpt_out=back-{flag or 'all'} no_ckpt_pack={flag}
+{function}
+pack_checkpoints
+"""
+        done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    said = call("1")
+    assert "no checkpoint parts packed (--no-checkpoint-pack)" in said, said
+    assert not (tmp_path / "back-1").exists()
+    said = call("")
+    assert "the checkpoint parts to bring back" in said, said
+    assert sorted(p.name for p in (tmp_path / "back-all").iterdir())[:2] == ["ckpt_r.manifest", "ckpt_r.tgz.00"]

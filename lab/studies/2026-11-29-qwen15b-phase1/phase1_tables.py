@@ -314,12 +314,17 @@ def figures(tables: list[Table], out: Path) -> list[Path]:
     curves = by.get("passk_curves")
     if curves is not None and "what" in curves:
         d = curves[curves["what"].str.startswith("Δ")]
+        # A checkpoint pools the seeds evaluated so far: the legend names them.
+        levels = curves[~curves["what"].str.startswith("Δ")]
+        seeds = {m: sorted(levels.loc[levels["method"] == m, "seed"].astype(int).unique()) for m in CHECKPOINTS.values()}
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
         for ax, regime in zip(axes, ("all", "Boundary")):
             for method in CHECKPOINTS.values():
                 x = d[(d["regime"] == regime) & (d["method"] == method)].sort_values("k")
                 if len(x):
-                    ax.plot(x["k"], 100 * x["mean"], marker="o", label=method)
+                    named = ", ".join(map(str, seeds[method]))
+                    ax.plot(x["k"], 100 * x["mean"], marker="o",
+                            label=f"{method} (seed{'s' if len(seeds[method]) > 1 else ''} {named})")
                     ax.fill_between(x["k"], 100 * x["boot_low"], 100 * x["boot_high"], alpha=0.2)
             ax.axhline(0, color="grey", lw=0.8)
             ax.set_xscale("log", base=2)
