@@ -20,7 +20,7 @@ import sys
 import pytest
 import yaml
 import zygote
-from conftest import ROOT, START_ENV
+from conftest import ROOT
 from test_cluster import PAPER, paper_workdir
 
 SCRIPTS = ROOT / "workflow" / "scripts" / "slurm"
@@ -122,7 +122,7 @@ def test_a_small_config_runs_as_slurm_jobs(slurm, tmp_path):
                      "--profile", str(profile), "--slurm-init-seconds-before-status-checks", "2",
                      # Snakemake asks SLURM every 10 s by default: idle wall time per job of the chain.
                      "--seconds-between-status-checks", "1",
-                     *TARGETS, "--configfile", str(config)], tmp_path, env={**START_ENV, **zygote.job_env()})
+                     *TARGETS, "--configfile", str(config)], tmp_path, env=zygote.pipeline_env())
     assert code == 0, out[-6000:]
     assert all((tmp_path / t).exists() for t in TARGETS)
     code, acct = run(["sacct", "-X", "-n", "-P", "-a", "-S", start,

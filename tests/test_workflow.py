@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 import zygote
-from conftest import ROOT, START_ENV
+from conftest import ROOT
 
 
 def snakemake(*args, cwd=ROOT, check=True, env=None):
@@ -26,7 +26,7 @@ def snakemake(*args, cwd=ROOT, check=True, env=None):
     snakefile = Path(cwd) / "Snakefile" if (Path(cwd) / "Snakefile").is_file() else ROOT / "Snakefile"
     run = subprocess.run(["snakemake", "--snakefile", str(snakefile), *args],
                          cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env={**START_ENV, **zygote.job_env(), **(env or {})})
+                         env={**zygote.pipeline_env(), **(env or {})})
     if check and run.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{run.stdout[-5000:]}")
     return run

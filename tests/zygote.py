@@ -30,6 +30,7 @@ themselves.
     job_env()          the variables that route a test pipeline's `snakemake` and its jobs here (the
                        servers start on first use, one of each a test process; {} where
                        BOUNDARY_TEST_ZYGOTE=0 or they fail)
+    pipeline_env()     the session's environment as it began, with job_env's on top
     python tests/zygote.py SOCKET [KIND]     a server (job_env starts them; KIND: boundary, snakemake)
 """
 
@@ -113,6 +114,12 @@ def job_env() -> dict:
         _server["env"] = {"PATH": f"{CLIENT_DIR}{os.pathsep}{base['PATH']}", **routes,
                           **{k: env[k] for k in THREADS}}
     return dict(_server["env"])
+
+
+def pipeline_env() -> dict:
+    """A test pipeline's Snakemake environment: the session's as it began, with job_env's routes
+    (the session's alone where the servers are off)."""
+    return {**start_env(), **job_env()}
 
 
 def start_env() -> dict:
