@@ -101,6 +101,9 @@ def test_the_tables_say_what_the_synthetic_study_holds(tmp_path):
     row = tables["lost_gained"].data.set_index("regime").loc["Boundary"]
     assert row["lost_total"] == lost >= len(phase1.SEEDS) * COLLAPSED
     assert 0 <= row["null_median"] <= row["null_p95"]
+    # OutOfReach's calibrated rates are 0 by its label: a null on them would say 0 lost, so none is given.
+    out = tables["lost_gained"].data.set_index("regime").loc["OutOfReach"]
+    assert np.isnan(out["null_median"]) and np.isnan(out["null_p95"]) and out["null_sims"] == 0
     verdict = tables["phase2"].data.iloc[0]
     assert verdict["phase2"] == (lost > row["null_p95"] and pooled["value"] < 0)
 
