@@ -584,6 +584,49 @@ def test_a_grpo_run_with_log_base_kl_logs_the_kl_columns(model_dir, split, tmp_p
             assert log[col].isna().iloc[0]
 
 
+def test_k1_terms_score_the_base_on_their_value_steps_only(model_dir, split, tmp_path):
+    """kl_value_every 2 with the policy anchor k1: the base scores step 2's rollouts only, the
+    anchor's value is logged on step 2 only, and the weights are those of a run that scores the
+    base every step (k1's gradient, grad log pi, does not read it)."""
+    from boundary.stages.train import log_table
+
+    runs = {}
+    for every in (1, 2):
+        trainer = make_trainer(model_dir, split, tmp_path / str(every), alternate(split), mask="m",
+                               anchor="policy", kl_value_every=every, steps=2, checkpoints=[], save_steps=4)
+        steps = []
+        trainer.base_model.get_decoder().register_forward_hook(
+            lambda *_: steps.append(trainer.state.global_step + 1))
+        trainer.train()
+        runs[every] = (sorted(set(steps)), log_table(trainer.state.log_history),
+                       {n: p.detach().clone() for n, p in trainer.model.named_parameters()})
+    (scored1, log1, weights1), (scored2, log2, weights2) = runs[1], runs[2]
+    assert scored1 == [1, 2] and scored2 == [2]
+    for col in ("anchor_loss", "kl"):
+        assert log1[col].notna().all() and log2[col].isna().tolist() == [True, False]
+        assert log2[col].iloc[1] == pytest.approx(log1[col].iloc[1], rel=1e-4, abs=1e-6)
+    assert list(log1["reward"]) == pytest.approx(list(log2["reward"]))
+    for name, w in weights1.items():
+        torch.testing.assert_close(weights2[name], w, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_kl_value_every_is_refused_where_a_gradient_reads_the_base():
+    """A config gives it only beside k1 terms (test_config.py); settings made without the config
+    are refused by the trainer's config."""
+    from boundary.training.trainer_config import make_config
+
+    at = {**SETTINGS, "mask": "m", "kl_value_every": 2}
+    settings = resolve("train", {**at, "anchor": "policy"})
+    assert make_config(settings, 0, "ck").kl_value_every == 2
+    for change in ({"anchor": "support"}, {"kl_estimator": "k2"}):  # settings made without the schema
+        with pytest.raises(BoundaryError, match="kl_value_every: 2 needs kl_estimator k1"):
+            make_config({**settings, **change}, 0, "ck")
+    from boundary.core import settings as stage_settings
+
+    before = resolve("train", {**SETTINGS, "mask": "m", "anchor": "policy"})
+    assert "kl_value_every" not in stage_settings.key("train", before)  # 1, the default: no run's key moves
+
+
 def test_log_base_kl_off_moves_no_key():
     from boundary.core import settings as stage_settings
 

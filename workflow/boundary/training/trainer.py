@@ -46,8 +46,8 @@ line). Overridden hooks, and why:
 - `_get_train_sampler`: the run's schedule (schedule.ActionSampler): dropped prompts are never
   sampled, and every step's prompts are known ahead for the base rollouts;
 - `_generate_and_score_completions`: per-row anchor weights and rollout source, frozen-base
-  log-probs for the rows whose terms read them (on a step `log_base_kl` logs, every policy
-  rollout), the field's advantages;
+  log-probs for the rows whose terms read them (k1 terms: on the steps `kl_value_every` names;
+  on a step `log_base_kl` logs, every policy rollout), the field's advantages;
 - `_generate_single_turn`: anchored rows of a base-sampled anchor take frozen-base rollouts
   from the supply (base_rollouts.BaseRolloutSupply) instead of the policy's;
 - `_calculate_rewards`: each of this process's rows keeps its reward, in its own input row
@@ -297,9 +297,9 @@ class PBATrainer(GRPOTrainer):
         out["from_base"] = from_base
         # Frozen-base log-probs only for rows with a term that reads them.
         need = torch.zeros_like(from_base)
-        if self.anchoring and self.args.anchor in BASE_SCORED:
+        if self.anchoring and self.args.anchor in BASE_SCORED and self._values_kl_terms():
             need |= out["anchor_weight"] > 0
-        if self.args.beta_kl > 0:
+        if self.args.beta_kl > 0 and self._values_kl_terms():
             need |= ~from_base
         # On a step log_base_kl logs, every policy rollout too, for the log only (`base_scored`,
         # and so the `kl` metric, stays the terms' rows).
@@ -480,6 +480,13 @@ class PBATrainer(GRPOTrainer):
             self._surrogate_logps = out[0]
         return out
 
+    def _values_kl_terms(self) -> bool:
+        """Whether this step scores the base for its KL terms (kl_value_every; every evaluation
+        batch). Only k1 terms skip (trainer_config refuses others): their gradient, grad log pi,
+        does not read the base; on the other steps they take the policy's own log-probs, detached,
+        as the base's: value 0, the same gradient."""
+        return not self.model.training or (self.state.global_step + 1) % self.args.kl_value_every == 0
+
     def _logs_base_kl(self) -> bool:
         """Whether log_base_kl logs this step (log steps count from 1; every evaluation batch)."""
         return self.args.log_base_kl and (
@@ -519,30 +526,31 @@ class PBATrainer(GRPOTrainer):
         extra = logps.new_zeros(())
         anchored = w > 0
         stats = {"anchor_loss": [0.0, 0.0], "kl": [0.0, 0.0]}  # (sum, count) on this process
+        base = inputs.get("base_per_token_logps")
+        if base is None or not self._values_kl_terms():  # a step that skips k1 terms' base (above)
+            base = logps.detach()
         if anchored.any():
             if self.args.anchor == "base":
                 a = base_cross_entropy(logps[anchored], mask[anchored])
             elif self.args.anchor == "support":
-                a = support_floor(logps[anchored], inputs["base_per_token_logps"][anchored],
-                                  mask[anchored], self.args.support_floor)
+                a = support_floor(logps[anchored], base[anchored], mask[anchored], self.args.support_floor)
             elif self.args.anchor in ("forward_kl", "js"):
                 divergence = base_forward_kl if self.args.anchor == "forward_kl" else base_js
-                a = divergence(logps[anchored], inputs["base_per_token_logps"][anchored], mask[anchored])
+                a = divergence(logps[anchored], base[anchored], mask[anchored])
             else:
-                a = policy_kl(logps[anchored], inputs["base_per_token_logps"][anchored],
-                              mask[anchored], self.args.kl_estimator)
+                a = policy_kl(logps[anchored], base[anchored], mask[anchored], self.args.kl_estimator)
             extra = extra + self.args.beta_a * (w[anchored] * a).sum() / B
-            stats["anchor_loss"] = [a.sum().item(), int(anchored.sum())]
+            if self._values_kl_terms():
+                stats["anchor_loss"] = [a.sum().item(), int(anchored.sum())]
         if "base_per_token_logps" in inputs:
             # Logged KL(pi || pi_base): the token log-ratio (k1 value) on the scored policy rows.
             rows = inputs["base_scored"] & ~from_base
             if rows.any():
                 log_ratio = (logps[rows] - inputs["base_per_token_logps"][rows]).detach()
                 stats["kl"] = [(log_ratio * mask[rows]).sum().item(), mask[rows].sum().item()]
-            if self.args.beta_kl > 0:
-                kl = policy_kl(logps[~from_base], inputs["base_per_token_logps"][~from_base],
-                               mask[~from_base], self.args.kl_estimator)
-                extra = extra + self.args.beta_kl * kl.sum() / B
+        if self.args.beta_kl > 0:
+            kl = policy_kl(logps[~from_base], base[~from_base], mask[~from_base], self.args.kl_estimator)
+            extra = extra + self.args.beta_kl * kl.sum() / B
         if "cov_selected" in inputs:  # KL-Cov, aggregated like TRL's grpo loss (sequence token means)
             penalty = objectives.kl_cov_penalty(logps, inputs["old_policy_logps"], inputs["cov_selected"],
                                                 self.args.cov_kl_coef)
