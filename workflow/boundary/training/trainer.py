@@ -124,6 +124,19 @@ def needs_frozen_base(cfg: PBAConfig, anchoring: bool, pre_drawn: bool) -> bool:
             or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn)))
 
 
+def length_groups(lengths: list[int], prefix: int, budget: int) -> list[list[int]]:
+    """Rows grouped for no-grad forwards cut to each group's longest completion: longest first,
+    a group at most `budget` tokens (its rows x (prefix + its longest)). Equal lengths give the
+    rows in order, budget // (prefix + length) at a time: the uncut micro-batches."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):  # stable: ties keep their order
+        if groups and (len(groups[-1]) + 1) * (prefix + max(1, lengths[groups[-1][0]])) <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 @functools.cache
 def restorable_on_cpu_processes() -> None:
     """Let torch restore tensors saved to an indexed CPU device ("cpu:0"). transformers before
@@ -421,14 +434,26 @@ class PBATrainer(GRPOTrainer):
         return full
 
     def _score_with_base(self, ids, attn, T: int) -> torch.Tensor:
-        if self.lora:  # the policy's own forward (a collective under FSDP), its adapter off
-            with lora.base_of(self.accelerator.unwrap_model(self.model)):
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
+        """The base's log-probs [N, T] of the completions (zeros past a row's end): no-grad
+        forwards over rows grouped by completion length, each group cut to its longest, at most
+        a training micro-batch's tokens each, so that right padding costs nothing. Sharded, the
+        uncut micro-batches: every process must make the same forward calls."""
+        model, rows_at_once = (self.model if self.lora else self.base_model), self.args.per_device_train_batch_size
+        # Under LoRA the policy's own forward (a collective under FSDP), its adapter off.
+        off = lora.base_of(self.accelerator.unwrap_model(self.model)) if self.lora else contextlib.nullcontext()
+        with off:
+            if self._sharded:
+                return self._get_per_token_logps_and_entropies(model, ids, attn, T, batch_size=rows_at_once)[0]
+            P = ids.size(1) - T
+            lengths = attn[:, P:].sum(1).tolist()
+            logps = torch.zeros(ids.size(0), T, device=ids.device)
+            for rows in length_groups(lengths, P, rows_at_once * (P + T)):
+                cut = P + max(1, lengths[rows[0]])  # the group's longest comes first
+                at = torch.tensor(rows, device=ids.device)
+                scored, _, _ = self._get_per_token_logps_and_entropies(
+                    model, ids[at, :cut], attn[at, :cut], cut - P, batch_size=len(rows))
+                logps[at, :cut - P] = scored.to(logps.dtype)
             return logps
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            self.base_model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
-        return logps
 
     def _method_advantages(self, out, rewards: torch.Tensor):
         """The field's methods (objectives.py), on this process's rows after TRL's advantage: a
