@@ -434,32 +434,37 @@ class PBATrainer(GRPOTrainer):
         return full
 
     def _score_with_base(self, ids, attn, T: int) -> torch.Tensor:
-        """The base's log-probs [N, T] of the completions (zeros past a row's end): no-grad
-        forwards over rows grouped by completion length, each group cut to its longest, at most
-        a training micro-batch's tokens each, so that right padding costs nothing. Sharded, the
-        uncut micro-batches: every process must make the same forward calls."""
-        model, rows_at_once = (self.model if self.lora else self.base_model), self.args.per_device_train_batch_size
         # Under LoRA the policy's own forward (a collective under FSDP), its adapter off.
-        off = lora.base_of(self.accelerator.unwrap_model(self.model)) if self.lora else contextlib.nullcontext()
-        with off:
-            if self._sharded:
-                return self._get_per_token_logps_and_entropies(model, ids, attn, T, batch_size=rows_at_once)[0]
-            P = ids.size(1) - T
-            lengths = attn[:, P:].sum(1).tolist()
-            logps = torch.zeros(ids.size(0), T, device=ids.device)
-            for rows in length_groups(lengths, P, rows_at_once * (P + T)):
-                cut = P + max(1, lengths[rows[0]])  # the group's longest comes first
-                at = torch.tensor(rows, device=ids.device)
-                scored, _, _ = self._get_per_token_logps_and_entropies(
-                    model, ids[at, :cut], attn[at, :cut], cut - P, batch_size=len(rows))
-                logps[at, :cut - P] = scored.to(logps.dtype)
-            return logps
+        if self.lora:
+            with lora.base_of(self.accelerator.unwrap_model(self.model)):
+                return self._logps_no_grad(self.model, ids, attn, T)
+        return self._logps_no_grad(self.base_model, ids, attn, T)
+
+    @torch.no_grad()
+    def _logps_no_grad(self, model, ids, attn, T: int) -> torch.Tensor:
+        """`model`'s log-probs [N, T] of the completions (zeros past a row's end): forwards over
+        rows grouped by completion length, each group cut to its longest, at most a training
+        micro-batch's tokens each, so that right padding costs nothing. Sharded, the uncut
+        micro-batches: every process must make the same forward calls."""
+        rows_at_once = self.args.per_device_train_batch_size
+        if self._sharded:
+            return self._get_per_token_logps_and_entropies(model, ids, attn, T, batch_size=rows_at_once)[0]
+        P = ids.size(1) - T
+        lengths = attn[:, P:].sum(1).tolist()
+        logps = torch.zeros(ids.size(0), T, device=ids.device)
+        for rows in length_groups(lengths, P, rows_at_once * (P + T)):
+            cut = P + max(1, lengths[rows[0]])  # the group's longest comes first
+            at = torch.tensor(rows, device=ids.device)
+            scored, _, _ = self._get_per_token_logps_and_entropies(
+                model, ids[at, :cut], attn[at, :cut], cut - P, batch_size=len(rows))
+            logps[at, :cut - P] = scored.to(logps.dtype)
+        return logps
 
     def _method_advantages(self, out, rewards: torch.Tensor):
         """The field's methods (objectives.py), on this process's rows after TRL's advantage: a
         recomputed group advantage (passk, reinforce, unlikeliness reward), and the tokens that
         Clip-Cov stops (the advantage becomes [B, T]) or KL-Cov penalises. The methods that read
-        the policy's log-probs of its rollouts get them from one no-grad forward here."""
+        the policy's log-probs of its rollouts get them from no-grad forwards here (_logps_no_grad)."""
         args, G = self.args, self.num_generations
         rewards = rewards.to(out["advantages"].device)
         mask = out["completion_mask"]
@@ -467,9 +472,7 @@ class PBATrainer(GRPOTrainer):
         if args.unlikeliness > 0 or args.cov_select:
             ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
             attn = torch.cat([out["prompt_mask"], mask], 1)
-            with torch.no_grad():
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, ids, attn, mask.size(1), batch_size=args.per_device_train_batch_size)
+            logps = self._logps_no_grad(self.model, ids, attn, mask.size(1))
         if args.advantage == "passk":
             adv = objectives.passk_advantages(rewards, G, args.passk_k)
         elif args.advantage == "reinforce":
