@@ -44,7 +44,7 @@ KIT="$RUN.kit" VIEW="$RUN.site" BIN="$RUN.bin"
 # What the suite imports beyond the standard library (lab/lease/test_suite_on_device.py checks
 # this list against tests/, workflow/ and benchmarks/).
 MODULES="PIL accelerate datasets gguf jsonschema math_verify matplotlib numpy pandas peft pyarrow pytest
-  safetensors scipy snakemake snakemake_executor_plugin_slurm threadpoolctl tokenizers torch tqdm transformers trl
+  safetensors scipy smart_open snakemake snakemake_executor_plugin_slurm threadpoolctl tokenizers torch tqdm transformers trl
   xdist yaml"
 say() { echo "suite_on_device.sh: $*"; }
 alive() { [ -f "$RUN/pid" ] && kill -0 "$(cat "$RUN/pid")" 2>/dev/null; }
