@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 from pathlib import Path
@@ -55,6 +56,22 @@ def pythonpath(*first) -> str:
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order kept
+
+
+def pytest_collection_finish(session):
+    """Move what collection loaded (every test module and what it imports: torch, transformers,
+    TRL, pandas...) out of the cyclic garbage collector's reach. transformers, accelerate, TRL and
+    vLLM call gc.collect() in their own code (a trainer's start and end, an engine's start), and a
+    full collection walks every tracked object: in a test process holding all of those modules,
+    about a third of some files' CPU time (test_rollout_engine.py: 14 of 36 CPU-seconds). Frozen
+    objects are still freed when their last reference goes; only a cycle among them would stay,
+    and these live for the session anyway."""
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_unconfigure(config):
+    gc.unfreeze()  # the interpreter's own teardown collects everything, as without the freeze
 
 
 @pytest.fixture(scope="session")
