@@ -75,6 +75,9 @@ METHODS = {
     "grpo": {},
     # The paper's PBA: the policy anchor, k1, beta_a 1 (config/paper.yaml).
     "pba": {"mask": "pba", "anchor": "policy", "kl_estimator": "k1", "beta_a": 1.0},
+    # The same, scoring the base for the anchor's value on steps 10, 20, ... only (k1's gradient
+    # does not read it): the timed steps are the others.
+    "pba_value10": {"mask": "pba", "anchor": "policy", "kl_estimator": "k1", "beta_a": 1.0, "kl_value_every": 10},
 }
 
 

@@ -105,6 +105,12 @@ def _default():
      "advantage: passk, which this method does not set"),
     (lambda c: c["methods"]["grpo"].update(kl_estimator="k3"), "config: methods.grpo.kl_estimator: read "
      "only with anchor: policy or beta_kl > 0, which this method does not set"),
+    (lambda c: c["methods"]["grpo"].update(kl_value_every=10), "config: methods.grpo.kl_value_every: read only "
+     "with kl_estimator: k1 and only k1 terms on the base (anchor: policy, or beta_kl > 0 with anchor: base or "
+     "none), which this method does not set"),
+    (lambda c: c["methods"]["pba"].update(anchor="support", kl_value_every=10), "config: "
+     "methods.pba.kl_value_every: read only with kl_estimator: k1 and only k1 terms on the base (anchor: "
+     "policy, or beta_kl > 0 with anchor: base or none), which this method does not set"),
     (lambda c: c["methods"]["grpo"].update(masked_action="drop"), "config: methods.grpo.masked_action: read "
      "only with a mask, which this method does not set"),
     (lambda c: c["masks"].update(r={"kind": "random", "fraction": 0.5}), "config: masks.r.seed: required by "

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from boundary.stages.train import run_key
 from boundary.tasks.testbed import TestbedTask, TinyModelConfig, build_model, build_tokenizer, make_prompts
 from boundary.training.anchors import base_cross_entropy, policy_kl, support_floor
 from boundary.training.schedule import ActionSampler
-from boundary.training.trainer import PBATrainer, restorable_on_cpu_processes
+from boundary.training.trainer import PBATrainer, length_groups, restorable_on_cpu_processes
 from boundary.training.trainer_config import make_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -582,6 +583,88 @@ def test_a_grpo_run_with_log_base_kl_logs_the_kl_columns(model_dir, split, tmp_p
             assert abs(log[col].iloc[0]) < 1e-5
         else:
             assert log[col].isna().iloc[0]
+
+
+def test_k1_terms_score_the_base_on_their_value_steps_only(model_dir, split, tmp_path):
+    """kl_value_every 2 with the policy anchor k1: the base scores step 2's rollouts only, the
+    anchor's value is logged on step 2 only, and the weights are those of a run that scores the
+    base every step (k1's gradient, grad log pi, does not read it)."""
+    from boundary.stages.train import log_table
+
+    runs = {}
+    for every in (1, 2):
+        trainer = make_trainer(model_dir, split, tmp_path / str(every), alternate(split), mask="m",
+                               anchor="policy", kl_value_every=every, steps=2, checkpoints=[], save_steps=4)
+        steps = []
+        trainer.base_model.get_decoder().register_forward_hook(
+            lambda *_: steps.append(trainer.state.global_step + 1))
+        trainer.train()
+        runs[every] = (sorted(set(steps)), log_table(trainer.state.log_history),
+                       {n: p.detach().clone() for n, p in trainer.model.named_parameters()})
+    (scored1, log1, weights1), (scored2, log2, weights2) = runs[1], runs[2]
+    assert scored1 == [1, 2] and scored2 == [2]
+    for col in ("anchor_loss", "kl"):
+        assert log1[col].notna().all() and log2[col].isna().tolist() == [True, False]
+        assert log2[col].iloc[1] == pytest.approx(log1[col].iloc[1], rel=1e-4, abs=1e-6)
+    assert list(log1["reward"]) == pytest.approx(list(log2["reward"]))
+    for name, w in weights1.items():
+        torch.testing.assert_close(weights2[name], w, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_kl_value_every_is_refused_where_a_gradient_reads_the_base():
+    """A config gives it only beside k1 terms (test_config.py); settings made without the config
+    are refused by the trainer's config."""
+    from boundary.training.trainer_config import make_config
+
+    at = {**SETTINGS, "mask": "m", "kl_value_every": 2}
+    settings = resolve("train", {**at, "anchor": "policy"})
+    assert make_config(settings, 0, "ck").kl_value_every == 2
+    for change in ({"anchor": "support"}, {"kl_estimator": "k2"}):  # settings made without the schema
+        with pytest.raises(BoundaryError, match="kl_value_every: 2 needs kl_estimator k1"):
+            make_config({**settings, **change}, 0, "ck")
+    from boundary.core import settings as stage_settings
+
+    before = resolve("train", {**SETTINGS, "mask": "m", "anchor": "policy"})
+    assert "kl_value_every" not in stage_settings.key("train", before)  # 1, the default: no run's key moves
+
+
+def test_length_groups_cut_right_padding_within_a_micro_batch_s_tokens():
+    assert length_groups([7] * 5, 3, 2 * 10) == [[0, 1], [2, 3], [4]]  # equal lengths: the uncut micro-batches
+    groups = length_groups([2, 9, 0, 5, 9, 1], 3, 24)
+    assert groups == [[1, 4], [3, 0, 5], [2]]  # longest first; 2 x 12 and 3 x 8 tokens; an empty row alone
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    assert length_groups([50], 3, 10) == [[0]]  # a row longer than the budget still gets its forward
+
+
+@pytest.mark.parametrize("adapter", [False, True])
+def test_the_base_scores_each_row_as_an_uncut_forward_does(model_dir, split, tmp_path, adapter):
+    """Rows grouped by length and cut to each group's longest completion give the uncut
+    micro-batch's log-probs on every completion token, zeros past a row's end, in fewer tokens."""
+    lora = {"lora": {"enabled": True, "rank": 4}} if adapter else {}
+    trainer = make_trainer(model_dir, split, tmp_path, alternate(split), mask="m", anchor="policy", **lora)
+    model = trainer.model if adapter else trainer.base_model
+    gen = torch.Generator().manual_seed(0)
+    N, P, T = 12, 5, 16
+    lengths = torch.tensor([11, 3, 0, 9, 12, 1, 12, 7, 5, 10, 2, 8])  # none reaches T: all right padding
+    ids = torch.randint(3, model.config.vocab_size, (N, P + T), generator=gen)
+    attn = torch.cat([torch.ones(N, P, dtype=torch.long), (torch.arange(T) < lengths[:, None]).long()], 1)
+    attn[:3, :2] = 0  # left-padded prompts
+    tokens = []
+    model.get_decoder().register_forward_hook(lambda mod, args, kw, out: tokens.append(kw["input_ids"].numel()),
+                                              with_kwargs=True)
+    trainer.model.eval()
+    with torch.no_grad():
+        cut = trainer._score_with_base(ids, attn, T)
+        cut_tokens, tokens[:] = sum(tokens), []
+        from boundary.training import lora as lora_module
+
+        off = lora_module.base_of(trainer.accelerator.unwrap_model(trainer.model)) if adapter else nullcontext()
+        with off:
+            whole, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attn, T, batch_size=N)
+    mask = attn[:, P:].bool()
+    torch.testing.assert_close(cut[mask], whole[mask].float(), rtol=1e-4, atol=1e-5)
+    assert (cut[~mask] == 0).all()
+    assert cut_tokens < sum(tokens) == N * (P + T)
 
 
 def test_log_base_kl_off_moves_no_key():

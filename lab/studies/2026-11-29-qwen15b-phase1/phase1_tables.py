@@ -171,7 +171,7 @@ def lost_null(regimes: pd.DataFrame, regime: str, seeds: int, sims: int) -> np.n
     """Lost totals over `seeds` of policies equal to the base, one per simulated study (D = 0)."""
     r = regimes[regimes["regime"] == regime]
     p = (r["c"] / r["n"]).to_numpy(float)
-    if len(p) < 2:
+    if len(p) < 2 or not p.any():  # all 0 (OutOfReach by its label): 0 lost whatever the base's draws solve
         return np.zeros(0)
     return drop_studies(p, 0, seeds=seeds, n_eval=N_EVAL, base_draws=BASE_DRAWS, k=K, sims=sims)[:, 3]
 
@@ -202,7 +202,9 @@ def lost_gained_table(base, runs, step, regimes, sims) -> tuple[Table, dict]:
             boundary = data[-1]
     notes = [f"Step {step}. Totals over seeds {', '.join(map(str, SEEDS))} (each seed's count in brackets). Null: the "
              f"lost total of policies equal to the base over {len(SEEDS)} seeds in {sims} simulated studies on the "
-             f"regime's calibrated success rates ({BASE_DRAWS} base draws, n = {N_EVAL}; power.drop_studies, D = 0)."]
+             f"regime's calibrated success rates ({BASE_DRAWS} base draws, n = {N_EVAL}; power.drop_studies, D = 0). "
+             "n/a: fewer than 2 prompts, or calibrated rates all 0 (OutOfReach by its label), on which no prompt "
+             "can be lost, while the pooled base's own draws do solve some of them."]
     cols = ["Regime", "Prompts", "Lost: total (seeds)", "Gained: total (seeds)", "Null lost: median", "Null lost: 95th pct"]
     return Table(name, caption, cols, rows, pd.DataFrame(data), notes), boundary
 

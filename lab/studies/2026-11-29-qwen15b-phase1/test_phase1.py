@@ -5,6 +5,7 @@ holds have brought them back (skipped until then)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,9 @@ def test_the_tables_say_what_the_synthetic_study_holds(tmp_path):
     row = tables["lost_gained"].data.set_index("regime").loc["Boundary"]
     assert row["lost_total"] == lost >= len(phase1.SEEDS) * COLLAPSED
     assert 0 <= row["null_median"] <= row["null_p95"]
+    # OutOfReach's calibrated rates are 0 by its label: a null on them would say 0 lost, so none is given.
+    out = tables["lost_gained"].data.set_index("regime").loc["OutOfReach"]
+    assert np.isnan(out["null_median"]) and np.isnan(out["null_p95"]) and out["null_sims"] == 0
     verdict = tables["phase2"].data.iloc[0]
     assert verdict["phase2"] == (lost > row["null_p95"] and pooled["value"] < 0)
 
@@ -150,3 +154,50 @@ def test_collect_copies_counts_logs_and_stage_times_never_text(tmp_path):
     assert sorted(p.relative_to(tmp_path / "inputs").as_posix() for p in copied) == sorted(keep)
     times = phase1.stage_times(tmp_path / "inputs")
     assert times.data["seconds"].tolist() == [12.5] and times.data["stage"].tolist() == ["evaluate"]
+
+
+def test_hold8_s_second_gpu_runs_main_s_code_and_brings_back_its_figures(tmp_path):
+    """gpu1.sh on a stand-in of main's tarball: `start` runs the bench, then the decode rows, from
+    the unpacked tree (not the checkout), once; `collect` returns their lines and files."""
+    import subprocess
+    import tarfile
+    import time
+
+    plan = HERE / "holds" / "2026-12-01-hold8-plan"
+    assert len((plan / "callR.sh").read_text().strip()) < 2000  # one run call's command
+    for call in (plan / "callR.sh", plan / "gpu1.sh"):
+        assert subprocess.run(["bash", "-n", str(call)]).returncode == 0, call.name
+    tree = tmp_path / "tree"
+    decode = tree / "lab/studies/2026-11-29-decode-step-h200"
+    (tree / "benchmarks").mkdir(parents=True)
+    decode.mkdir(parents=True)
+    (tree / "benchmarks/bench_lora.py").write_text(
+        "import os, sys\nassert os.getcwd().endswith('head'), os.getcwd()\nos.makedirs('lora7b', exist_ok=True)\n"
+        "open('lora7b/7b_lora_pba.result.json', 'w').write('{}')\nprint('7b:lora:pba: ok; step 27.3 s', sys.argv[1:3])\n"
+        "print('PBA with LoRA at 7B, kl_value_every 10: 24.5 s')\n")
+    (decode / "decode_step.sh").write_text('mkdir -p "$OUT" && echo "row o: 8.1 ms a step" && touch "$OUT/console.log"\n')
+    head = tmp_path / "checkout" / ".lease" / "head"
+    head.mkdir(parents=True)
+    with tarfile.open(head / "head.tgz", "w:gz") as tar:
+        for name in ("benchmarks", "lab"):
+            tar.add(tree / name, arcname=name)
+    (head / "COMMIT").write_text("abc1234\n")
+    env = {**os.environ, "GPU1_DIR": str(tmp_path / "head"), "GPU1_CORES": "0"}
+    run = lambda *a, **kw: subprocess.run(["bash", str(plan / "gpu1.sh"), *a], cwd=tmp_path / "checkout", env={**env, **kw},
+                                          capture_output=True, text=True)
+    assert "commit abc1234" in run("start").stdout
+    log = tmp_path / "head" / "gpu1.log"
+    for _ in range(100):
+        if log.exists() and "decode exit" in log.read_text():
+            break
+        time.sleep(0.1)
+    assert "started before" in run("start").stdout  # a second call starts nothing
+    out = tmp_path / "out"
+    out.mkdir()
+    run("collect", OUT=str(out))
+    lines = (out / "gpu1.txt").read_text()
+    assert "lora7b exit 0" in lines and "decode exit 0" in lines and "kl_value_every 10: 24.5 s" in lines
+    assert "row o: 8.1 ms a step" in lines and "['--only', '7b:lora:grpo,7b:lora:pba,7b:lora:pba_value10']" in lines
+    with tarfile.open(out / "gpu1.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"COMMIT", "gpu1.log", "lora7b.log", "lora7b/7b_lora_pba.result.json", "decode/console.log"} <= names

@@ -102,6 +102,9 @@ METHOD_KNOBS = {
     "masked_action": (lambda m: m.get("mask") is not None, "a mask"),
     "kl_estimator": (lambda m: m.get("anchor") == "policy" or m["beta_kl"] > 0,
                      "anchor: policy or beta_kl > 0"),
+    "kl_value_every": (lambda m: m["kl_estimator"] == "k1" and (
+        m.get("anchor") == "policy" or (m["beta_kl"] > 0 and m.get("anchor") in ("base", None))),
+        "kl_estimator: k1 and only k1 terms on the base (anchor: policy, or beta_kl > 0 with anchor: base or none)"),
 }
 # What a checkpoint_of method reads: it evaluates another method's policy, trains nothing.
 CHECKPOINT_KEYS = {"label", "seeds", "setting", "checkpoint_of", "step"}

@@ -46,8 +46,8 @@ line). Overridden hooks, and why:
 - `_get_train_sampler`: the run's schedule (schedule.ActionSampler): dropped prompts are never
   sampled, and every step's prompts are known ahead for the base rollouts;
 - `_generate_and_score_completions`: per-row anchor weights and rollout source, frozen-base
-  log-probs for the rows whose terms read them (on a step `log_base_kl` logs, every policy
-  rollout), the field's advantages;
+  log-probs for the rows whose terms read them (k1 terms: on the steps `kl_value_every` names;
+  on a step `log_base_kl` logs, every policy rollout), the field's advantages;
 - `_generate_single_turn`: anchored rows of a base-sampled anchor take frozen-base rollouts
   from the supply (base_rollouts.BaseRolloutSupply) instead of the policy's;
 - `_calculate_rewards`: each of this process's rows keeps its reward, in its own input row
@@ -122,6 +122,19 @@ def needs_frozen_base(cfg: PBAConfig, anchoring: bool, pre_drawn: bool) -> bool:
     were drawn ahead (with their log-probs)."""
     return (cfg.beta_kl > 0 or cfg.log_base_kl
             or (anchoring and (cfg.anchor not in BASE_SAMPLED or not pre_drawn)))
+
+
+def length_groups(lengths: list[int], prefix: int, budget: int) -> list[list[int]]:
+    """Rows grouped for no-grad forwards cut to each group's longest completion: longest first,
+    a group at most `budget` tokens (its rows x (prefix + its longest)). Equal lengths give the
+    rows in order, budget // (prefix + length) at a time: the uncut micro-batches."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):  # stable: ties keep their order
+        if groups and (len(groups[-1]) + 1) * (prefix + max(1, lengths[groups[-1][0]])) <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 @functools.cache
@@ -297,9 +310,9 @@ class PBATrainer(GRPOTrainer):
         out["from_base"] = from_base
         # Frozen-base log-probs only for rows with a term that reads them.
         need = torch.zeros_like(from_base)
-        if self.anchoring and self.args.anchor in BASE_SCORED:
+        if self.anchoring and self.args.anchor in BASE_SCORED and self._values_kl_terms():
             need |= out["anchor_weight"] > 0
-        if self.args.beta_kl > 0:
+        if self.args.beta_kl > 0 and self._values_kl_terms():
             need |= ~from_base
         # On a step log_base_kl logs, every policy rollout too, for the log only (`base_scored`,
         # and so the `kl` metric, stays the terms' rows).
@@ -421,20 +434,37 @@ class PBATrainer(GRPOTrainer):
         return full
 
     def _score_with_base(self, ids, attn, T: int) -> torch.Tensor:
-        if self.lora:  # the policy's own forward (a collective under FSDP), its adapter off
+        # Under LoRA the policy's own forward (a collective under FSDP), its adapter off.
+        if self.lora:
             with lora.base_of(self.accelerator.unwrap_model(self.model)):
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
-            return logps
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            self.base_model, ids, attn, T, batch_size=self.args.per_device_train_batch_size)
+                return self._logps_no_grad(self.model, ids, attn, T)
+        return self._logps_no_grad(self.base_model, ids, attn, T)
+
+    @torch.no_grad()
+    def _logps_no_grad(self, model, ids, attn, T: int) -> torch.Tensor:
+        """`model`'s log-probs [N, T] of the completions (zeros past a row's end): forwards over
+        rows grouped by completion length, each group cut to its longest, at most a training
+        micro-batch's tokens each, so that right padding costs nothing. Sharded, the uncut
+        micro-batches: every process must make the same forward calls."""
+        rows_at_once = self.args.per_device_train_batch_size
+        if self._sharded:
+            return self._get_per_token_logps_and_entropies(model, ids, attn, T, batch_size=rows_at_once)[0]
+        P = ids.size(1) - T
+        lengths = attn[:, P:].sum(1).tolist()
+        logps = torch.zeros(ids.size(0), T, device=ids.device)
+        for rows in length_groups(lengths, P, rows_at_once * (P + T)):
+            cut = P + max(1, lengths[rows[0]])  # the group's longest comes first
+            at = torch.tensor(rows, device=ids.device)
+            scored, _, _ = self._get_per_token_logps_and_entropies(
+                model, ids[at, :cut], attn[at, :cut], cut - P, batch_size=len(rows))
+            logps[at, :cut - P] = scored.to(logps.dtype)
         return logps
 
     def _method_advantages(self, out, rewards: torch.Tensor):
         """The field's methods (objectives.py), on this process's rows after TRL's advantage: a
         recomputed group advantage (passk, reinforce, unlikeliness reward), and the tokens that
         Clip-Cov stops (the advantage becomes [B, T]) or KL-Cov penalises. The methods that read
-        the policy's log-probs of its rollouts get them from one no-grad forward here."""
+        the policy's log-probs of its rollouts get them from no-grad forwards here (_logps_no_grad)."""
         args, G = self.args, self.num_generations
         rewards = rewards.to(out["advantages"].device)
         mask = out["completion_mask"]
@@ -442,9 +472,7 @@ class PBATrainer(GRPOTrainer):
         if args.unlikeliness > 0 or args.cov_select:
             ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
             attn = torch.cat([out["prompt_mask"], mask], 1)
-            with torch.no_grad():
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, ids, attn, mask.size(1), batch_size=args.per_device_train_batch_size)
+            logps = self._logps_no_grad(self.model, ids, attn, mask.size(1))
         if args.advantage == "passk":
             adv = objectives.passk_advantages(rewards, G, args.passk_k)
         elif args.advantage == "reinforce":
@@ -479,6 +507,13 @@ class PBATrainer(GRPOTrainer):
         if torch.is_grad_enabled():  # the surrogate's forward: the anchor reuses its logps
             self._surrogate_logps = out[0]
         return out
+
+    def _values_kl_terms(self) -> bool:
+        """Whether this step scores the base for its KL terms (kl_value_every; every evaluation
+        batch). Only k1 terms skip (trainer_config refuses others): their gradient, grad log pi,
+        does not read the base; on the other steps they take the policy's own log-probs, detached,
+        as the base's: value 0, the same gradient."""
+        return not self.model.training or (self.state.global_step + 1) % self.args.kl_value_every == 0
 
     def _logs_base_kl(self) -> bool:
         """Whether log_base_kl logs this step (log steps count from 1; every evaluation batch)."""
@@ -519,30 +554,31 @@ class PBATrainer(GRPOTrainer):
         extra = logps.new_zeros(())
         anchored = w > 0
         stats = {"anchor_loss": [0.0, 0.0], "kl": [0.0, 0.0]}  # (sum, count) on this process
+        base = inputs.get("base_per_token_logps")
+        if base is None or not self._values_kl_terms():  # a step that skips k1 terms' base (above)
+            base = logps.detach()
         if anchored.any():
             if self.args.anchor == "base":
                 a = base_cross_entropy(logps[anchored], mask[anchored])
             elif self.args.anchor == "support":
-                a = support_floor(logps[anchored], inputs["base_per_token_logps"][anchored],
-                                  mask[anchored], self.args.support_floor)
+                a = support_floor(logps[anchored], base[anchored], mask[anchored], self.args.support_floor)
             elif self.args.anchor in ("forward_kl", "js"):
                 divergence = base_forward_kl if self.args.anchor == "forward_kl" else base_js
-                a = divergence(logps[anchored], inputs["base_per_token_logps"][anchored], mask[anchored])
+                a = divergence(logps[anchored], base[anchored], mask[anchored])
             else:
-                a = policy_kl(logps[anchored], inputs["base_per_token_logps"][anchored],
-                              mask[anchored], self.args.kl_estimator)
+                a = policy_kl(logps[anchored], base[anchored], mask[anchored], self.args.kl_estimator)
             extra = extra + self.args.beta_a * (w[anchored] * a).sum() / B
-            stats["anchor_loss"] = [a.sum().item(), int(anchored.sum())]
+            if self._values_kl_terms():
+                stats["anchor_loss"] = [a.sum().item(), int(anchored.sum())]
         if "base_per_token_logps" in inputs:
             # Logged KL(pi || pi_base): the token log-ratio (k1 value) on the scored policy rows.
             rows = inputs["base_scored"] & ~from_base
             if rows.any():
                 log_ratio = (logps[rows] - inputs["base_per_token_logps"][rows]).detach()
                 stats["kl"] = [(log_ratio * mask[rows]).sum().item(), mask[rows].sum().item()]
-            if self.args.beta_kl > 0:
-                kl = policy_kl(logps[~from_base], inputs["base_per_token_logps"][~from_base],
-                               mask[~from_base], self.args.kl_estimator)
-                extra = extra + self.args.beta_kl * kl.sum() / B
+        if self.args.beta_kl > 0:
+            kl = policy_kl(logps[~from_base], base[~from_base], mask[~from_base], self.args.kl_estimator)
+            extra = extra + self.args.beta_kl * kl.sum() / B
         if "cov_selected" in inputs:  # KL-Cov, aggregated like TRL's grpo loss (sequence token means)
             penalty = objectives.kl_cov_penalty(logps, inputs["old_policy_logps"], inputs["cov_selected"],
                                                 self.args.cov_kl_coef)

@@ -37,6 +37,8 @@ class PBAConfig(GRPOConfig):
     support_floor: float = field(default=METHOD["support_floor"], metadata={
         "help": "support anchor: a base token is held at min(pi_base, support_floor)"})
     beta_kl: float = field(default=METHOD["beta_kl"], metadata={"help": "global KL(pi || pi_base) weight"})
+    kl_value_every: int = field(default=METHOD["kl_value_every"], metadata={
+        "help": "k1 terms: the base scored for their value on steps N, 2N, ... (their gradient does not read it)"})
     masked_action: str = field(default=METHOD["masked_action"], metadata={"help": "what masked prompts get"})
     refresh_steps: int = field(default=GATE["refresh_steps"], metadata={"help": "gate refresh period (steps)"})
     base_generation_batch_size: int | None = field(default=None, metadata={
@@ -86,6 +88,10 @@ class PBAConfig(GRPOConfig):
         if self.regrouped and self.scale_rewards == "batch":
             raise BoundaryError("scale_rewards: batch is not supported with advantage, unlikeliness or "
                                 "cov_select (they recompute the group advantage per process)")
+        # Only a k1 term's gradient leaves the base out: any other would train on a stand-in.
+        if self.kl_value_every > 1 and (self.kl_estimator != "k1" or self.anchor not in ("policy", "base", None)):
+            raise BoundaryError(f"kl_value_every: {self.kl_value_every} needs kl_estimator k1 and anchor policy, "
+                                f"base or none (the gradient of {self.anchor or self.kl_estimator} reads the base)")
         # One generation batch per optimizer step, so a batch's refresh epoch is its step's.
         if self.num_iterations != 1 or self.steps_per_generation != self.gradient_accumulation_steps:
             raise BoundaryError("num_iterations must be 1 and steps_per_generation = gradient_accumulation_steps")
@@ -150,7 +156,7 @@ def make_config(s: dict, seed: int, checkpoint_dir: str) -> PBAConfig:
         epsilon=float(s["epsilon"]), beta=0.0,
         entropy_coef=float(s["entropy_coef"]),
         anchor=s["anchor"], kl_estimator=s["kl_estimator"],
-        beta_a=float(s["beta_a"]), beta_kl=float(s["beta_kl"]),
+        beta_a=float(s["beta_a"]), beta_kl=float(s["beta_kl"]), kl_value_every=int(s["kl_value_every"]),
         support_floor=float(s["support_floor"]),
         masked_action=s["masked_action"], refresh_steps=int(s["refresh_steps"]),
         base_generation_batch_size=s.get("base_generation_batch_size"),  # unset: one generation batch
