@@ -70,6 +70,20 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+_FROZEN_AT = [None]  # the test file whose first test froze last
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Again as each file begins (the previous file's module fixtures are gone by then): what the
+    earlier files imported since (TRL's trainer, peft, matplotlib, vLLM...), and everything again
+    after an in-process vLLM engine's shutdown, which calls gc.unfreeze()."""
+    if item.path != _FROZEN_AT[0]:
+        _FROZEN_AT[0] = item.path
+        gc.collect()
+        gc.freeze()
+
+
 def pytest_unconfigure(config):
     gc.unfreeze()  # the interpreter's own teardown collects everything, as without the freeze
 
