@@ -182,7 +182,7 @@ def preload_snakemake() -> None:
 def serve(path: str, kind: str = "boundary") -> None:
     parent, before = os.getppid(), dict(os.environ)
     preload(kind)
-    # What the imports made, out of the cyclic collector's reach (conftest.pytest_collection_finish
+    # What the imports made, out of the cyclic collector's reach (conftest.pytest_runtest_setup
     # says why): a job's gc.collect() (transformers', accelerate's, vLLM's) then walks its own objects
     # only, and touches none of the pages it shares with the server.
     gc.collect()
