@@ -257,7 +257,8 @@ def test_a_worker_dies_with_the_torchrun_that_started_it(tmp_path):
 def test_a_worker_prints_its_stacks_on_sigusr1_and_trains_on(tmp_path):
     """A run that waits on a collective is found with `kill -USR1 <worker>`: once its process
     group is up, a worker prints every thread's stack and goes on (the multi-GPU check does it
-    to runs it stops at its deadline)."""
+    to runs it stops at its deadline). The group starts before transformers is imported (a
+    failure to start comes first), with accelerate's timeout."""
     import socket
     import subprocess
     import sys
@@ -265,14 +266,26 @@ def test_a_worker_prints_its_stacks_on_sigusr1_and_trains_on(tmp_path):
     with socket.socket() as free:  # a port of its own: tests run side by side
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    worker = ("import os, signal; from boundary.training.launch import start_processes; start_processes(); "
+    worker = ("import os, signal, sys; from boundary.training.launch import start_processes; start_processes(); "
+              "print('transformers' in sys.modules, flush=True); "
               "os.kill(os.getpid(), signal.SIGUSR1); print('trains on', flush=True)")
     env = {**os.environ, "PYTHONPATH": pythonpath(), "WORLD_SIZE": "1", "RANK": "0",
            "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": ""}
     run = subprocess.run([sys.executable, "-c", worker], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip() == "trains on"
+    assert run.stdout.split() == ["False", "trains", "on"]
     assert "(most recent call first)" in run.stderr and "<string>" in run.stderr
+
+
+def test_the_process_group_waits_as_long_as_accelerate_would():
+    """start_processes' timeout is TrainingArguments' ddp_timeout default, which accelerate
+    starts the group with when nothing started it first (written once in launch.py so that a
+    worker need not import transformers before its group is up)."""
+    from transformers import TrainingArguments
+
+    from boundary.training.launch import PROCESS_GROUP_TIMEOUT
+
+    assert PROCESS_GROUP_TIMEOUT == TrainingArguments.__dataclass_fields__["ddp_timeout"].default
 
 
 def test_the_benchmark_s_phases_sum_to_its_step_and_the_engine_check_is_a_phase_of_its_own(monkeypatch):

@@ -73,4 +73,8 @@ def fresh_state(environ: dict) -> None:
     GradientState._reset_state()
     os.environ.clear()
     os.environ.update(environ)
+    # What outlives a job (the modules it imported, their caches) out of the cyclic collector's
+    # reach, as conftest.pytest_runtest_setup does: the next job's gc.collect() calls (the
+    # trainer's, accelerate's) then walk that job's objects only.
     gc.collect()
+    gc.freeze()

@@ -37,6 +37,7 @@ themselves.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import resource
@@ -181,6 +182,11 @@ def preload_snakemake() -> None:
 def serve(path: str, kind: str = "boundary") -> None:
     parent, before = os.getppid(), dict(os.environ)
     preload(kind)
+    # What the imports made, out of the cyclic collector's reach (conftest.pytest_runtest_setup
+    # says why): a job's gc.collect() (transformers', accelerate's, vLLM's) then walks its own objects
+    # only, and touches none of the pages it shares with the server.
+    gc.collect()
+    gc.freeze()
     # What the imports set where it is unset (torch's inductor its cache folder, at
     # transformers' import): a job's real process would set it too, so a job without it is one
     # with it, and its child gets it.

@@ -175,6 +175,13 @@ def stacks_on_sigusr1() -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
+# transformers' TrainingArguments.ddp_timeout default (seconds), which accelerate would start the
+# process group with. Written here, not read from TrainingArguments: importing that class costs
+# a worker about 7 CPU-seconds before its communication starts, and a failure to start is meant
+# to come first (test_launch.py checks that the two agree).
+PROCESS_GROUP_TIMEOUT = 1800
+
+
 def start_processes() -> None:
     """In a worker: start the processes' communication before anything is built (NCCL on
     GPUs, gloo on the CPU; accelerate then uses this process group), so a failure to start is
@@ -183,13 +190,11 @@ def start_processes() -> None:
 
     import torch
     import torch.distributed as dist
-    from transformers import TrainingArguments
 
     stacks_on_sigusr1()
     world, local = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    # TrainingArguments' own ddp_timeout, as accelerate would have started the group with.
-    timeout = datetime.timedelta(seconds=TrainingArguments.__dataclass_fields__["ddp_timeout"].default)
+    timeout = datetime.timedelta(seconds=PROCESS_GROUP_TIMEOUT)
     try:
         if backend == "nccl":
             torch.cuda.set_device(local)
