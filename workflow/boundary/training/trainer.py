@@ -555,7 +555,9 @@ class PBATrainer(GRPOTrainer):
         anchored = w > 0
         stats = {"anchor_loss": [0.0, 0.0], "kl": [0.0, 0.0]}  # (sum, count) on this process
         base = inputs.get("base_per_token_logps")
-        if base is None or not self._values_kl_terms():  # a step that skips k1 terms' base (above)
+        # A step that skips k1 terms' base (above), or none scored because no row's term reads it
+        # (their selections below are then empty): the policy's own, detached.
+        if base is None or not self._values_kl_terms():
             base = logps.detach()
         if anchored.any():
             if self.args.anchor == "base":
