@@ -32,6 +32,8 @@ Tables (OUT/NAME.md and .csv; every statistic is a package function):
   trajectories      reward, entropy and KL to the base a logged step, per seed
   bridge            the full fine-tuning run against LoRA seed 0 at step 30 (bridge/bridge_table.py):
                     reward and entropy over steps 21-30, KL at 10/20/30, Δpass@1 with its interval
+  bridge_boundary   exploratory: each step-30 policy's Boundary Δpass@256 and lost count beside the
+                    one-seed null (bridge/bridge_table.py)
   stage_times       every job's wall time and peak memory (analysis.stage_times, from the
                     benchmark files; a training job stopped at a hold's end writes none: the
                     holds' consoles give those)
@@ -298,7 +300,8 @@ def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 
     lost, boundary = lost_gained_table(loaded["base"], loaded["runs"], step, regimes, sims)
     return [rule, primary, lost, phase2_table(primary, boundary),
             passk_table(loaded["base"], loaded["runs"], regimes, resamples), trajectories_table(loaded["logs"]),
-            bridge.bridge_table(bridge.load(Path(inputs)), regimes, resamples), stage_times(Path(inputs))]
+            bridge.bridge_table(bridge.load(Path(inputs)), regimes, resamples),
+            bridge.boundary_table(bridge.load(Path(inputs)), regimes, resamples, sims), stage_times(Path(inputs))]
 
 
 def figures(tables: list[Table], out: Path) -> list[Path]:

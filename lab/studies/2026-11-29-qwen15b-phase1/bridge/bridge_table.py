@@ -14,6 +14,8 @@ Inputs (in Phase 1's inputs/ layout; `collect` copies the bridge's own from a me
                                                         checkpoint's trainer state, evaluate_snapshot.py)
   eval/diagnostic/grpo_full_step30/seed0/counts.parquet its step-30 snapshot's evaluation
   eval/diagnostic/base/seed{0..3}/counts.parquet        the base's draws, pooled
+`boundary_table` (exploratory, not pre-registered): each step-30 policy's Boundary Δpass@256 and
+lost count beside the one-seed base-draw null, by the primary analysis's own functions.
 phase1_tables.py's own `collect` copies the counts (eval/diagnostic/*/seed*/counts.parquet) and the
 LoRA log; `collect` here adds bridge/.
 
@@ -119,6 +121,37 @@ def bridge_table(loaded: dict, regimes: pd.DataFrame, resamples: int = 10_000) -
     return Table(name, caption, cols, rows, pd.DataFrame(data), notes)
 
 
+def boundary_table(loaded: dict, regimes: pd.DataFrame, resamples: int = 10_000, sims: int = 1000) -> Table:
+    """Exploratory, not pre-registered (Amendment 11 compares trajectories and Δpass@1 only): each
+    step-30 policy's Boundary Δpass@256 against the pooled base with its prompt-bootstrap interval,
+    and its Boundary lost and gained counts beside the one-seed base-draw null, by Phase 1's own
+    functions (boundary_delta, run_metrics, lost_null)."""
+    name, caption = "bridge_boundary", (f"Exploratory: Boundary at step {STEP}, full fine-tuning and LoRA (seed 0), "
+                                        "by the primary analysis's functions")
+    counts = {who: loaded[who]["counts"] for who in RUNS if loaded[who]["counts"] is not None}
+    if len(counts) < len(RUNS) or len(loaded["base"]) < phase1.BASE_DRAWS:
+        return Table(name, caption, ["Note"], [[phase1.NOT_RUN]], pd.DataFrame({"note": [phase1.NOT_RUN]}))
+    null = phase1.lost_null(regimes, "Boundary", 1, sims)
+    med, p95 = float(np.median(null)), float(np.quantile(null, 0.95))
+    rows, data = [], []
+    for who, c in counts.items():
+        diag = phase1.diagnosis(loaded["base"], {(who, 0): c}, regimes, resamples)
+        d = phase1.boundary_delta(diag, regimes).iloc[0]
+        m = phase1.run_metrics(diag.frame, diag.ks)
+        m = m[(m["method"] == who) & (m["regime"] == "Boundary") & m["metric"].isin(["lost", "gained"])].set_index("metric")["value"]
+        rows.append([who, f"{100 * d['value']:+.1f} [{100 * d['boot_low']:+.1f}, {100 * d['boot_high']:+.1f}]",
+                     str(int(m["lost"])), str(int(m["gained"])), f"{med:.0f}", f"{p95:.0f}"])
+        data.append({"run": who, "delta_passk": d["value"], "boot_low": d["boot_low"], "boot_high": d["boot_high"],
+                     "lost": int(m["lost"]), "gained": int(m["gained"]), "null_median": med, "null_p95": p95,
+                     "null_sims": len(null)})
+    notes = [f"Not pre-registered: one seed at step {STEP}, read beside Phase 1's endpoint (GRPO with LoRA at step 150, "
+             f"two seeds), never in place of it. Δpass@{phase1.K} in points with its 95% prompt bootstrap; the null: "
+             f"the lost count of one policy equal to the base in {sims} simulated studies on the Boundary prompts' "
+             f"calibrated rates ({phase1.BASE_DRAWS} base draws, n = {phase1.N_EVAL}; power.drop_studies, D = 0)."]
+    cols = ["Run", f"Boundary Δpass@{phase1.K} [95%]", "Lost", "Gained", "Null lost: median", "Null lost: 95th pct"]
+    return Table(name, caption, cols, rows, pd.DataFrame(data), notes)
+
+
 def collect(results: Path, inputs: Path) -> list[Path]:
     """The bridge's own files from a merged results folder into inputs/bridge/: the full
     fine-tuning run's log and its evaluation's record (evaluate_snapshot.py)."""
@@ -138,11 +171,13 @@ def main(argv=None) -> None:
     if args.collect is not None:
         print(f"bridge_table: {len(collect(args.collect, args.inputs))} files of {args.collect} into {args.inputs}")
     regimes = read_table(args.regimes)
-    table = bridge_table(load(args.inputs), regimes.assign(prompt_id=regimes["prompt_id"].astype(str)), args.resamples)
+    regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
+    loaded = load(args.inputs)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_text(table.md(), args.out / f"{table.name}.md")
-    write_table(table.data, args.out / f"{table.name}.csv")
-    print(table.md())
+    for table in (bridge_table(loaded, regimes, args.resamples), boundary_table(loaded, regimes, args.resamples)):
+        write_text(table.md(), args.out / f"{table.name}.md")
+        write_table(table.data, args.out / f"{table.name}.csv")
+        print(table.md())
 
 
 if __name__ == "__main__":

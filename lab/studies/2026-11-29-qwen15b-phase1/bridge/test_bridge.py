@@ -119,3 +119,32 @@ def test_the_hold_calls_fit_the_run_tool():
         assert len(text.strip()) < 2000, call.name
         assert subprocess.run(["bash", "-n", str(call)]).returncode == 0, call.name
         assert "--pin c5e8ba9" in text and "grpo_full.yaml" in text, call.name
+
+
+def test_the_exploratory_boundary_table_counts_what_each_step_30_policy_lost(tmp_path):
+    s = study.synthetic_study(tmp_path)
+    inputs, p, rng = s["inputs"], s["p"], np.random.default_rng(5)
+    regimes = read_table(s["regimes"]).assign(prompt_id=lambda r: r["prompt_id"].astype(str))
+    table = bridge.boundary_table(bridge.load(inputs), regimes, resamples=100, sims=200)
+    assert table.rows == [[bridge.phase1.NOT_RUN]]  # no step-30 counts yet
+
+    write_table(full_log(rng), bridge.log_path(inputs, "grpo_full"))
+    boundary = np.flatnonzero(regimes["regime"].to_numpy() == "Boundary")
+    collapsed = boundary[:4]
+    sharpened = p.copy()
+    sharpened[collapsed] = 0.0  # the full fine-tuning policy never solves four Boundary prompts
+    write_table(study.sequential_draw(sharpened, rng), bridge.phase1.counts_path(inputs, "grpo_full_step30", 0))
+    write_table(study.sequential_draw(p, rng), bridge.phase1.counts_path(inputs, "grpo_step30", 0))
+    table = bridge.boundary_table(bridge.load(inputs), regimes, resamples=300, sims=200)
+    data = table.data.set_index("run")
+
+    pooled = pd.concat([read_table(bridge.phase1.counts_path(inputs, "base", i)) for i in range(4)])
+    solved = set(pooled.loc[pooled["c"] > 0, "prompt_id"])
+    ids = regimes["prompt_id"].to_numpy()
+    assert data.loc["full fine-tuning", "lost"] >= sum(ids[i] in solved for i in collapsed) >= 3
+    assert data.loc["full fine-tuning", "delta_passk"] < data.loc["LoRA", "delta_passk"]
+    assert data.loc["full fine-tuning", "boot_low"] <= data.loc["full fine-tuning", "delta_passk"] <= data.loc["full fine-tuning", "boot_high"]
+    null = bridge.phase1.lost_null(regimes, "Boundary", 1, 200)
+    assert (data["null_median"] == np.median(null)).all() and (data["null_p95"] == np.quantile(null, 0.95)).all()
+    assert table.rows[0][2] == str(int(data.loc["full fine-tuning", "lost"]))
+    assert "Not pre-registered" in table.notes[0]
