@@ -298,10 +298,12 @@ def build(inputs: Path = INPUTS, regimes_path: Path = REGIMES, resamples: int = 
     rule, step, _ = checkpoint_rule(loaded["logs"])
     primary = primary_table(loaded["base"], loaded["runs"], step, regimes, resamples)
     lost, boundary = lost_gained_table(loaded["base"], loaded["runs"], step, regimes, sims)
+    at30 = bridge.load(Path(inputs))
+    diag30 = bridge.diagnosis(at30, regimes, resamples)  # one analysis of both step-30 policies, both bridge tables
     return [rule, primary, lost, phase2_table(primary, boundary),
             passk_table(loaded["base"], loaded["runs"], regimes, resamples), trajectories_table(loaded["logs"]),
-            bridge.bridge_table(bridge.load(Path(inputs)), regimes, resamples),
-            bridge.boundary_table(bridge.load(Path(inputs)), regimes, resamples, sims), stage_times(Path(inputs))]
+            bridge.bridge_table(at30, regimes, resamples, diag30), bridge.boundary_table(at30, regimes, resamples, sims, diag30),
+            stage_times(Path(inputs))]
 
 
 def figures(tables: list[Table], out: Path) -> list[Path]:

@@ -79,24 +79,31 @@ def trajectory(log: pd.DataFrame) -> dict:
     return out
 
 
-def delta_pass1(base: list, counts: dict, regimes: pd.DataFrame, resamples: int) -> dict:
+def diagnosis(loaded: dict, regimes: pd.DataFrame, resamples: int):
+    """Both step-30 policies against the pooled base in one analysis (phase1's `diagnosis`), which
+    both tables read; None until every base draw and some step-30 counts are in."""
+    counts = {who: loaded[who]["counts"] for who in RUNS if loaded[who]["counts"] is not None}
+    if not counts or len(loaded["base"]) < phase1.BASE_DRAWS:
+        return None
+    return phase1.diagnosis(loaded["base"], {(who, 0): c for who, c in counts.items()}, regimes, resamples)
+
+
+def delta_pass1(diag) -> dict:
     """Each run's Δpass@1 against the pooled base on every held-out prompt, with its prompt
     bootstrap 95% interval (the attribution's `all` regime and cell)."""
-    diag = phase1.diagnosis(base, {(m, 0): c for m, c in counts.items()}, regimes, resamples)
     a = diag.attribution
     rows = a[(a["quantity"] == "delta_passk") & (a["k"] == 1) & (a["regime"] == "all") & (a["cell"] == "all")
              & (a["seed"] == 0)]
     return {r.method: (float(r.value), float(r.boot_low), float(r.boot_high)) for r in rows.itertuples()}
 
 
-def bridge_table(loaded: dict, regimes: pd.DataFrame, resamples: int = 10_000) -> Table:
+def bridge_table(loaded: dict, regimes: pd.DataFrame, resamples: int = 10_000, diag=None) -> Table:
+    """`diag`: `diagnosis(loaded, ...)` when the caller has it (made here otherwise)."""
     name, caption = "bridge", f"The bridge: full fine-tuning against LoRA (seed 0) at step {STEP} of the same schedule"
     if any(loaded[who]["log"] is None for who in RUNS):
         return Table(name, caption, ["Note"], [[phase1.NOT_RUN]], pd.DataFrame({"note": [phase1.NOT_RUN]}))
-    counts = {who: loaded[who]["counts"] for who in RUNS if loaded[who]["counts"] is not None}
-    deltas = {}
-    if counts and len(loaded["base"]) == phase1.BASE_DRAWS:
-        deltas = delta_pass1(loaded["base"], counts, regimes, resamples)
+    diag = diag if diag is not None else diagnosis(loaded, regimes, resamples)
+    deltas = {} if diag is None else delta_pass1(diag)
     fmt = lambda v, scale=1.0, spec=".3f": "not logged" if pd.isna(v) else f"{scale * v:{spec}}"
     rows, data, notes = [], [], []
     for who in RUNS:
@@ -121,24 +128,25 @@ def bridge_table(loaded: dict, regimes: pd.DataFrame, resamples: int = 10_000) -
     return Table(name, caption, cols, rows, pd.DataFrame(data), notes)
 
 
-def boundary_table(loaded: dict, regimes: pd.DataFrame, resamples: int = 10_000, sims: int = 1000) -> Table:
+def boundary_table(loaded: dict, regimes: pd.DataFrame, resamples: int = 10_000, sims: int = 1000, diag=None) -> Table:
     """Exploratory, not pre-registered (Amendment 11 compares trajectories and Δpass@1 only): each
     step-30 policy's Boundary Δpass@256 against the pooled base with its prompt-bootstrap interval,
     and its Boundary lost and gained counts beside the one-seed base-draw null, by Phase 1's own
-    functions (boundary_delta, run_metrics, lost_null)."""
+    functions (boundary_delta, run_metrics, lost_null). `diag` as in bridge_table."""
     name, caption = "bridge_boundary", (f"Exploratory: Boundary at step {STEP}, full fine-tuning and LoRA (seed 0), "
                                         "by the primary analysis's functions")
     counts = {who: loaded[who]["counts"] for who in RUNS if loaded[who]["counts"] is not None}
     if len(counts) < len(RUNS) or len(loaded["base"]) < phase1.BASE_DRAWS:
         return Table(name, caption, ["Note"], [[phase1.NOT_RUN]], pd.DataFrame({"note": [phase1.NOT_RUN]}))
+    diag = diag if diag is not None else diagnosis(loaded, regimes, resamples)
+    deltas, metrics = phase1.boundary_delta(diag, regimes), phase1.run_metrics(diag.frame, diag.ks)
     null = phase1.lost_null(regimes, "Boundary", 1, sims)
     med, p95 = float(np.median(null)), float(np.quantile(null, 0.95))
     rows, data = [], []
-    for who, c in counts.items():
-        diag = phase1.diagnosis(loaded["base"], {(who, 0): c}, regimes, resamples)
-        d = phase1.boundary_delta(diag, regimes).iloc[0]
-        m = phase1.run_metrics(diag.frame, diag.ks)
-        m = m[(m["method"] == who) & (m["regime"] == "Boundary") & m["metric"].isin(["lost", "gained"])].set_index("metric")["value"]
+    for who in counts:
+        d = deltas[(deltas["method"] == who) & (deltas["seed"] == 0)].iloc[0]
+        m = metrics[(metrics["method"] == who) & (metrics["regime"] == "Boundary") & metrics["metric"].isin(["lost", "gained"])]
+        m = m.set_index("metric")["value"]
         rows.append([who, f"{100 * d['value']:+.1f} [{100 * d['boot_low']:+.1f}, {100 * d['boot_high']:+.1f}]",
                      str(int(m["lost"])), str(int(m["gained"])), f"{med:.0f}", f"{p95:.0f}"])
         data.append({"run": who, "delta_passk": d["value"], "boot_low": d["boot_low"], "boot_high": d["boot_high"],
@@ -173,8 +181,9 @@ def main(argv=None) -> None:
     regimes = read_table(args.regimes)
     regimes = regimes.assign(prompt_id=regimes["prompt_id"].astype(str))
     loaded = load(args.inputs)
+    diag = diagnosis(loaded, regimes, args.resamples)
     args.out.mkdir(parents=True, exist_ok=True)
-    for table in (bridge_table(loaded, regimes, args.resamples), boundary_table(loaded, regimes, args.resamples)):
+    for table in (bridge_table(loaded, regimes, args.resamples, diag), boundary_table(loaded, regimes, args.resamples, diag=diag)):
         write_text(table.md(), args.out / f"{table.name}.md")
         write_table(table.data, args.out / f"{table.name}.csv")
         print(table.md())
