@@ -34,7 +34,7 @@ from tqdm import tqdm
 from boundary.core.errors import BoundaryError
 from boundary.core.gpus import jobs_per_gpu
 from boundary.sampling import COMPLETION_COLUMNS, Completion, throughput
-from boundary.sampling.models import load_model, stop_ids
+from boundary.sampling.models import kv_bytes, load_model, stop_ids
 from boundary.sampling.nucleus import sample_step
 from boundary.sampling.rounds import Adaptive, Rounds
 from boundary.sampling.streams import row_keys
@@ -256,10 +256,7 @@ def prefill(model, prompts: list[list[int]], pad_id: int):
 
 
 def kv_bytes_per_token(model) -> int:
-    cfg = model.config.get_text_config()
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+    return kv_bytes(model.config.get_text_config(), model.dtype.itemsize)
 
 
 def default_batch_size(model, prompt_len: int, max_new: int) -> int:

@@ -170,6 +170,14 @@ def _dequantised(model):
     return plain
 
 
+def kv_bytes(config, itemsize: int) -> int:
+    """A token's keys and values over every layer: a text config's KV heads times head size,
+    at `itemsize` bytes a value."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * itemsize
+
+
 def stop_ids(generation_config, tokenizer=None) -> list[int]:
     """Every eos id of a generation config (int or list), the tokenizer's only as a fallback."""
     eos = generation_config.eos_token_id if generation_config is not None else None

@@ -79,10 +79,9 @@ def cpu_kv_cache_bytes(model_path: str, max_len: int, completions: int) -> int:
     as with the whole CPU_KV_CACHE_BYTES, so it draws the same."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(model_path).get_text_config()
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_token = 2 * config.num_hidden_layers * heads * head_dim * 4
+    from boundary.sampling.models import kv_bytes
+
+    per_token = kv_bytes(AutoConfig.from_pretrained(model_path).get_text_config(), 4)  # float32
     blocks = completions * -(-max_len // CPU_BLOCK_TOKENS) + 1
     return min(CPU_KV_CACHE_BYTES, blocks * CPU_BLOCK_TOKENS * per_token)
 
